@@ -1,0 +1,103 @@
+// The TERSE_* configuration: one table of knobs, parsed once into an
+// immutable Config.
+//
+// Every knob is declared exactly once in config.cc (name, unit, default,
+// accepted range, one-line doc). Config::FromEnvironment() reads the process
+// environment; Config::FromMap() takes the same names from a map (tests,
+// bindings). A bad value is an InvalidArgument error whose message names the
+// variable, the value and what is accepted; an unknown TERSE_* variable that is
+// within two edits of a known one is an error with the suggestion ("did you
+// mean"); other unknown TERSE_* variables are reported by UnknownVariables()
+// and otherwise ignored.
+//
+// A Config is a plain value: copy it freely, share it read-only across threads.
+#ifndef TERSE_COMMON_CONFIG_H_
+#define TERSE_COMMON_CONFIG_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace terse {
+
+// One entry of TERSE_COMPRESSION_RULES ("glob=policy[:cf]").
+struct CompressionRule {
+  std::string glob;    // Matched against tensor names; '*' and '?' wildcards.
+  std::string policy;  // One of the TERSE_COMPRESSION words.
+  double cf = 0;       // 0: use TERSE_CF.
+};
+
+struct Config {
+  // Engine.
+  int64_t fusion_threshold_bytes;
+  double cycle_time_ms;
+  int64_t cache_capacity;
+  std::string backend;  // auto | mpi | nccl
+
+  // Compression.
+  std::string compression;  // none | fp16 | ... | gravac | accordion
+  double cf;
+  std::vector<CompressionRule> compression_rules;
+  int64_t min_compress_bytes;
+
+  // GraVAC (DESIGN §5).
+  std::string gravac_compressor;  // topk | dgc | redsync | randomk
+  double gravac_cf_min;
+  double gravac_cf_max;
+  double gravac_epsilon;
+  double gravac_omega;
+  int64_t gravac_window;
+  std::string gravac_policy;  // exponential | geometric
+  std::string gravac_scope;   // bucket | global
+  double gravac_ewma;         // 0 means "auto": ranks / 100.
+
+  // Accordion.
+  double accordion_low_cf;
+  double accordion_high_cf;
+  int64_t accordion_switch_steps;
+  double accordion_threshold;
+
+  // PowerSGD.
+  int64_t powersgd_rank;
+  int64_t powersgd_start_step;
+
+  // Diagnostics.
+  std::string timeline_path;  // empty: no timeline
+  double stall_check_seconds;
+  double stall_shutdown_seconds;  // 0: never shut down on a stall
+  std::string log_level;          // trace | debug | info | warning | error
+  uint64_t seed;
+
+  // Unknown TERSE_* variables that were ignored (not close to any known one).
+  std::vector<std::string> unknown_variables;
+
+  // The defaults of the table, as if no variable were set.
+  static Config Defaults();
+  static absl::StatusOr<Config> FromEnvironment();
+  static absl::StatusOr<Config> FromMap(
+      const std::map<std::string, std::string>& values);
+
+  // The effective configuration as "NAME = value  [default ...]" lines.
+  std::string Describe() const;
+};
+
+// Documentation of one knob, for `terse_info --help-config` and docs.
+struct KnobDoc {
+  std::string name;
+  std::string unit;
+  std::string default_value;
+  std::string accepted;
+  std::string doc;
+};
+std::vector<KnobDoc> ConfigKnobDocs();
+
+// Levenshtein distance, used for "did you mean" suggestions.
+int EditDistance(absl::string_view a, absl::string_view b);
+
+}  // namespace terse
+
+#endif  // TERSE_COMMON_CONFIG_H_
