@@ -1,0 +1,88 @@
+// Communicator: the collective operations terse's engine moves bytes with.
+//
+// One implementation per transport: loopback/ (ranks as threads of one
+// process), mpi/ (Open MPI, CPU buffers), nccl/ (NCCL, CUDA buffers). The
+// engine picks one per tensor device through the registry (registry.h).
+//
+// Contract shared by every implementation:
+// - Every call is collective: all ranks of the group must make the same calls
+//   in the same order with matching arguments (counts, dtype, op, root).
+//   Where a mismatch is detectable the call fails with InvalidArgument on the
+//   ranks that can see it, never with memory corruption.
+// - Calls block until this rank's part is complete: the output buffer holds
+//   the result when the call returns OK (NCCL: when the work is enqueued on
+//   the communicator's stream; see nccl/nccl_communicator.h).
+// - A Communicator is used by one thread at a time (the engine's background
+//   thread); it is not thread-safe. Different communicators of one loopback
+//   group are used by different threads concurrently, one each.
+// - Buffers are owned by the caller and must stay valid for the call; a null
+//   buffer with a nonzero count is InvalidArgument.
+// - Every call returns absl::Status; nothing throws.
+#ifndef TERSE_COLLECTIVES_COMMUNICATOR_H_
+#define TERSE_COLLECTIVES_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/data_type.h"
+
+namespace terse {
+
+enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3 };
+
+absl::string_view ReduceOpName(ReduceOp op);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank and number of ranks on this host.
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  // "loopback", "mpi" or "nccl".
+  virtual absl::string_view backend() const = 0;
+
+  // In place: `buffer` holds `count` elements of this rank's input and
+  // receives the reduction over all ranks. Average is Sum divided by size()
+  // and is defined for floating-point types only. f16/bf16 are accumulated in
+  // fp32. Unsupported dtype/op pairs are InvalidArgument.
+  virtual absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
+                                 ReduceOp op) = 0;
+
+  // Every rank sends `bytes_per_rank` bytes; `recv` (size() * bytes_per_rank
+  // bytes) receives them rank-major. `send` may not alias `recv`.
+  virtual absl::Status Allgather(const void* send, void* recv,
+                                 int64_t bytes_per_rank) = 0;
+
+  // Variable sizes: rank i sends recv_bytes[i] bytes (this rank sends
+  // recv_bytes[rank()] bytes from `send`); `recv` receives them rank-major,
+  // packed. recv_bytes must have size() entries and agree on every rank.
+  virtual absl::Status Allgatherv(const void* send, void* recv,
+                                  const std::vector<int64_t>& recv_bytes) = 0;
+
+  // `bytes` from `root`'s buffer into every other rank's buffer.
+  virtual absl::Status Broadcast(void* buffer, int64_t bytes, int root) = 0;
+
+  virtual absl::Status Barrier() = 0;
+
+  // Element-wise AND / OR of `count` 64-bit words across ranks, in place.
+  // Negotiation uses these for the ready-bit vectors.
+  virtual absl::Status BitwiseAnd(uint64_t* words, int64_t count) = 0;
+  virtual absl::Status BitwiseOr(uint64_t* words, int64_t count) = 0;
+
+  // Allgatherv when the caller does not know the other ranks' sizes: gathers
+  // the sizes first (one Allgather of int64), then the data. On return
+  // `recv_bytes` has one entry per rank and `recv` holds the packed data.
+  absl::Status AllgathervUnknownSizes(const void* send, int64_t send_bytes,
+                                      std::vector<uint8_t>* recv,
+                                      std::vector<int64_t>* recv_bytes);
+};
+
+}  // namespace terse
+
+#endif  // TERSE_COLLECTIVES_COMMUNICATOR_H_

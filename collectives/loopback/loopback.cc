@@ -1,0 +1,295 @@
+#include "collectives/loopback/loopback.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/reduce.h"
+#include "common/status.h"
+
+namespace terse {
+
+class LoopbackCommunicator : public Communicator {
+ public:
+  LoopbackCommunicator(LoopbackGroup* group, int rank, int local_size)
+      : group_(group), rank_(rank), local_size_(local_size) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  int local_rank() const override { return rank_ % local_size_; }
+  int local_size() const override { return local_size_; }
+  absl::string_view backend() const override { return "loopback"; }
+
+  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
+                         ReduceOp op) override;
+  absl::Status Allgather(const void* send, void* recv,
+                         int64_t bytes_per_rank) override;
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& recv_bytes) override;
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
+  absl::Status Barrier() override;
+  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
+  absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
+
+ private:
+  absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
+
+  LoopbackGroup* const group_;
+  const int rank_;
+  const int local_size_;
+};
+
+namespace {
+
+absl::Status CheckBuffer(const void* p, int64_t n, absl::string_view what) {
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": negative count"));
+  }
+  if (p == nullptr && n > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": null buffer with count ", n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string LoopbackGroup::Call::Describe() const {
+  std::string s = absl::StrCat(kind, "(count=", count);
+  if (dtype >= 0) absl::StrAppend(&s, ", dtype=", DataTypeName(static_cast<DataType>(dtype)));
+  if (op >= 0) absl::StrAppend(&s, ", op=", ReduceOpName(static_cast<ReduceOp>(op)));
+  if (root >= 0) absl::StrAppend(&s, ", root=", root);
+  if (!sizes.empty()) absl::StrAppend(&s, ", sizes=[", absl::StrJoin(sizes, ","), "]");
+  return s + ")";
+}
+
+LoopbackGroup::LoopbackGroup(int size, int local_size) : size_(size) {
+  if (local_size <= 0) local_size = size;
+  calls_.resize(size);
+  for (int r = 0; r < size; ++r) {
+    communicators_.push_back(
+        std::make_unique<LoopbackCommunicator>(this, r, local_size));
+  }
+}
+
+LoopbackGroup::~LoopbackGroup() = default;
+
+Communicator* LoopbackGroup::communicator(int rank) {
+  return communicators_.at(rank).get();
+}
+
+void LoopbackGroup::Abort(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (abort_.ok()) abort_ = status;
+  cv_.SignalAll();
+}
+
+absl::Status LoopbackGroup::WaitForAll(int phase) {
+  if (!abort_.ok()) return abort_;
+  const int64_t generation = generation_[phase];
+  if (++arrived_[phase] == size_) {
+    arrived_[phase] = 0;
+    ++generation_[phase];
+    cv_.SignalAll();
+    return absl::OkStatus();
+  }
+  while (generation_[phase] == generation && abort_.ok()) cv_.Wait(&mu_);
+  return abort_;
+}
+
+absl::Status LoopbackGroup::Arrive(int rank, const Call& call,
+                                   std::vector<Call>* all) {
+  absl::MutexLock lock(&mu_);
+  calls_[rank] = call;
+  TERSE_RETURN_IF_ERROR(WaitForAll(0));
+  *all = calls_;
+  // Every rank sees the same calls, so every rank reaches the same verdict.
+  const Call& first = calls_[0];
+  for (int r = 1; r < size_; ++r) {
+    const Call& c = calls_[r];
+    if (c.kind != first.kind || c.count != first.count ||
+        c.dtype != first.dtype || c.op != first.op || c.root != first.root ||
+        c.sizes != first.sizes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "loopback: mismatched collective calls: rank 0 called ",
+          first.Describe(), ", rank ", r, " called ", c.Describe()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoopbackGroup::Depart(int rank) {
+  (void)rank;
+  absl::MutexLock lock(&mu_);
+  return WaitForAll(1);
+}
+
+absl::Status LoopbackCommunicator::Allreduce(void* buffer, int64_t count,
+                                             DataType dtype, ReduceOp op) {
+  TERSE_RETURN_IF_ERROR(CheckBuffer(buffer, count, "allreduce"));
+  TERSE_RETURN_IF_ERROR(CheckReduceSupported(dtype, op));
+  LoopbackGroup::Call call{"allreduce", count, static_cast<int32_t>(dtype),
+                           static_cast<int32_t>(op)};
+  call.in = buffer;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  if (!arrived.ok()) {
+    // A mismatch is seen by every rank; still depart so nobody is left behind.
+    group_->Depart(rank_).IgnoreError();
+    return arrived;
+  }
+  const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
+  std::vector<uint8_t> result(bytes);
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    std::vector<float> acc(count, 0.0f);
+    HalfToFloatInto(all[0].in, acc.data(), count, dtype);
+    for (int r = 1; r < size(); ++r) {
+      AccumulateHalfToFloat(acc.data(), all[r].in, count, dtype, op);
+    }
+    if (op == ReduceOp::kAverage) {
+      for (float& v : acc) v /= static_cast<float>(size());
+    }
+    FloatToHalfInto(acc.data(), result.data(), count, dtype);
+  } else {
+    if (bytes > 0) std::memcpy(result.data(), all[0].in, bytes);
+    for (int r = 1; r < size(); ++r) {
+      ReduceInPlace(result.data(), all[r].in, count, dtype, op);
+    }
+    if (op == ReduceOp::kAverage) {
+      DivideInPlace(result.data(), count, dtype, size());
+    }
+  }
+  TERSE_RETURN_IF_ERROR(group_->Depart(rank_));
+  if (bytes > 0) std::memcpy(buffer, result.data(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status LoopbackCommunicator::Allgather(const void* send, void* recv,
+                                             int64_t bytes_per_rank) {
+  TERSE_RETURN_IF_ERROR(CheckBuffer(send, bytes_per_rank, "allgather send"));
+  TERSE_RETURN_IF_ERROR(CheckBuffer(recv, bytes_per_rank, "allgather recv"));
+  LoopbackGroup::Call call{"allgather", bytes_per_rank};
+  call.in = send;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  if (arrived.ok()) {
+    uint8_t* out = static_cast<uint8_t*>(recv);
+    for (int r = 0; r < size() && bytes_per_rank > 0; ++r) {
+      std::memcpy(out + r * bytes_per_rank, all[r].in, bytes_per_rank);
+    }
+  }
+  absl::Status departed = group_->Depart(rank_);
+  return arrived.ok() ? departed : arrived;
+}
+
+absl::Status LoopbackCommunicator::Allgatherv(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  if (static_cast<int>(recv_bytes.size()) != size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("allgatherv: recv_bytes has ", recv_bytes.size(),
+                     " entries for ", size(), " ranks"));
+  }
+  int64_t total = 0;
+  for (int64_t b : recv_bytes) {
+    if (b < 0) return absl::InvalidArgumentError("allgatherv: negative size");
+    total += b;
+  }
+  TERSE_RETURN_IF_ERROR(CheckBuffer(send, recv_bytes[rank_], "allgatherv send"));
+  TERSE_RETURN_IF_ERROR(CheckBuffer(recv, total, "allgatherv recv"));
+  LoopbackGroup::Call call{"allgatherv", total};
+  call.sizes = recv_bytes;
+  call.in = send;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  if (arrived.ok()) {
+    uint8_t* out = static_cast<uint8_t*>(recv);
+    for (int r = 0; r < size(); ++r) {
+      if (recv_bytes[r] > 0) std::memcpy(out, all[r].in, recv_bytes[r]);
+      out += recv_bytes[r];
+    }
+  }
+  absl::Status departed = group_->Depart(rank_);
+  return arrived.ok() ? departed : arrived;
+}
+
+absl::Status LoopbackCommunicator::Broadcast(void* buffer, int64_t bytes,
+                                             int root) {
+  TERSE_RETURN_IF_ERROR(CheckBuffer(buffer, bytes, "broadcast"));
+  if (root < 0 || root >= size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast: root ", root, " outside [0, ", size(), ")"));
+  }
+  LoopbackGroup::Call call{"broadcast", bytes};
+  call.root = root;
+  call.in = buffer;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  if (arrived.ok() && rank_ != root && bytes > 0) {
+    std::memcpy(buffer, all[root].in, bytes);  // Only the root's is read.
+  }
+  absl::Status departed = group_->Depart(rank_);
+  return arrived.ok() ? departed : arrived;
+}
+
+absl::Status LoopbackCommunicator::Barrier() {
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, {"barrier"}, &all);
+  absl::Status departed = group_->Depart(rank_);
+  return arrived.ok() ? departed : arrived;
+}
+
+absl::Status LoopbackCommunicator::Bitwise(uint64_t* words, int64_t count,
+                                           bool is_and) {
+  TERSE_RETURN_IF_ERROR(CheckBuffer(words, count, "bitwise"));
+  LoopbackGroup::Call call{is_and ? "bitwise_and" : "bitwise_or", count};
+  call.in = words;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  std::vector<uint64_t> result;
+  if (arrived.ok()) {
+    result.assign(words, words + count);
+    for (int r = 0; r < size(); ++r) {
+      const uint64_t* in = static_cast<const uint64_t*>(all[r].in);
+      for (int64_t i = 0; i < count; ++i) {
+        result[i] = is_and ? (result[i] & in[i]) : (result[i] | in[i]);
+      }
+    }
+  }
+  absl::Status departed = group_->Depart(rank_);
+  if (!arrived.ok()) return arrived;
+  TERSE_RETURN_IF_ERROR(departed);
+  std::copy(result.begin(), result.end(), words);
+  return absl::OkStatus();
+}
+
+absl::Status LoopbackCommunicator::BitwiseAnd(uint64_t* words, int64_t count) {
+  return Bitwise(words, count, /*is_and=*/true);
+}
+
+absl::Status LoopbackCommunicator::BitwiseOr(uint64_t* words, int64_t count) {
+  return Bitwise(words, count, /*is_and=*/false);
+}
+
+absl::Status RunLoopbackRanks(
+    int size, const std::function<absl::Status(int, Communicator*)>& body) {
+  LoopbackGroup group(size);
+  std::vector<absl::Status> results(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = body(r, group.communicator(r));
+      if (!results[r].ok()) {
+        group.Abort(absl::AbortedError(absl::StrCat(
+            "loopback: rank ", r, " failed: ", results[r].message())));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace terse
