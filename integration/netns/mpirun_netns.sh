@@ -13,7 +13,7 @@ awk '{print $1 " slots=1"}' /run/terse-netns.hosts >"$hostfile"
 n=$(wc -l </run/terse-netns.hosts)
 first_ns=$(awk 'NR==1 {print $2}' /run/terse-netns.hosts)
 env_args=()
-for v in $(env | grep -oE '^(TERSE_[A-Z_0-9]+|PYTHONPATH|OMP_NUM_THREADS)=' | tr -d =); do
+for v in $(env | grep -oE '^(TERSE_[A-Z_0-9]+|PYTHONPATH|OMP_NUM_THREADS|MASTER_ADDR|MASTER_PORT|GLOO_SOCKET_IFNAME)=' | tr -d =); do
   env_args+=(-x "$v")
 done
 exec ip netns exec "$first_ns" unshare --uts sh -c "hostname $first_ns; exec \"\$@\"" sh \
