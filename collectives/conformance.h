@@ -53,8 +53,8 @@ struct ConformanceOptions {
   std::vector<int64_t> sizes = {0, 1, 7, 1000, 100003};
   // How many times a partial f16/bf16 sum may be rounded to 16 bits before
   // the final rounding: 0 for backends that accumulate in fp32 and round
-  // once (loopback, NCCL), size() - 1 for MPI's user-defined op (one
-  // rounding per step of the ring).
+  // once (loopback), size() - 1 for MPI's user-defined op and NCCL (one
+  // rounding per step of a ring).
   int half_partial_roundings = 0;
   // Whether an Allreduce whose count differs across ranks is an error on
   // every rank (loopback; MPI with MpiOptions::verify_all_calls).

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/mpi/mpi_communicator.h"
+#include "collectives/nccl/nccl_communicator.h"
 #include "common/status.h"
 
 namespace terse {
@@ -99,6 +100,16 @@ BackendTable BuiltinBackends() {
             return std::unique_ptr<Communicator>(std::move(c));
           })
       .IgnoreError();  // Fresh table: the names cannot clash.
+  table
+      .Register("nccl", Device::Kind::kCuda,
+                [](Device device, Communicator* control)
+                    -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                  TERSE_ASSIGN_OR_RETURN(
+                      std::unique_ptr<NcclCommunicator> c,
+                      NcclCommunicator::Create(control, device.ordinal));
+                  return std::unique_ptr<Communicator>(std::move(c));
+                })
+      .IgnoreError();
   return table;
 }
 

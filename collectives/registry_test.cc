@@ -179,6 +179,8 @@ TEST(RegistryTest, BuiltinBackendsAreMpiForCpuAndNcclForCuda) {
   BackendTable table = BuiltinBackends();
   ASSERT_NE(table.FirstFor(Device::Kind::kCpu), nullptr);
   EXPECT_EQ(table.FirstFor(Device::Kind::kCpu)->name, "mpi");
+  ASSERT_NE(table.FirstFor(Device::Kind::kCuda), nullptr);
+  EXPECT_EQ(table.FirstFor(Device::Kind::kCuda)->name, "nccl");
 }
 
 TEST(RegistryTest, BorrowedControlCommunicatorsWorkAcrossRanks) {
