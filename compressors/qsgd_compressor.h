@@ -8,7 +8,7 @@
 // from cf: floor(32 / cf) bits clamped to [2, 16], s = 2^(bits-1) - 1.
 // Payload: parameters (s, B as u32), body = norms (fp32) then the packed
 // codes (code = level << 1 | sign, little-endian bit order). Fixed size, not
-// summable, lossy.
+// summable, lossy. A bucket whose norm is not finite decodes to NaN.
 #ifndef TERSE_COMPRESSORS_QSGD_COMPRESSOR_H_
 #define TERSE_COMPRESSORS_QSGD_COMPRESSOR_H_
 
