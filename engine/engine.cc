@@ -302,13 +302,6 @@ void Engine::Loop() {
       stall_warning_ = outcome->stall_warning;
     }
     Execute(outcome->responses);
-    {
-      absl::MutexLock lock(&mu_);
-      stats_.cycles = negotiator_.cycles();
-      stats_.coordinator_rounds = negotiator_.coordinator_rounds();
-      stats_.buckets = buckets_.num_buckets();
-      stats_.cache_entries = negotiator_.cache().size();
-    }
     if (!outcome->error.ok()) {
       Stop(outcome->error, /*fatal=*/true);
       return;
@@ -340,6 +333,16 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
   for (int id : buckets_.OnReady(ready)) complete.push_back(id);
   for (int id : buckets_.Tick(stuck_limit_)) complete.push_back(id);
   for (int id : buckets_.TakeChanged()) executor_.Forget(id);
+  {
+    // Before any op of this cycle completes, so a waiter sees fresh stats.
+    absl::MutexLock lock(&mu_);
+    stats_.cycles = negotiator_.cycles();
+    stats_.coordinator_rounds = negotiator_.coordinator_rounds();
+    stats_.requests_sent = negotiator_.requests_sent();
+    stats_.buckets = buckets_.num_buckets();
+    stats_.cache_entries = negotiator_.cache().size();
+    stats_.bucket_runs += static_cast<int64_t>(complete.size());
+  }
   for (int id : complete) RunBucket(id, ready_at);
   for (const proto::Response* r : others) {
     switch (r->op()) {
@@ -383,8 +386,6 @@ void Engine::RunBucket(int id, Clock::time_point ready_at) {
   if (!status.ok() && local_error_.ok()) local_error_ = status;
   for (const BucketMember& m : bucket.members) Finish(m.name, status);
   buckets_.Reset(id);
-  absl::MutexLock lock(&mu_);
-  ++stats_.bucket_runs;
 }
 
 void Engine::RunBroadcast(const proto::Response& r,

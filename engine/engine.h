@@ -55,8 +55,9 @@ namespace terse {
 struct EngineStats {
   int64_t cycles = 0;
   int64_t coordinator_rounds = 0;
-  int64_t buckets = 0;      // Buckets currently assigned.
-  int64_t bucket_runs = 0;  // Bucket executions so far.
+  int64_t requests_sent = 0;  // Through the coordinator (cache misses).
+  int64_t buckets = 0;        // Buckets currently assigned.
+  int64_t bucket_runs = 0;    // Bucket executions so far.
   int64_t cache_entries = 0;
 };
 

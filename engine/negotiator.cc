@@ -111,9 +111,11 @@ absl::StatusOr<CycleOutcome> Negotiator::RunCycle(
   }
   new_.clear();
   if (options_.stall_check_seconds > 0) {
+    // Half the check time, so that the op is in the coordinator's table (with
+    // its age) when the stall inspector looks.
     for (const auto& [slot, name] : slot_owner_) {
       if (SecondsBetween(local_.at(name).cached_since, now) >
-          options_.stall_check_seconds) {
+          options_.stall_check_seconds / 2) {
         invalid.push_back(slot);
       }
     }
@@ -197,6 +199,7 @@ absl::Status Negotiator::CoordinatorRound(bool shutdown,
     *request = local.request;
     request->set_queued_seconds(SecondsBetween(local.enqueued, now));
     local.state = State::kSent;
+    ++requests_sent_;
   }
   to_send_.clear();
   list.set_shutdown(shutdown);

@@ -10,8 +10,8 @@
 //     "I have nothing for the coordinator", bit 1 "I am not shutting down",
 //     bit 2 "I have no error to report", bit 3 "I have joined" (AND: every
 //     rank has). A rank clears a valid bit to evict a slot everywhere (its
-//     request no longer matches the cached one, or it waited longer than the
-//     stall-check time, so that the coordinator can see who is missing).
+//     request no longer matches the cached one, or it has waited for half
+//     the stall-check time, so that the coordinator can see who is missing).
 //  3. Slots whose ready bit survived are executed from the cache, in slot
 //     order. In the steady state this is the whole cycle.
 //  4. Only when a flag asks for it (or a slot was invalidated): every rank
@@ -84,6 +84,8 @@ class Negotiator {
 
   int64_t cycles() const { return cycles_; }
   int64_t coordinator_rounds() const { return coordinator_rounds_; }
+  // Requests this rank has sent through the coordinator (cache misses).
+  int64_t requests_sent() const { return requests_sent_; }
   const ResponseCache& cache() const { return cache_; }
   int64_t pending() const { return static_cast<int64_t>(local_.size()); }
 
@@ -127,6 +129,7 @@ class Negotiator {
 
   int64_t cycles_ = 0;
   int64_t coordinator_rounds_ = 0;
+  int64_t requests_sent_ = 0;
 };
 
 }  // namespace terse

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/agreement.h"
@@ -10,6 +11,12 @@ namespace terse {
 namespace {
 
 constexpr int kMaxListed = 20;
+
+std::string Label(const std::string& name) {
+  if (absl::StartsWith(name, "__terse.barrier.")) return "barrier";
+  if (absl::StartsWith(name, "__terse.")) return name.substr(8);
+  return absl::StrCat("tensor '", name, "'");
+}
 
 }  // namespace
 
@@ -42,9 +49,8 @@ std::string StallInspector::Describe(
       continue;
     }
     ++listed;
-    absl::StrAppend(&out, out.empty() ? "" : "; ", "tensor '", op.name,
-                    "' submitted by rank",
-                    op.submitted.size() == 1 ? " " : "s ",
+    absl::StrAppend(&out, out.empty() ? "" : "; ", Label(op.name),
+                    " submitted by rank", op.submitted.size() == 1 ? " " : "s ",
                     RankList(op.submitted), " but not by rank",
                     missing.size() == 1 ? " " : "s ", RankList(missing),
                     absl::StrFormat(" (waiting %.1f s)", waited));
