@@ -120,39 +120,71 @@ std::string TimelinePath(const std::string& path, int rank) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const Config& config, CommunicatorRegistry* registry) {
+  if (registry == nullptr) {
+    return absl::InvalidArgumentError("Engine::Create: null registry");
+  }
+  return Start(config, registry, nullptr);
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config,
                                                        Communicator* comm) {
   if (comm == nullptr) {
     return absl::InvalidArgumentError("Engine::Create: null communicator");
   }
+  BackendTable table;
+  TERSE_RETURN_IF_ERROR(table.Register(
+      "borrowed", Device::Kind::kCpu,
+      [comm](Device,
+             Communicator*) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        return BorrowCommunicator(comm);
+      }));
+  Config borrowed = config;
+  borrowed.backend = "auto";
+  TERSE_ASSIGN_OR_RETURN(
+      std::unique_ptr<CommunicatorRegistry> registry,
+      CommunicatorRegistry::Create(borrowed, std::move(table)));
+  CommunicatorRegistry* raw = registry.get();
+  return Start(config, raw, std::move(registry));
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
+    const Config& config, CommunicatorRegistry* registry,
+    std::unique_ptr<CommunicatorRegistry> owned_registry) {
+  const int rank = registry->control()->rank();
   std::unique_ptr<Timeline> timeline;
-  const std::string path = TimelinePath(config.timeline_path, comm->rank());
+  const std::string path = TimelinePath(config.timeline_path, rank);
   if (!path.empty()) {
-    TERSE_ASSIGN_OR_RETURN(timeline, Timeline::Open(path, comm->rank()));
+    TERSE_ASSIGN_OR_RETURN(timeline, Timeline::Open(path, rank));
   }
-  std::unique_ptr<Engine> engine(new Engine(config, comm, std::move(timeline)));
+  std::unique_ptr<Engine> engine(new Engine(
+      config, registry, std::move(owned_registry), std::move(timeline)));
   Engine* e = engine.get();
   e->thread_ = std::thread([e] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(const Config& config, Communicator* comm,
+Engine::Engine(const Config& config, CommunicatorRegistry* registry,
+               std::unique_ptr<CommunicatorRegistry> owned_registry,
                std::unique_ptr<Timeline> timeline)
     : config_(config),
-      comm_(comm),
-      rank_(comm->rank()),
-      size_(comm->size()),
-      local_rank_(comm->local_rank()),
-      local_size_(comm->local_size()),
+      owned_registry_(std::move(owned_registry)),
+      registry_(registry),
+      comm_(registry->control()),
+      rank_(comm_->rank()),
+      size_(comm_->size()),
+      local_rank_(comm_->local_rank()),
+      local_size_(comm_->local_size()),
       stuck_limit_(std::max<int64_t>(
           10, static_cast<int64_t>(kBucketSplitSeconds * 1000.0 /
                                    std::max(config.cycle_time_ms, 0.01)))),
       timeline_(std::move(timeline)),
-      negotiator_(comm, NegotiatorOptions{config.cache_capacity,
-                                          config.stall_check_seconds,
-                                          config.stall_shutdown_seconds}),
+      negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
+                                           config.stall_check_seconds,
+                                           config.stall_shutdown_seconds}),
       buckets_(config.fusion_threshold_bytes),
-      executor_(comm, &dense_reducer_, timeline_.get()) {}
+      executor_(comm_, &dense_reducer_, timeline_.get()) {}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/communicator.h"
+#include "collectives/registry.h"
 #include "common/config.h"
 #include "common/tensor_view.h"
 #include "engine/bucket_assigner.h"
@@ -63,13 +64,18 @@ struct EngineStats {
 
 class Engine {
  public:
-  // Starts an engine for rank comm->rank() of comm->size(). `comm` (not
-  // owned) carries both control and CPU data; it must outlive the engine and
-  // is used only by the engine's background thread from now on. Every rank
+  // Starts an engine for rank control()->rank() of control()->size() of
+  // `registry` (not owned; it must outlive the engine). The control
+  // communicator carries negotiation and CPU tensors; from now on only the
+  // engine's background thread uses the registry's communicators. Every rank
   // must create its engine with the same fusion threshold, cache capacity
   // and cycle time. The timeline (config.timeline_path) is written by rank
   // 0, or by every rank when the path contains "{rank}" (replaced by the
   // rank). Error: unwritable timeline path.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const Config& config, CommunicatorRegistry* registry);
+  // Same over a single communicator for every CPU tensor (tests: a loopback
+  // rank); `comm` is not owned and must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const Config& config,
                                                         Communicator* comm);
   ~Engine();  // Shutdown().
@@ -128,7 +134,11 @@ class Engine {
   EngineStats stats() const;
 
  private:
-  Engine(const Config& config, Communicator* comm,
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(
+      const Config& config, CommunicatorRegistry* registry,
+      std::unique_ptr<CommunicatorRegistry> owned_registry);
+  Engine(const Config& config, CommunicatorRegistry* registry,
+         std::unique_ptr<CommunicatorRegistry> owned_registry,
          std::unique_ptr<Timeline> timeline);
 
   absl::StatusOr<Handle> Enqueue(TensorEntry entry);
@@ -147,7 +157,9 @@ class Engine {
   void Stop(const absl::Status& cause, bool fatal);
 
   const Config config_;
-  Communicator* const comm_;
+  std::unique_ptr<CommunicatorRegistry> owned_registry_;
+  CommunicatorRegistry* const registry_;
+  Communicator* const comm_;  // registry_->control().
   const int rank_;
   const int size_;
   const int local_rank_;
