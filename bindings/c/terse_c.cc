@@ -1,0 +1,447 @@
+// The C ABI over engine/api.h. See terse_c.h for the contract.
+#include "bindings/c/terse_c.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "bindings/c/completion_thread.h"
+#include "collectives/communicator.h"
+#include "common/config.h"
+#include "common/data_type.h"
+#include "common/status.h"
+#include "common/tensor_view.h"
+#include "engine/api.h"
+
+struct terse_error {
+  int code;
+  std::string message;
+};
+
+struct terse_allgather_result {
+  terse::AllgatherResult result;
+};
+
+namespace terse {
+namespace {
+
+// The C layer's process-wide state, beside the engine's own (api.cc).
+// `lifecycle` is held exclusively while the engine starts or stops and
+// shared while an operation is enqueued, so a callback-mode operation is
+// always accepted by an engine whose completion thread exists. `serial`
+// orders whole init/shutdown calls, so the completion thread of one engine
+// has finished (and released that engine's handles) before the next starts.
+struct CState {
+  absl::Mutex serial;
+  absl::Mutex lifecycle ABSL_ACQUIRED_AFTER(serial);
+  std::shared_ptr<CompletionThread> completions ABSL_GUARDED_BY(lifecycle);
+};
+
+CState& TheState() {
+  static CState* state = new CState();  // Never destroyed.
+  return *state;
+}
+
+terse_error* ToError(const absl::Status& status) {
+  if (status.ok()) return nullptr;
+  return new terse_error{static_cast<int>(status.code()),
+                         std::string(status.message())};
+}
+
+absl::Status NotInitialized() {
+  return absl::FailedPreconditionError(
+      "terse is not initialised; call init() first");
+}
+
+absl::Status CheckOut(const void* out, const char* what) {
+  if (out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+terse_error* Store(absl::StatusOr<T> value, T* out) {
+  if (!value.ok()) return ToError(value.status());
+  *out = *value;
+  return nullptr;
+}
+
+// Everything an enqueue needs, validated.
+struct Op {
+  std::string name;
+  TensorView in;
+  TensorView out;
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::kSum;
+};
+
+absl::StatusOr<Op> MakeOp(const char* name, const void* in, void* out,
+                          int64_t count, int dtype, int device,
+                          const int64_t* shape, int ndim) {
+  if (name == nullptr) return absl::InvalidArgumentError("name is NULL");
+  if (!IsValidDataType(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': unsupported dtype code ", dtype));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': negative element count ", count));
+  }
+  if (device < TERSE_DEVICE_CPU) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': bad device ", device));
+  }
+  if (count > 0 && (in == nullptr || out == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': NULL data pointer"));
+  }
+  if (ndim < 0 || (ndim > 0 && shape == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': bad shape (ndim ", ndim, ")"));
+  }
+  Op op;
+  op.name = name;
+  const Device where =
+      device == TERSE_DEVICE_CPU ? Device::Cpu() : Device::Cuda(device);
+  // The engine only reads `in`; TensorView carries a mutable pointer.
+  op.in = TensorView(const_cast<void*>(in), count, static_cast<DataType>(dtype),
+                     where);
+  op.out = TensorView(out, count, static_cast<DataType>(dtype), where);
+  op.shape.assign(shape, shape + ndim);
+  return op;
+}
+
+absl::StatusOr<ReduceOp> MakeReduceOp(int op) {
+  switch (op) {
+    case TERSE_OP_SUM:
+      return ReduceOp::kSum;
+    case TERSE_OP_AVERAGE:
+      return ReduceOp::kAverage;
+    case TERSE_OP_MIN:
+      return ReduceOp::kMin;
+    case TERSE_OP_MAX:
+      return ReduceOp::kMax;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown reduce op code ", op));
+  }
+}
+
+// The handle of a callback-mode operation, known to the enqueuing thread
+// only after the engine accepted it; the completion task waits for it.
+class HandleCell {
+ public:
+  void Set(Handle handle) {
+    absl::MutexLock lock(&mu_);
+    handle_ = handle;
+  }
+  Handle Get() {
+    absl::MutexLock lock(&mu_);
+    auto known = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return handle_.has_value();
+    };
+    mu_.Await(absl::Condition(&known));
+    return *handle_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::optional<Handle> handle_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs on the completion thread: releases the handle (fetching an
+// allgather's result) and calls the caller's callback. `status` is the one
+// the engine completed the operation with; it wins over the handle's (which
+// is unknown once the engine has been shut down).
+void Finish(HandleCell* cell, const absl::Status& status, bool is_allgather,
+            terse_done_fn done, void* user_data) {
+  const Handle handle = cell->Get();
+  absl::Status final_status = status;
+  std::unique_ptr<terse_allgather_result> result;
+  const absl::Status waited = Wait(handle);
+  if (status.ok() && is_allgather) {
+    absl::StatusOr<AllgatherResult> taken =
+        waited.ok() ? TakeAllgatherResult(handle)
+                    : absl::StatusOr<AllgatherResult>(waited);
+    if (taken.ok()) {
+      result = std::make_unique<terse_allgather_result>();
+      result->result = *std::move(taken);
+    } else {
+      final_status = taken.status();
+    }
+  }
+  if (final_status.ok()) {
+    done(user_data, nullptr, result.get());
+  } else {
+    terse_error error{static_cast<int>(final_status.code()),
+                      std::string(final_status.message())};
+    done(user_data, &error, nullptr);
+  }
+}
+
+using EnqueueFn = std::function<absl::StatusOr<Handle>(DoneCallback callback)>;
+
+// Enqueues through `enqueue`, in callback mode when `done` is set.
+terse_error* Enqueue(const EnqueueFn& enqueue, bool is_allgather,
+                     terse_done_fn done, void* user_data, int64_t* handle) {
+  if (done == nullptr) {
+    if (handle == nullptr) {
+      return ToError(absl::InvalidArgumentError(
+          "an operation needs a callback or a handle pointer"));
+    }
+    return Store(enqueue(nullptr), handle);
+  }
+  CState& state = TheState();
+  absl::ReaderMutexLock lock(&state.lifecycle);
+  std::shared_ptr<CompletionThread> completions = state.completions;
+  if (completions == nullptr) return ToError(NotInitialized());
+  auto cell = std::make_shared<HandleCell>();
+  DoneCallback callback = [completions, cell, is_allgather, done,
+                           user_data](const absl::Status& status) {
+    completions->Post([cell, status, is_allgather, done, user_data] {
+      Finish(cell.get(), status, is_allgather, done, user_data);
+    });
+  };
+  absl::StatusOr<Handle> accepted = enqueue(std::move(callback));
+  if (!accepted.ok()) return ToError(accepted.status());
+  cell->Set(*accepted);
+  if (handle != nullptr) *handle = *accepted;
+  return nullptr;
+}
+
+absl::Status InitWith(const Config& config) {
+  CState& state = TheState();
+  absl::MutexLock serial(&state.serial);
+  absl::MutexLock lock(&state.lifecycle);
+  if (state.completions != nullptr || IsInitialized()) {
+    return absl::FailedPreconditionError("terse is already initialised");
+  }
+  TERSE_RETURN_IF_ERROR(Init(config));
+  state.completions = std::make_shared<CompletionThread>();
+  return absl::OkStatus();
+}
+
+absl::Status ShutdownAll() {
+  CState& state = TheState();
+  std::shared_ptr<CompletionThread> completions;
+  {
+    absl::ReaderMutexLock lock(&state.lifecycle);
+    completions = state.completions;
+  }
+  if (completions != nullptr && completions->IsCurrentThread()) {
+    return absl::FailedPreconditionError(
+        "terse shutdown() was called from an operation's completion "
+        "callback; call it from another thread");
+  }
+  absl::MutexLock serial(&state.serial);
+  absl::Status status;
+  {
+    absl::MutexLock lock(&state.lifecycle);
+    completions = std::move(state.completions);
+    state.completions = nullptr;
+    // The engine fails what is pending; those callbacks post to
+    // `completions`, which the engine's callbacks keep alive.
+    status = Shutdown();
+  }
+  // Outside `lifecycle`: a callback that enqueues again gets "not
+  // initialised" instead of waiting for this thread.
+  if (completions != nullptr) completions->Stop();
+  return status;
+}
+
+}  // namespace
+}  // namespace terse
+
+extern "C" {
+
+int terse_abi_version(void) { return TERSE_C_ABI_VERSION; }
+
+int terse_error_code(const terse_error* error) {
+  return error == nullptr ? 0 : error->code;
+}
+
+const char* terse_error_message(const terse_error* error) {
+  return error == nullptr ? "" : error->message.c_str();
+}
+
+void terse_error_free(terse_error* error) { delete error; }
+
+const void* terse_allgather_result_data(const terse_allgather_result* r) {
+  return r->result.data.data();
+}
+
+int64_t terse_allgather_result_nbytes(const terse_allgather_result* r) {
+  return static_cast<int64_t>(r->result.data.size());
+}
+
+int terse_allgather_result_dtype(const terse_allgather_result* r) {
+  return static_cast<int>(r->result.dtype);
+}
+
+int terse_allgather_result_ndim(const terse_allgather_result* r) {
+  return static_cast<int>(r->result.shape.size());
+}
+
+const int64_t* terse_allgather_result_shape(const terse_allgather_result* r) {
+  return r->result.shape.data();
+}
+
+int terse_allgather_result_num_ranks(const terse_allgather_result* r) {
+  return static_cast<int>(r->result.first_dims.size());
+}
+
+const int64_t* terse_allgather_result_first_dims(
+    const terse_allgather_result* r) {
+  return r->result.first_dims.data();
+}
+
+void terse_allgather_result_free(terse_allgather_result* r) { delete r; }
+
+terse_error* terse_init(const char* const* names, const char* const* values,
+                        size_t count) {
+  std::map<std::string, std::string> variables;
+  for (size_t i = 0; i < count; ++i) {
+    if (names == nullptr || values == nullptr || names[i] == nullptr ||
+        values[i] == nullptr) {
+      return terse::ToError(absl::InvalidArgumentError(
+          absl::StrCat("configuration entry ", i, " is NULL")));
+    }
+    variables[names[i]] = values[i];
+  }
+  absl::StatusOr<terse::Config> config = terse::Config::FromMap(variables);
+  if (!config.ok()) return terse::ToError(config.status());
+  return terse::ToError(terse::InitWith(*config));
+}
+
+terse_error* terse_init_from_environment(void) {
+  absl::StatusOr<terse::Config> config = terse::Config::FromEnvironment();
+  if (!config.ok()) return terse::ToError(config.status());
+  return terse::ToError(terse::InitWith(*config));
+}
+
+terse_error* terse_shutdown(void) {
+  return terse::ToError(terse::ShutdownAll());
+}
+
+int terse_is_initialized(void) { return terse::IsInitialized() ? 1 : 0; }
+
+terse_error* terse_rank(int* rank) {
+  if (!rank) return terse::ToError(terse::CheckOut(rank, "rank"));
+  return terse::Store(terse::Rank(), rank);
+}
+
+terse_error* terse_size(int* size) {
+  if (!size) return terse::ToError(terse::CheckOut(size, "size"));
+  return terse::Store(terse::Size(), size);
+}
+
+terse_error* terse_local_rank(int* local_rank) {
+  if (!local_rank) {
+    return terse::ToError(terse::CheckOut(local_rank, "local_rank"));
+  }
+  return terse::Store(terse::LocalRank(), local_rank);
+}
+
+terse_error* terse_local_size(int* local_size) {
+  if (!local_size) {
+    return terse::ToError(terse::CheckOut(local_size, "local_size"));
+  }
+  return terse::Store(terse::LocalSize(), local_size);
+}
+
+terse_error* terse_allreduce_async(const char* name, const void* in, void* out,
+                                   int64_t count, int dtype, int device,
+                                   const int64_t* shape, int ndim, int op,
+                                   double prescale, double postscale,
+                                   terse_done_fn done, void* user_data,
+                                   int64_t* handle) {
+  absl::StatusOr<terse::Op> made =
+      terse::MakeOp(name, in, out, count, dtype, device, shape, ndim);
+  if (!made.ok()) return terse::ToError(made.status());
+  absl::StatusOr<terse::ReduceOp> reduce_op = terse::MakeReduceOp(op);
+  if (!reduce_op.ok()) return terse::ToError(reduce_op.status());
+  const terse::Op& o = *made;
+  return terse::Enqueue(
+      [&](terse::DoneCallback callback) {
+        return terse::AllreduceAsync(o.name, o.in, o.out, o.shape, *reduce_op,
+                                     prescale, postscale, std::move(callback));
+      },
+      /*is_allgather=*/false, done, user_data, handle);
+}
+
+terse_error* terse_allgather_async(const char* name, const void* in,
+                                   int64_t count, int dtype, int device,
+                                   const int64_t* shape, int ndim,
+                                   terse_done_fn done, void* user_data,
+                                   int64_t* handle) {
+  absl::StatusOr<terse::Op> made = terse::MakeOp(
+      name, in, const_cast<void*>(in), count, dtype, device, shape, ndim);
+  if (!made.ok()) return terse::ToError(made.status());
+  const terse::Op& o = *made;
+  return terse::Enqueue(
+      [&](terse::DoneCallback callback) {
+        return terse::AllgatherAsync(o.name, o.in, o.shape,
+                                     std::move(callback));
+      },
+      /*is_allgather=*/true, done, user_data, handle);
+}
+
+terse_error* terse_broadcast_async(const char* name, void* buffer,
+                                   int64_t count, int dtype, int device,
+                                   const int64_t* shape, int ndim,
+                                   int root_rank, terse_done_fn done,
+                                   void* user_data, int64_t* handle) {
+  absl::StatusOr<terse::Op> made =
+      terse::MakeOp(name, buffer, buffer, count, dtype, device, shape, ndim);
+  if (!made.ok()) return terse::ToError(made.status());
+  const terse::Op& o = *made;
+  return terse::Enqueue(
+      [&](terse::DoneCallback callback) {
+        return terse::BroadcastAsync(o.name, o.out, o.shape, root_rank,
+                                     std::move(callback));
+      },
+      /*is_allgather=*/false, done, user_data, handle);
+}
+
+terse_error* terse_poll(int64_t handle, int* done) {
+  if (!done) return terse::ToError(terse::CheckOut(done, "done"));
+  absl::StatusOr<bool> polled = terse::Poll(handle);
+  if (!polled.ok()) return terse::ToError(polled.status());
+  *done = *polled ? 1 : 0;
+  return nullptr;
+}
+
+terse_error* terse_wait(int64_t handle) {
+  return terse::ToError(terse::Wait(handle));
+}
+
+terse_error* terse_take_allgather(int64_t handle,
+                                  terse_allgather_result** result) {
+  if (!result) return terse::ToError(terse::CheckOut(result, "result"));
+  absl::StatusOr<terse::AllgatherResult> taken =
+      terse::TakeAllgatherResult(handle);
+  if (!taken.ok()) return terse::ToError(taken.status());
+  *result = new terse_allgather_result{*std::move(taken)};
+  return nullptr;
+}
+
+terse_error* terse_barrier(void) { return terse::ToError(terse::Barrier()); }
+
+terse_error* terse_join(int* last_rank) {
+  if (!last_rank)
+    return terse::ToError(terse::CheckOut(last_rank, "last_rank"));
+  return terse::Store(terse::Join(), last_rank);
+}
+
+}  // extern "C"

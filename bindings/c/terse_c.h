@@ -1,0 +1,156 @@
+/* terse's C ABI: the one process-wide engine behind plain C functions.
+ *
+ * libterse.so exports only these symbols. Every framework binding of a
+ * process (the pybind11 module, the TensorFlow op library, ctypes) links
+ * this one library, so they share one engine: init() through any of them
+ * starts it for all. No C++ exception, absl or STL type crosses this
+ * boundary; errors are `terse_error` objects.
+ *
+ * Errors: a function that can fail returns `terse_error*`, NULL on success.
+ * A non-NULL error is owned by the caller and released with
+ * terse_error_free(). Its code is an absl/TensorFlow canonical status code
+ * (3 InvalidArgument, 5 NotFound, 9 FailedPrecondition, 12 Unimplemented,
+ * 13 Internal, ...); its message is the engine's, e.g. "terse is not
+ * initialised; call init() first" before terse_init().
+ *
+ * Threads: every function is thread-safe. Enqueueing never blocks on the
+ * network; terse_wait, terse_barrier, terse_join and terse_shutdown block.
+ *
+ * Memory: `in`, `out` and `buffer` of an operation must stay valid and
+ * untouched until it completes (its callback ran, or terse_wait returned).
+ * `name` and `shape` are copied before the enqueue call returns.
+ *
+ * Completion: an enqueue function takes either a callback or a handle.
+ *   - done != NULL: the library owns the operation; `done(user_data, error,
+ *     result)` runs exactly once, on the library's completion thread (never
+ *     inside the enqueue call), if and only if the enqueue returned NULL.
+ *     `error` is NULL on success; `error` and `result` are borrowed for the
+ *     duration of the call. `result` is the gathered tensor of a successful
+ *     allgather, else NULL. A callback may enqueue new operations; it must
+ *     not call terse_shutdown (that returns FailedPrecondition) and should
+ *     not block on other operations.
+ *   - done == NULL: *handle receives the operation's handle, to be finished
+ *     with terse_wait (and terse_take_allgather for an allgather).
+ * terse_shutdown fails pending operations ("terse was shut down") and runs
+ * their callbacks before it returns.
+ */
+#ifndef TERSE_BINDINGS_C_TERSE_C_H_
+#define TERSE_BINDINGS_C_TERSE_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a signature or a code below changes. */
+#define TERSE_C_ABI_VERSION 1
+int terse_abi_version(void);
+
+/* Element types: the values of terse::DataType. */
+enum {
+  TERSE_FLOAT32 = 0,
+  TERSE_FLOAT16 = 1,
+  TERSE_BFLOAT16 = 2,
+  TERSE_FLOAT64 = 3,
+  TERSE_INT32 = 4,
+  TERSE_INT64 = 5,
+  TERSE_UINT8 = 6
+};
+
+/* Reductions: the values of terse::ReduceOp. */
+enum {
+  TERSE_OP_SUM = 0,
+  TERSE_OP_AVERAGE = 1,
+  TERSE_OP_MIN = 2,
+  TERSE_OP_MAX = 3
+};
+
+/* Where a tensor lives: TERSE_DEVICE_CPU, or a CUDA ordinal >= 0. */
+#define TERSE_DEVICE_CPU (-1)
+
+typedef struct terse_error terse_error;
+int terse_error_code(const terse_error* error);
+/* Valid until the error is freed; never NULL. */
+const char* terse_error_message(const terse_error* error);
+void terse_error_free(terse_error* error);
+
+/* The gathered tensor of an allgather: rank-major, packed. */
+typedef struct terse_allgather_result terse_allgather_result;
+const void* terse_allgather_result_data(const terse_allgather_result* r);
+int64_t terse_allgather_result_nbytes(const terse_allgather_result* r);
+int terse_allgather_result_dtype(const terse_allgather_result* r);
+int terse_allgather_result_ndim(const terse_allgather_result* r);
+/* ndim entries: the sum of the first dimensions, then the rest. */
+const int64_t* terse_allgather_result_shape(const terse_allgather_result* r);
+int terse_allgather_result_num_ranks(const terse_allgather_result* r);
+/* num_ranks entries: each rank's first dimension. */
+const int64_t* terse_allgather_result_first_dims(
+    const terse_allgather_result* r);
+void terse_allgather_result_free(terse_allgather_result* r);
+
+typedef void (*terse_done_fn)(void* user_data, const terse_error* error,
+                              const terse_allgather_result* result);
+
+/* Starts the engine with the configuration parsed from `count` TERSE_*
+ * names and values (unset names take their defaults; a bad value is
+ * InvalidArgument naming the variable). FailedPrecondition if running. */
+terse_error* terse_init(const char* const* names, const char* const* values,
+                        size_t count);
+/* terse_init with the process environment's TERSE_* variables. */
+terse_error* terse_init_from_environment(void);
+/* Stops the engine (see above). Idempotent; NULL when not running. */
+terse_error* terse_shutdown(void);
+int terse_is_initialized(void);
+
+terse_error* terse_rank(int* rank);
+terse_error* terse_size(int* size);
+terse_error* terse_local_rank(int* local_rank);
+terse_error* terse_local_size(int* local_size);
+
+/* Reduces `count` elements of `in` over all ranks into `out` (may equal
+ * `in`). `shape` has `ndim` entries whose product is `count`; it must agree
+ * across ranks. prescale/postscale multiply the input before / the result
+ * after the reduction (floating-point types). */
+terse_error* terse_allreduce_async(const char* name, const void* in, void* out,
+                                   int64_t count, int dtype, int device,
+                                   const int64_t* shape, int ndim, int op,
+                                   double prescale, double postscale,
+                                   terse_done_fn done, void* user_data,
+                                   int64_t* handle);
+/* Concatenates every rank's tensor along dimension 0 (ndim >= 1; first
+ * dimensions may differ across ranks, the others must agree). */
+terse_error* terse_allgather_async(const char* name, const void* in,
+                                   int64_t count, int dtype, int device,
+                                   const int64_t* shape, int ndim,
+                                   terse_done_fn done, void* user_data,
+                                   int64_t* handle);
+/* Overwrites `buffer` on every rank with root_rank's, in place. */
+terse_error* terse_broadcast_async(const char* name, void* buffer,
+                                   int64_t count, int dtype, int device,
+                                   const int64_t* shape, int ndim,
+                                   int root_rank, terse_done_fn done,
+                                   void* user_data, int64_t* handle);
+
+/* *done = 1 once the operation completed. NotFound for an unknown handle. */
+terse_error* terse_poll(int64_t handle, int* done);
+/* Blocks until the operation completes; returns its error. Releases the
+ * handle, except a successful allgather's (see terse_take_allgather). */
+terse_error* terse_wait(int64_t handle);
+/* After terse_wait(handle) succeeded for an allgather: its result (free it
+ * with terse_allgather_result_free); releases the handle. */
+terse_error* terse_take_allgather(int64_t handle,
+                                  terse_allgather_result** result);
+
+/* Blocks until every rank called terse_barrier. */
+terse_error* terse_barrier(void);
+/* This rank has no more data (see engine/api.h Join); blocks until every
+ * rank joined. *last_rank: the last rank that joined. */
+terse_error* terse_join(int* last_rank);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TERSE_BINDINGS_C_TERSE_C_H_ */
