@@ -1,0 +1,62 @@
+#include "bindings/tensorflow/c_bridge.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace terse {
+namespace tf {
+
+tensorflow::Status TerseDType(tensorflow::DataType dtype, int* code) {
+  switch (dtype) {
+    case tensorflow::DT_FLOAT:
+      *code = TERSE_FLOAT32;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_HALF:
+      *code = TERSE_FLOAT16;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_BFLOAT16:
+      *code = TERSE_BFLOAT16;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_DOUBLE:
+      *code = TERSE_FLOAT64;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_INT32:
+      *code = TERSE_INT32;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_INT64:
+      *code = TERSE_INT64;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_UINT8:
+      *code = TERSE_UINT8;
+      return tensorflow::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          "terse does not support dtype " + tensorflow::DataTypeString(dtype) +
+          " (supported: float16, bfloat16, float32, float64, int32, int64, "
+          "uint8)");
+  }
+}
+
+std::vector<int64_t> Dims(const tensorflow::TensorShape& shape) {
+  std::vector<int64_t> dims;
+  dims.reserve(shape.dims());
+  for (int d = 0; d < shape.dims(); ++d) dims.push_back(shape.dim_size(d));
+  return dims;
+}
+
+tensorflow::Status ToStatus(const terse_error* error) {
+  if (error == nullptr) return tensorflow::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(terse_error_code(error)),
+                      terse_error_message(error));
+}
+
+tensorflow::Status TakeStatus(terse_error* error) {
+  tensorflow::Status status = ToStatus(error);
+  terse_error_free(error);
+  return status;
+}
+
+}  // namespace tf
+}  // namespace terse

@@ -1,0 +1,34 @@
+// Conversions between TensorFlow's types and terse's C ABI (terse_c.h):
+// element types, shapes and errors. Compiled against TensorFlow's headers
+// only; the engine is reached through libterse.so.
+#ifndef TERSE_BINDINGS_TENSORFLOW_C_BRIDGE_H_
+#define TERSE_BINDINGS_TENSORFLOW_C_BRIDGE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "bindings/c/terse_c.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.pb.h"
+#include "tensorflow/core/platform/status.h"
+
+namespace terse {
+namespace tf {
+
+// The terse element type code (TERSE_FLOAT32, ...) of a TensorFlow dtype;
+// InvalidArgument naming the dtype for one terse does not move.
+tensorflow::Status TerseDType(tensorflow::DataType dtype, int* code);
+
+// The dimensions of `shape`, as the C ABI takes them.
+std::vector<int64_t> Dims(const tensorflow::TensorShape& shape);
+
+// The Status of a terse error (same canonical code and message); OK for
+// NULL. Does not take ownership.
+tensorflow::Status ToStatus(const terse_error* error);
+// Same, and frees `error`.
+tensorflow::Status TakeStatus(terse_error* error);
+
+}  // namespace tf
+}  // namespace terse
+
+#endif  // TERSE_BINDINGS_TENSORFLOW_C_BRIDGE_H_

@@ -1,0 +1,199 @@
+// CPU kernels of TerseAllreduce, TerseAllgather and TerseBroadcast (see
+// ops.cc): AsyncOpKernels that enqueue into the engine through the C ABI and
+// call `done` from the engine's completion callback, which runs on
+// libterse.so's completion thread. The op's inputs stay alive until `done`:
+// TensorFlow holds them for an async kernel that has not finished.
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings/c/terse_c.h"
+#include "bindings/tensorflow/c_bridge.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace terse {
+namespace tf {
+namespace {
+
+using ::tensorflow::AsyncOpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// One operation in flight: the kernel context and its `done`, owned until
+// the engine calls back.
+class Pending {
+ public:
+  Pending(OpKernelContext* context, AsyncOpKernel::DoneCallback done)
+      : context_(context), done_(std::move(done)) {}
+
+  // terse_done_fn for operations without a result.
+  static void OnDone(void* user_data, const terse_error* error,
+                     const terse_allgather_result*) {
+    auto* pending = static_cast<Pending*>(user_data);
+    pending->Finish(ToStatus(error));
+  }
+
+  // terse_done_fn for an allgather: allocates the output and copies the
+  // gathered tensor into it.
+  static void OnGathered(void* user_data, const terse_error* error,
+                         const terse_allgather_result* result) {
+    auto* pending = static_cast<Pending*>(user_data);
+    tensorflow::Status status = ToStatus(error);
+    if (status.ok()) status = pending->CopyOut(result);
+    pending->Finish(status);
+  }
+
+  // Completes the op with `status` and deletes this.
+  void Finish(const tensorflow::Status& status) {
+    if (!status.ok()) context_->SetStatus(status);
+    AsyncOpKernel::DoneCallback done = std::move(done_);
+    delete this;
+    done();
+  }
+
+ private:
+  tensorflow::Status CopyOut(const terse_allgather_result* result) {
+    const int ndim = terse_allgather_result_ndim(result);
+    const int64_t* dims = terse_allgather_result_shape(result);
+    TensorShape shape;
+    for (int d = 0; d < ndim; ++d) {
+      TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[d]));
+    }
+    Tensor* output = nullptr;
+    TF_RETURN_IF_ERROR(context_->allocate_output(0, shape, &output));
+    const int64_t bytes = terse_allgather_result_nbytes(result);
+    if (bytes != static_cast<int64_t>(output->TotalBytes())) {
+      return absl::InternalError("terse allgather returned " +
+                                 std::to_string(bytes) + " bytes for shape " +
+                                 shape.DebugString());
+    }
+    if (bytes > 0) {
+      std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
+    }
+    return tensorflow::OkStatus();
+  }
+
+  OpKernelContext* context_;
+  AsyncOpKernel::DoneCallback done_;
+};
+
+// The name ranks match this op by: the tensor_name attribute, else the
+// node's name.
+std::string OpName(OpKernelConstruction* c) {
+  std::string name;
+  if (!c->GetAttr("tensor_name", &name).ok() || name.empty()) {
+    name = c->def().name();
+  }
+  return name;
+}
+
+class TerseAllreduceOp : public AsyncOpKernel {
+ public:
+  explicit TerseAllreduceOp(OpKernelConstruction* c)
+      : AsyncOpKernel(c), name_(OpName(c)) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    int dtype = 0;
+    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(context,
+                         context->forward_input_or_allocate_output(
+                             {0}, 0, input.shape(), &output),
+                         done);
+    const std::vector<int64_t> dims = Dims(input.shape());
+    auto* pending = new Pending(context, std::move(done));
+    terse_error* error = terse_allreduce_async(
+        name_.c_str(), input.data(), output->data(), input.NumElements(), dtype,
+        TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
+        reduce_op_, prescale_, postscale_, &Pending::OnDone, pending, nullptr);
+    if (error != nullptr) pending->Finish(TakeStatus(error));
+  }
+
+ private:
+  const std::string name_;
+  int reduce_op_ = TERSE_OP_SUM;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+};
+
+class TerseAllgatherOp : public AsyncOpKernel {
+ public:
+  explicit TerseAllgatherOp(OpKernelConstruction* c)
+      : AsyncOpKernel(c), name_(OpName(c)) {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    OP_REQUIRES_ASYNC(context, input.dims() >= 1,
+                      absl::InvalidArgumentError(
+                          "terse allgather of '" + name_ +
+                          "' needs a tensor of rank >= 1, got a scalar"),
+                      done);
+    int dtype = 0;
+    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    const std::vector<int64_t> dims = Dims(input.shape());
+    auto* pending = new Pending(context, std::move(done));
+    terse_error* error = terse_allgather_async(
+        name_.c_str(), input.data(), input.NumElements(), dtype,
+        TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
+        &Pending::OnGathered, pending, nullptr);
+    if (error != nullptr) pending->Finish(TakeStatus(error));
+  }
+
+ private:
+  const std::string name_;
+};
+
+class TerseBroadcastOp : public AsyncOpKernel {
+ public:
+  explicit TerseBroadcastOp(OpKernelConstruction* c)
+      : AsyncOpKernel(c), name_(OpName(c)) {
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    int dtype = 0;
+    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(context,
+                         context->forward_input_or_allocate_output(
+                             {0}, 0, input.shape(), &output),
+                         done);
+    // In place on the output: the root sends its input, the others overwrite.
+    if (output->data() != input.data() && input.TotalBytes() > 0) {
+      std::memcpy(output->data(), input.data(), input.TotalBytes());
+    }
+    const std::vector<int64_t> dims = Dims(input.shape());
+    auto* pending = new Pending(context, std::move(done));
+    terse_error* error = terse_broadcast_async(
+        name_.c_str(), output->data(), output->NumElements(), dtype,
+        TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
+        root_rank_, &Pending::OnDone, pending, nullptr);
+    if (error != nullptr) pending->Finish(TakeStatus(error));
+  }
+
+ private:
+  const std::string name_;
+  int root_rank_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TerseAllreduce").Device(tensorflow::DEVICE_CPU),
+                        TerseAllreduceOp);
+REGISTER_KERNEL_BUILDER(Name("TerseAllgather").Device(tensorflow::DEVICE_CPU),
+                        TerseAllgatherOp);
+REGISTER_KERNEL_BUILDER(Name("TerseBroadcast").Device(tensorflow::DEVICE_CPU),
+                        TerseBroadcastOp);
+
+}  // namespace
+}  // namespace tf
+}  // namespace terse

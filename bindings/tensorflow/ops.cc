@@ -1,0 +1,71 @@
+// The op definitions of terse's TensorFlow op library: TerseAllreduce,
+// TerseAllgather, TerseBroadcast. Their kernels (kernels.cc) enqueue into
+// the process's one engine (libterse.so) and finish asynchronously, so they
+// work eagerly and inside tf.function graphs, where independent ops are in
+// flight together and the engine fuses them.
+//
+// Every op carries `tensor_name`, the name ranks match operations by; the
+// Python wrappers (terse.tensorflow) always set it. The ops are not marked
+// stateful: TensorFlow would then run them one after the other.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace terse {
+namespace tf {
+namespace {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+REGISTER_OP("TerseAllreduce")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("tensor_name: string")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+Reduces `tensor` over all ranks (reduce_op: 0 sum, 1 average, 2 min, 3 max).
+prescale_factor / postscale_factor multiply the input before and the result
+after the reduction. Every rank must run an op of the same tensor_name, dtype
+and shape.
+)doc");
+
+REGISTER_OP("TerseAllgather")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("tensor_name: string")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle input;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &input));
+      ShapeHandle rest;
+      TF_RETURN_IF_ERROR(c->Subshape(input, 1, &rest));
+      ShapeHandle output;
+      TF_RETURN_IF_ERROR(
+          c->Concatenate(c->Vector(c->UnknownDim()), rest, &output));
+      c->set_output(0, output);
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Concatenates every rank's `tensor` along dimension 0, in rank order. The
+first dimension may differ across ranks; the others must agree.
+)doc");
+
+REGISTER_OP("TerseBroadcast")
+    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("tensor_name: string")
+    .Attr("root_rank: int")
+    .Input("tensor: T")
+    .Output("broadcast: T")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+root_rank's `tensor`, on every rank (same dtype and shape everywhere).
+)doc");
+
+}  // namespace
+}  // namespace tf
+}  // namespace terse
