@@ -1,5 +1,7 @@
 #include "engine/bucket_assigner.h"
 
+#include <utility>
+
 #include "engine/tensor_entry.h"
 
 namespace terse {
@@ -12,14 +14,19 @@ int64_t ResponseCount(const proto::Response& r) {
 
 }  // namespace
 
-BucketAssigner::BucketAssigner(int64_t threshold_bytes)
-    : threshold_(threshold_bytes) {}
+BucketAssigner::BucketAssigner(int64_t threshold_bytes, GroupFunction group)
+    : threshold_(threshold_bytes), group_(std::move(group)) {}
 
 bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
   return static_cast<int32_t>(b.dtype) == r.dtype() &&
          b.cuda == (r.device() >= 0) &&
          static_cast<int32_t>(b.reduce_op) == r.reduce_op() &&
-         b.prescale == r.prescale() && b.postscale == r.postscale();
+         b.prescale == r.prescale() && b.postscale == r.postscale() &&
+         b.group == GroupOf(r.names(0));
+}
+
+std::string BucketAssigner::GroupOf(const std::string& name) const {
+  return group_ ? group_(name) : std::string();
 }
 
 int BucketAssigner::NewBucket(const proto::Response& r) {
@@ -30,6 +37,7 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.cuda = r.device() >= 0;
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
+  b.group = r.names_size() > 0 ? GroupOf(r.names(0)) : std::string();
   b.postscale = r.postscale();
   return id;
 }
@@ -160,6 +168,7 @@ std::vector<int> BucketAssigner::Tick(int64_t stuck_limit) {
     const int fresh = NewBucket(key);
     Bucket& nb = buckets_.at(fresh);
     Bucket& ob = buckets_.at(id);
+    nb.group = ob.group;
     const int64_t elem = static_cast<int64_t>(DataTypeSize(ob.dtype));
     nb.members = std::move(ready_members);
     nb.ready.assign(nb.members.size(), true);

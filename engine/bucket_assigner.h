@@ -23,6 +23,7 @@
 #define TERSE_ENGINE_BUCKET_ASSIGNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@ struct Bucket {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  std::string group;  // See BucketAssigner's group function.
   std::vector<BucketMember> members;
   int64_t count = 0;  // Sum of member counts.
   int64_t bytes = 0;
@@ -62,7 +64,12 @@ struct Bucket {
 
 class BucketAssigner {
  public:
-  explicit BucketAssigner(int64_t threshold_bytes);
+  // `group` maps a tensor name to its group; tensors of different groups
+  // never share a bucket. It must be deterministic and the same on every
+  // rank. Null: one group.
+  using GroupFunction = std::function<std::string(const std::string&)>;
+  explicit BucketAssigner(int64_t threshold_bytes,
+                          GroupFunction group = nullptr);
 
   // One cycle's EXECUTE allreduce responses, in negotiated order: assigns
   // the tensors seen for the first time (or with changed parameters), then
@@ -105,7 +112,10 @@ class BucketAssigner {
   // Marks `name` ready; true if its bucket just became complete.
   bool MarkReady(const std::string& name);
 
+  std::string GroupOf(const std::string& name) const;
+
   const int64_t threshold_;
+  const GroupFunction group_;
   int next_id_ = 0;
   std::map<int, Bucket> buckets_;
   absl::flat_hash_map<std::string, Place> places_;
