@@ -179,7 +179,7 @@ int Main(int argc, char** argv) {
               sampled.size(), static_cast<long long>(k), sstats.passes,
               sstats.fell_back_to_exact ? ", fell back to exact" : "");
   std::printf(
-      "bytes per kept entry (header included): u32+bf16 %.3f, "
+      "bytes per kept entry (+ 40-byte header): u32+bf16 %.3f, "
       "delta16+bf16 %.3f, varint+bf16 %.3f\n",
       bytes_u32, bytes_delta16, bytes_varint);
 
