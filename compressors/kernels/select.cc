@@ -18,12 +18,6 @@ namespace {
 
 constexpr int64_t kMinPerThread = int64_t{1} << 16;
 
-inline uint32_t KeyAt(const float* x, int64_t i) {
-  uint32_t bits;
-  std::memcpy(&bits, x + i, sizeof(bits));
-  return bits & 0x7fffffffu;
-}
-
 void ExactTopK(const float* x, int64_t d, int64_t k, int num_threads,
                std::vector<uint32_t>* indices) {
   indices->resize(k);
@@ -185,7 +179,7 @@ void SampledTopK(const float* x, int64_t d, int64_t k,
   std::vector<uint32_t> keys(starts.size() * kRun);
   for (size_t j = 0; j < starts.size(); ++j) {
     for (int64_t r = 0; r < kRun; ++r) {
-      keys[j * kRun + r] = KeyAt(x, starts[j] + r);
+      keys[j * kRun + r] = KeyOf(x, starts[j] + r);
     }
   }
   SampledTopKPlanner planner(std::move(keys), d, k, options);
