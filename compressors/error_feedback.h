@@ -6,8 +6,9 @@
 // where decode(c) is this rank's own contribution: the decoded payload for
 // Protocol A (decoded right after Compress, before any allreduce), or
 // RoundState::AccumulateLocal after the last round for Protocol B. So on
-// every rank, after each step, residual + decode(c) == a exactly in the
-// float arithmetic of the subtraction.
+// every rank, after each step, residual + decode(c) == a up to the rounding
+// of one float subtraction (exactly where decode(c) is a or 0 elementwise,
+// as for top-k and random-k with fp32 values).
 //
 // Residuals are kept per tensor segment, keyed by (name, tensor_offset,
 // count) of CompressContext::segments, so a tensor keeps its residual
