@@ -3,11 +3,15 @@
 //
 // Assignment (identical on every rank because it only consumes the
 // negotiated responses, which every rank receives in the same order): the
-// first time a tensor is ready on every rank it joins a bucket created in the
-// same negotiation cycle with the same key (dtype, device kind, reduce op,
-// prescale, postscale) while that bucket stays within the fusion threshold
-// (a tensor larger than the threshold gets a bucket of its own); otherwise it
-// opens a new bucket. From then on the bucket keeps its members and order, so
+// first time a tensor is ready on every rank it is appended to the bucket
+// most recently opened in the same negotiation cycle with the same key
+// (dtype, device kind, reduce op, prescale, postscale) if that bucket stays
+// within the fusion threshold; otherwise it opens a new bucket (next fit, so
+// a bucket's members are consecutive in negotiated order among tensors of
+// that key). A tensor of at least `solo_bytes` gets a bucket of its own and
+// leaves the open bucket open: copying a large tensor into a fusion buffer
+// costs more than the one extra collective it saves, and alone it is reduced
+// in place. From then on the bucket keeps its members and order, so
 // per-bucket state (fusion buffer, later compressor state) survives across
 // steps, and a bucket runs once every member is ready on every rank.
 //
@@ -62,7 +66,9 @@ struct Bucket {
 
 class BucketAssigner {
  public:
-  explicit BucketAssigner(int64_t threshold_bytes);
+  // `solo_bytes` <= 0: no tensor is put alone because of its size alone
+  // (it still is when larger than the threshold).
+  BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes);
 
   // One cycle's EXECUTE allreduce responses, in negotiated order: assigns
   // the tensors seen for the first time (or with changed parameters), then
@@ -106,6 +112,7 @@ class BucketAssigner {
   bool MarkReady(const std::string& name);
 
   const int64_t threshold_;
+  const int64_t solo_bytes_;
   int next_id_ = 0;
   std::map<int, Bucket> buckets_;
   absl::flat_hash_map<std::string, Place> places_;

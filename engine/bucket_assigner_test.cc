@@ -37,7 +37,7 @@ std::vector<std::string> Members(const Bucket& b) {
 }
 
 TEST(BucketAssignerTest, GroupsByKeyUpToTheThresholdInNegotiatedOrder) {
-  BucketAssigner a(100);  // 25 floats.
+  BucketAssigner a(100, 0);  // 25 floats.
   std::vector<proto::Response> first = {R("a", 10),   R("h", 10, /*f16*/ 1),
                                         R("b", 10),   R("c", 10),
                                         R("big", 50), R("d", 2, 0, proto::MAX)};
@@ -58,8 +58,23 @@ TEST(BucketAssignerTest, GroupsByKeyUpToTheThresholdInNegotiatedOrder) {
   EXPECT_EQ(a.num_buckets(), 5);
 }
 
+TEST(BucketAssignerTest, NextFitKeepsBucketsConsecutiveAndLargeTensorsAlone) {
+  BucketAssigner a(100, 60);  // Tensors of >= 15 floats go alone.
+  std::vector<proto::Response> first = {R("a", 10), R("b", 10), R("c", 10),
+                                        R("s", 1),  R("L", 20), R("t", 1)};
+  a.OnReady(Ptrs(first));
+  // a, b fill the first bucket; c opens the next, and the small s, t go
+  // there (not back into the first); L is alone.
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("a"))),
+            (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("c"))),
+            (std::vector<std::string>{"c", "s", "t"}));
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("L"))), std::vector<std::string>{"L"});
+  EXPECT_EQ(a.num_buckets(), 3);
+}
+
 TEST(BucketAssignerTest, TensorsFirstSeenInDifferentCyclesDoNotShare) {
-  BucketAssigner a(1000);
+  BucketAssigner a(1000, 0);
   std::vector<proto::Response> c1 = {R("x", 1)}, c2 = {R("y", 1)};
   a.OnReady(Ptrs(c1));
   a.OnReady(Ptrs(c2));
@@ -67,7 +82,7 @@ TEST(BucketAssignerTest, TensorsFirstSeenInDifferentCyclesDoNotShare) {
 }
 
 TEST(BucketAssignerTest, ChangedTensorLeavesItsBucket) {
-  BucketAssigner a(1000);
+  BucketAssigner a(1000, 0);
   std::vector<proto::Response> first = {R("x", 4), R("y", 4)};
   for (int id : a.OnReady(Ptrs(first))) a.Reset(id);
   const int old = a.BucketOf("x");
@@ -86,7 +101,7 @@ TEST(BucketAssignerTest, ChangedTensorLeavesItsBucket) {
 }
 
 TEST(BucketAssignerTest, RemoveAndSplit) {
-  BucketAssigner a(1000);
+  BucketAssigner a(1000, 0);
   std::vector<proto::Response> first = {R("p", 1), R("q", 1), R("r", 1)};
   for (int id : a.OnReady(Ptrs(first))) a.Reset(id);
   const int id = a.BucketOf("p");
