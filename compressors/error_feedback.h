@@ -17,7 +17,7 @@
 // inside the bucket and not overlap (InvalidArgument otherwise).
 //
 // Traits, payload decoding and summable regions are the inner compressor's.
-// Thread-safety: the residual table is guarded by a mutex; one segment must
+// Thread-safety: the residual table (ResidualStore) is guarded by a mutex; one segment must
 // not be in two calls at once (the engine compresses a tensor once a step).
 #ifndef TERSE_COMPRESSORS_ERROR_FEEDBACK_H_
 #define TERSE_COMPRESSORS_ERROR_FEEDBACK_H_
@@ -30,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "compressors/compressor.h"
+#include "compressors/residual_store.h"
 
 namespace terse {
 
@@ -72,23 +73,8 @@ class ErrorFeedback : public Compressor {
  private:
   class Rounds;  // The Protocol-B wrapper.
 
-  // a = input + residuals of the segments (bucket layout).
-  absl::StatusOr<std::vector<float>> AddResidual(
-      absl::Span<const float> input, const std::vector<Segment>& segments);
-  // residual of each segment = a - decoded.
-  void StoreResidual(const std::vector<Segment>& segments,
-                     const std::vector<float>& a,
-                     const std::vector<float>& decoded);
-  // ctx.segments, or the whole bucket as one segment.
-  static absl::StatusOr<std::vector<Segment>> SegmentsOf(
-      const CompressContext& ctx, int64_t d);
-
-  static std::string KeyOf(const Segment& s);
-
   const std::unique_ptr<Compressor> inner_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::vector<float>> residuals_
-      ABSL_GUARDED_BY(mu_);
+  ResidualStore residuals_;
 };
 
 }  // namespace terse

@@ -27,6 +27,7 @@
 #define TERSE_ENGINE_BUCKET_ASSIGNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,7 @@ struct Bucket {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  std::string group;  // See BucketAssigner's group function.
   std::vector<BucketMember> members;
   int64_t count = 0;  // Sum of member counts.
   int64_t bytes = 0;
@@ -66,9 +68,17 @@ struct Bucket {
 
 class BucketAssigner {
  public:
+  // `group` maps a tensor name to its group; tensors of different groups
+  // never share a bucket. It must be deterministic and the same on every
+  // rank. Null: one group.
+  using GroupFunction = std::function<std::string(const std::string&)>;
+  // Whether a tensor may get a bucket of its own for its size (e.g. only
+  // uncompressed ones: a compressed bucket copies anyway). Null: all may.
+  using SoloFilter = std::function<bool(const std::string&)>;
   // `solo_bytes` <= 0: no tensor is put alone because of its size alone
   // (it still is when larger than the threshold).
-  BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes);
+  BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
+                 GroupFunction group = nullptr, SoloFilter solo = nullptr);
 
   // One cycle's EXECUTE allreduce responses, in negotiated order: assigns
   // the tensors seen for the first time (or with changed parameters), then
@@ -111,8 +121,12 @@ class BucketAssigner {
   // Marks `name` ready; true if its bucket just became complete.
   bool MarkReady(const std::string& name);
 
+  std::string GroupOf(const std::string& name) const;
+
   const int64_t threshold_;
   const int64_t solo_bytes_;
+  const GroupFunction group_;
+  const SoloFilter solo_filter_;
   int next_id_ = 0;
   std::map<int, Bucket> buckets_;
   absl::flat_hash_map<std::string, Place> places_;

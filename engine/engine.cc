@@ -10,6 +10,7 @@
 #include "collectives/reduce.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "compressors/registry.h"
 
 namespace terse {
 namespace {
@@ -183,8 +184,21 @@ Engine::Engine(const Config& config, const EngineOptions& options,
       negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
                                            config.stall_check_seconds,
                                            config.stall_shutdown_seconds}),
-      buckets_(config.fusion_threshold_bytes, options.solo_bytes),
-      executor_(comm_, &dense_reducer_, timeline_.get()) {}
+      buckets_(
+          config.fusion_threshold_bytes, options.solo_bytes,
+          [config](const std::string& name) {
+            // Tensors under different compression policies never share a
+            // bucket, so each bucket has one policy.
+            const CompressionChoice c = ChooseCompression(name, config);
+            return absl::StrCat(c.name, ":", c.cf);
+          },
+          [config](const std::string& name) {
+            // Only dense tensors are reduced alone in place; a compressed
+            // bucket copies into its buffer anyway.
+            return ChooseCompression(name, config).name == "none";
+          }),
+      reducer_(config, rank_, size_),
+      executor_(comm_, &reducer_, timeline_.get()) {}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 

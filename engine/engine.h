@@ -44,6 +44,7 @@
 #include "engine/bucket_assigner.h"
 #include "engine/bucket_executor.h"
 #include "engine/bucket_reducer.h"
+#include "engine/compressed_reducer.h"
 #include "engine/handle_table.h"
 #include "engine/negotiator.h"
 #include "engine/tensor_queue.h"
@@ -145,6 +146,9 @@ class Engine {
   // Rank 0: the last stall warning logged (empty if none).
   std::string last_stall_warning() const;
   EngineStats stats() const;
+  // The compression state of the buckets (reports, checkpoints); the
+  // reducer is thread-safe for these calls.
+  CompressedReducer& compression() { return reducer_; }
 
  private:
   static absl::StatusOr<std::unique_ptr<Engine>> Start(
@@ -193,7 +197,7 @@ class Engine {
   // Background thread only.
   Negotiator negotiator_;
   BucketAssigner buckets_;
-  DenseAllreduceReducer dense_reducer_;
+  CompressedReducer reducer_;  // Dense where nothing is to be compressed.
   BucketExecutor executor_;
   absl::flat_hash_map<std::string, TensorEntry> in_flight_;
   absl::Status local_error_;

@@ -335,7 +335,7 @@ std::vector<Scenario> ErrorScenarios() {
        /*stops_engine=*/true},
       {"JoinContributesZeros", nullptr, JoinContributesZeros},
       {"BucketSplit", nullptr, BucketSplit, /*stops_engine=*/false,
-       EngineOptions{/*bucket_split_seconds=*/0.2}},
+       EngineOptions{/*bucket_split_seconds=*/0.05}},
   };
 }
 
