@@ -65,7 +65,7 @@ struct CompressedReducer::Sent {
   bool dense = true;
   Compressor* compressor = nullptr;
   Payload payload;
-  std::unique_ptr<RoundState> rounds;  // Protocol B.
+  std::unique_ptr<RoundState> rounds;   // Protocol B.
   std::vector<float>* local = nullptr;  // Decoded own contribution.
   std::string compressor_name = "none";
   double cf = 1;
@@ -165,8 +165,10 @@ absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
     status = dense_.Reduce(ctx);
     absl::MutexLock lock(&mu_);
     BucketReport& r = reports_[bucket.id];
-    r = BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
-                     bucket.bytes, "none", "none", 1, bucket.bytes, r.steps + 1};
+    r = BucketReport{bucket.id,    static_cast<int>(bucket.members.size()),
+                     bucket.bytes, "none",
+                     "none",       1,
+                     bucket.bytes, r.steps + 1};
     bytes_sent_ += bucket.bytes;
   } else {
     absl::MutexLock lock(&mu_);
@@ -195,7 +197,8 @@ absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
     Payload p1;
     TERSE_RETURN_IF_ERROR(first->Compress(state.a, cctx, &p1));
     state.level1.assign(n, 0.0f);
-    TERSE_RETURN_IF_ERROR(first->Decompress(p1.bytes, absl::MakeSpan(state.level1)));
+    TERSE_RETURN_IF_ERROR(
+        first->Decompress(p1.bytes, absl::MakeSpan(state.level1)));
     Compressor* second = first;
     Payload p2;
     if (decision.probe_cf_candidate > decision.probe_cf_min) {
@@ -257,9 +260,9 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
   } else if (sent->rounds != nullptr) {
     for (int r = 0; r < sent->rounds->num_rounds(); ++r) {
       absl::Span<float> buf = sent->rounds->RoundBuffer(r);
-      TERSE_RETURN_IF_ERROR(comm->Allreduce(
-          buf.data(), static_cast<int64_t>(buf.size()), DataType::kFloat32,
-          ReduceOp::kSum));
+      TERSE_RETURN_IF_ERROR(
+          comm->Allreduce(buf.data(), static_cast<int64_t>(buf.size()),
+                          DataType::kFloat32, ReduceOp::kSum));
       TERSE_RETURN_IF_ERROR(sent->rounds->EndRound(r));
     }
     std::fill(out, out + n, 0.0f);
@@ -287,7 +290,8 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     if (sent->compressor->fixed_size()) {
       const int64_t each = static_cast<int64_t>(message.size());
       gathered.resize(each * comm->size());
-      TERSE_RETURN_IF_ERROR(comm->Allgather(message.data(), gathered.data(), each));
+      TERSE_RETURN_IF_ERROR(
+          comm->Allgather(message.data(), gathered.data(), each));
       sizes.assign(comm->size(), each);
     } else {
       TERSE_RETURN_IF_ERROR(comm->AllgathervUnknownSizes(
@@ -300,19 +304,18 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     for (int r = 0; r < comm->size(); ++r) {
       const int64_t size = sizes[r];
       if (size < kStatsBytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "bucket ", ctx.bucket->id, ": rank ", r, " sent ", size,
-            " bytes, too short for a payload"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("bucket ", ctx.bucket->id, ": rank ", r, " sent ",
+                         size, " bytes, too short for a payload"));
       }
       absl::Span<const uint8_t> payload(gathered.data() + at,
                                         size - kStatsBytes);
-      absl::Status decoded = sent->compressor->AccumulateInto(
-          payload, absl::MakeSpan(out, n));
+      absl::Status decoded =
+          sent->compressor->AccumulateInto(payload, absl::MakeSpan(out, n));
       if (!decoded.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("bucket ", ctx.bucket->id, ": the ",
-                         sent->compressor_name, " payload from rank ", r,
-                         " does not decode: ", decoded.message()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bucket ", ctx.bucket->id, ": the ", sent->compressor_name,
+            " payload from rank ", r, " does not decode: ", decoded.message()));
       }
       double theirs[kNumStats];
       std::memcpy(theirs, gathered.data() + at + size - kStatsBytes,
@@ -411,9 +414,14 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
                             ? 0
                             : static_cast<int64_t>(sent.payload.bytes.size());
   BucketReport& r = reports_[bucket.id];
-  r = BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
-                   bucket.bytes, state.policy->Describe(),
-                   sent.compressor_name, sent.cf, bytes, r.steps + 1};
+  r = BucketReport{bucket.id,
+                   static_cast<int>(bucket.members.size()),
+                   bucket.bytes,
+                   state.policy->Describe(),
+                   sent.compressor_name,
+                   sent.cf,
+                   bytes,
+                   r.steps + 1};
   bytes_sent_ += bytes;
   TERSE_LOG(Debug) << "bucket " << bucket.id << " step " << ctx.step << ": "
                    << r.policy << " sent " << r.compressor << " cf " << r.cf;
@@ -487,8 +495,9 @@ absl::Status CompressedReducer::LoadState(const std::string& bytes) {
   }
   std::vector<ResidualStore::Entry> entries;
   for (const proto::ResidualState& r : in.residuals()) {
-    entries.push_back({r.name(), r.tensor_offset(),
-                       std::vector<float>(r.values().begin(), r.values().end())});
+    entries.push_back(
+        {r.name(), r.tensor_offset(),
+         std::vector<float>(r.values().begin(), r.values().end())});
   }
   absl::MutexLock lock(&mu_);
   residuals_.Import(entries);

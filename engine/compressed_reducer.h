@@ -2,8 +2,9 @@
 //
 // Per bucket and step:
 //   decision = policy.Decide()            (static, GraVAC or Accordion)
-//   a = fused gradient + residual         (per tensor, compressors/residual_store)
-//   compress a as the decision says      (GraVAC: two levels, theta_min then
+//   a = fused gradient + residual         (per tensor,
+//   compressors/residual_store) compress a as the decision says      (GraVAC:
+//   two levels, theta_min then
 //                                          the candidate, both probed)
 //   residual = a - what this rank sent   (dropped on a dense send)
 //   communicate: dense -> allreduce; summable payloads -> allreduce of their
@@ -50,11 +51,11 @@ namespace terse {
 struct BucketReport {
   int bucket = 0;
   int tensors = 0;
-  int64_t bytes = 0;           // Dense bytes of the bucket.
-  std::string policy;          // Describe() of its policy, or "none".
-  std::string compressor;      // What it sent last step ("none": dense).
-  double cf = 1;               // Compression factor sent last step.
-  int64_t bytes_sent = 0;      // Bytes this rank sent for it last step.
+  int64_t bytes = 0;       // Dense bytes of the bucket.
+  std::string policy;      // Describe() of its policy, or "none".
+  std::string compressor;  // What it sent last step ("none": dense).
+  double cf = 1;           // Compression factor sent last step.
+  int64_t bytes_sent = 0;  // Bytes this rank sent for it last step.
   int64_t steps = 0;
 };
 

@@ -70,11 +70,12 @@ struct RunResult {
   std::vector<std::vector<std::string>> policies;  // [step][rank]
 };
 
-RunResult RunRanks(int size, const Config& config, const Bucket& bucket, int steps,
-             const std::function<std::vector<float>(int, int)>& grads,
-             std::vector<std::unique_ptr<CompressedReducer>>* reducers,
-             absl::Status* status_out = nullptr,
-             std::function<Communicator*(int, Communicator*)> wrap = nullptr) {
+RunResult RunRanks(
+    int size, const Config& config, const Bucket& bucket, int steps,
+    const std::function<std::vector<float>(int, int)>& grads,
+    std::vector<std::unique_ptr<CompressedReducer>>* reducers,
+    absl::Status* status_out = nullptr,
+    std::function<Communicator*(int, Communicator*)> wrap = nullptr) {
   RunResult run;
   run.results.assign(steps, std::vector<std::vector<float>>(size));
   run.policies.assign(steps, std::vector<std::string>(size));
@@ -83,38 +84,42 @@ RunResult RunRanks(int size, const Config& config, const Bucket& bucket, int ste
       reducers->push_back(std::make_unique<CompressedReducer>(config, r, size));
     }
   }
-  absl::Status status = RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
-    if (wrap) comm = wrap(rank, comm);
-    for (int step = 0; step < steps; ++step) {
-      std::vector<float> data = grads(rank, step);
-      BucketReduceContext ctx;
-      ctx.bucket = &bucket;
-      ctx.data = data.data();
-      ctx.op = ReduceOp::kSum;
-      ctx.comm = comm;
-      ctx.step = step;
-      absl::Status s = (*reducers)[rank]->Reduce(ctx);
-      if (!s.ok()) return s;
-      run.results[step][rank] = data;
-      run.policies[step][rank] = (*reducers)[rank]->Reports().at(0).policy +
-                                 " sent " +
-                                 absl::StrCat((*reducers)[rank]->Reports().at(0).cf);
-    }
-    return absl::OkStatus();
-  });
-  if (status_out != nullptr) *status_out = status;
-  else EXPECT_TRUE(status.ok()) << status;
+  absl::Status status =
+      RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
+        if (wrap) comm = wrap(rank, comm);
+        for (int step = 0; step < steps; ++step) {
+          std::vector<float> data = grads(rank, step);
+          BucketReduceContext ctx;
+          ctx.bucket = &bucket;
+          ctx.data = data.data();
+          ctx.op = ReduceOp::kSum;
+          ctx.comm = comm;
+          ctx.step = step;
+          absl::Status s = (*reducers)[rank]->Reduce(ctx);
+          if (!s.ok()) return s;
+          run.results[step][rank] = data;
+          run.policies[step][rank] =
+              (*reducers)[rank]->Reports().at(0).policy + " sent " +
+              absl::StrCat((*reducers)[rank]->Reports().at(0).cf);
+        }
+        return absl::OkStatus();
+      });
+  if (status_out != nullptr)
+    *status_out = status;
+  else
+    EXPECT_TRUE(status.ok()) << status;
   return run;
 }
 
 TEST(CompressedReducerTest, StaticTopKEqualsTheSumOfWhatEachRankSelected) {
   const Bucket bucket = MakeBucket({300, 700});
-  const Config config = MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
   const int size = 4, steps = 3;
-  RunResult run = RunRanks(size, config, bucket, steps,
-                     [&](int r, int s) { return Gradient(r, s, bucket.count); },
-                     &reducers);
+  RunResult run = RunRanks(
+      size, config, bucket, steps,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
   // Step 0 has no residual: the sum of every rank's top-100, in rank order.
   std::vector<float> expected(bucket.count, 0.0f);
   for (int r = 0; r < size; ++r) {
@@ -135,7 +140,8 @@ TEST(CompressedReducerTest, StaticTopKEqualsTheSumOfWhatEachRankSelected) {
     for (int r = 0; r < size; ++r) {
       const int64_t t = i < 300 ? 0 : 1;
       const int64_t at = i < 300 ? i : i - 300;
-      out += reducers[r]->Residual(absl::StrCat("t", t), t == 0 ? 300 : 700)[at];
+      out +=
+          reducers[r]->Residual(absl::StrCat("t", t), t == 0 ? 300 : 700)[at];
     }
     ASSERT_NEAR(out, in, 1e-4) << i;
   }
@@ -148,9 +154,9 @@ TEST(CompressedReducerTest, GravacDecidesIdenticallyOnEveryRank) {
                                     {"TERSE_GRAVAC_EPSILON", "0.7"},
                                     {"TERSE_GRAVAC_EWMA", "0.5"}});
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
-  RunResult run = RunRanks(4, config, bucket, 16,
-                     [&](int r, int s) { return Gradient(r, s, bucket.count); },
-                     &reducers);
+  RunResult run = RunRanks(
+      4, config, bucket, 16,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
   std::set<std::string> seen;
   for (int s = 0; s < 16; ++s) {
     for (int r = 1; r < 4; ++r) {
@@ -173,7 +179,8 @@ TEST(CompressedReducerTest, MultiLevelSendsTopKOfTopK) {
                                     {"TERSE_GRAVAC_EWMA", "1"}});
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
   const std::vector<float> g = Gradient(0, 0, bucket.count);
-  RunResult run = RunRanks(1, config, bucket, 3, [&](int, int) { return g; }, &reducers);
+  RunResult run = RunRanks(
+      1, config, bucket, 3, [&](int, int) { return g; }, &reducers);
   ASSERT_THAT(run.policies[2][0], HasSubstr("sent 20"));
   // The residual entering step 2 is what steps 0 and 1 left: both dense, so
   // none; level one keeps 100 entries, level two 50 of those.
@@ -228,7 +235,8 @@ class CorruptingCommunicator : public Communicator {
 
 TEST(CompressedReducerTest, CorruptPayloadFailsEveryRankNamingTheSender) {
   const Bucket bucket = MakeBucket({500});
-  const Config config = MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
   std::vector<std::unique_ptr<CorruptingCommunicator>> wrappers(3);
   std::vector<absl::Status> per_rank(3);
@@ -236,12 +244,14 @@ TEST(CompressedReducerTest, CorruptPayloadFailsEveryRankNamingTheSender) {
   RunRanks(
       3, config, bucket, 1,
       [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers,
-      &status, [&](int rank, Communicator* comm) {
+      &status,
+      [&](int rank, Communicator* comm) {
         wrappers[rank] = std::make_unique<CorruptingCommunicator>(comm, 2);
         return wrappers[rank].get();
       });
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("payload from rank 2 does not decode"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("payload from rank 2 does not decode"));
 }
 
 TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
@@ -274,9 +284,9 @@ TEST(CompressedReducerTest, SmallOrNoneBucketsGoDense) {
       {{"TERSE_COMPRESSION", "topk"}, {"TERSE_MIN_COMPRESS_BYTES", "1000"}});
   ASSERT_TRUE(c.ok());
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
-  RunResult run = RunRanks(2, *c, bucket, 1,
-                     [&](int r, int s) { return Gradient(r, s, bucket.count); },
-                     &reducers);
+  RunResult run = RunRanks(
+      2, *c, bucket, 1,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
   std::vector<float> expected = Gradient(0, 0, 100);
   std::vector<float> other = Gradient(1, 0, 100);
   for (int i = 0; i < 100; ++i) expected[i] += other[i];

@@ -25,8 +25,9 @@ absl::Status RunOnMpi(const Scenario& scenario) {
   const Config config = ScenarioConfig(scenario);
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> registry,
                          CommunicatorRegistry::Create(config));
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                         Engine::Create(config, registry.get()));
+  TERSE_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(config, registry.get(), scenario.options));
   const int rank = engine->rank();
   return FinishScenario(scenario, rank, std::move(engine));
 }
