@@ -1,0 +1,250 @@
+#include "efcp/sparse_mfac.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "compressors/kernels/sparse_ops.h"
+#include "efcp/state_blob.h"
+#include "efcp/validate.h"
+
+namespace terse {
+namespace efcp {
+
+absl::StatusOr<std::unique_ptr<SparseMfac>> SparseMfac::Create(
+    const SparseMfacOptions& options) {
+  TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckPositive(options.damp, "damp (lambda)"));
+  TERSE_RETURN_IF_ERROR(CheckDensity(options.density));
+  if (options.refresh_interval < -1) {
+    return absl::InvalidArgumentError(
+        "efcp: refresh_interval must be -1 (= window), 0 (never) or > 0");
+  }
+  if (options.storage != WindowStorage::kIndex32Fp32 &&
+      options.storage != WindowStorage::kBlock16Bf16) {
+    return absl::InvalidArgumentError("efcp: unknown window storage");
+  }
+  return std::unique_ptr<SparseMfac>(new SparseMfac(options));
+}
+
+SparseMfac::SparseMfac(const SparseMfacOptions& options)
+    : options_(options),
+      feedback_(options.dim,
+                ErrorFeedbackTopK::KeptEntries(options.density, options.dim),
+                options.storage == WindowStorage::kBlock16Bf16,
+                options.num_threads),
+      window_(options.window, options.dim, feedback_.k(), options.storage,
+              options.num_threads),
+      system_(options.window, options.damp,
+              options.refresh_interval < 0 ? options.window
+                                           : options.refresh_interval),
+      indices_(feedback_.k()),
+      values_(feedback_.k()) {}
+
+absl::Status SparseMfac::Step(absl::Span<const float> grad,
+                              absl::Span<float> update) {
+  TERSE_RETURN_IF_ERROR(feedback_.Check(grad));
+  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
+  const int64_t slot = steps_ % options_.window;
+  const int64_t k = feedback_.k();
+  feedback_.Compress(grad.data(), indices_.data(), values_.data());
+  window_.SetRow(slot, indices_.data(), values_.data(), k);
+  // The dense scatter of c doubles as the right-hand side of F^-1 c.
+  std::fill(update.begin(), update.end(), 0.0f);
+  kernels::ScatterAdd(indices_.data(), values_.data(), k, update.data());
+  std::vector<double> dots(options_.window);
+  window_.Dots(update.data(), dots.data());
+  system_.ReplaceRow(slot, dots.data());
+  system_.ApplyInverse(window_, dots.data(), update.data());
+  ++steps_;
+  return absl::OkStatus();
+}
+
+absl::Status SparseMfac::Apply(absl::Span<const float> x,
+                               absl::Span<float> out) const {
+  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
+  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
+  std::vector<double> dots(options_.window);
+  window_.Dots(x.data(), dots.data());
+  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
+  system_.ApplyInverse(window_, dots.data(), out.data());
+  return absl::OkStatus();
+}
+
+MemoryUsage SparseMfac::memory() const {
+  MemoryUsage usage;
+  usage.window = window_.memory_bytes();
+  usage.error = static_cast<int64_t>(error().size() * sizeof(float));
+  usage.small = system_.memory_bytes();
+  usage.scratch = window_.bookkeeping_bytes() +
+                  static_cast<int64_t>(indices_.size() * sizeof(uint32_t) +
+                                       values_.size() * sizeof(float));
+  return usage;
+}
+
+absl::Status SparseMfac::CheckRow(const uint32_t* indices, const float* values,
+                                  int64_t nnz) const {
+  if (nnz < 0 || nnz > k()) {
+    return absl::InvalidArgumentError(absl::StrCat("efcp: sparse row has ", nnz,
+                                                   " entries; at most ", k(),
+                                                   " fit a slot"));
+  }
+  for (int64_t j = 0; j < nnz; ++j) {
+    if (indices[j] >= dim() || (j > 0 && indices[j] <= indices[j - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("efcp: sparse row index ", indices[j], " at entry ", j,
+                       " is out of range or not ascending (dim ", dim(), ")"));
+    }
+    if (!std::isfinite(values[j]) ||
+        window_.RoundToStorage(values[j]) != values[j]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("efcp: sparse row value ", values[j], " at entry ", j,
+                       " is not finite or not representable in ",
+                       WindowStorageName(window_.storage())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseMfac::CommitWindow(const std::vector<SparseVector>& rows,
+                                      const Eigen::MatrixXd& gram) {
+  const int64_t m = options_.window;
+  for (int64_t i = 0; i < m; ++i) {
+    double norm2 = 0;
+    if (i < static_cast<int64_t>(rows.size())) {
+      for (float v : rows[i].values) norm2 += static_cast<double>(v) * v;
+    } else if (gram.row(i).cwiseAbs().maxCoeff() != 0.0) {
+      return absl::InvalidArgumentError(
+          "efcp: Gram matrix has entries for empty slots");
+    }
+    if (!(std::abs(gram(i, i) - norm2) <= 1e-6 * norm2)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("efcp: Gram matrix diagonal entry ", i, " (", gram(i, i),
+                       ") does not match its row (", norm2, ")"));
+    }
+  }
+  TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
+  window_.Clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    window_.SetRow(static_cast<int64_t>(i), rows[i].indices.data(),
+                   rows[i].values.data(),
+                   static_cast<int64_t>(rows[i].indices.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SparseMfac::ImportWindow(const std::vector<SparseVector>& rows,
+                                      absl::Span<const double> gram) {
+  const int64_t m = options_.window;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n > m) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("efcp: ", n, " rows do not fit a window of ", m));
+  }
+  if (static_cast<int64_t>(gram.size()) != n * n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "efcp: Gram matrix has ", gram.size(), " entries, expected ", n * n));
+  }
+  for (const SparseVector& row : rows) {
+    if (row.indices.size() != row.values.size()) {
+      return absl::InvalidArgumentError(
+          "efcp: sparse row has different numbers of indices and values");
+    }
+    TERSE_RETURN_IF_ERROR(CheckRow(row.indices.data(), row.values.data(),
+                                   static_cast<int64_t>(row.indices.size())));
+  }
+  Eigen::MatrixXd full = Eigen::MatrixXd::Zero(m, m);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) full(i, j) = gram[i * n + j];
+  }
+  TERSE_RETURN_IF_ERROR(CommitWindow(rows, full));
+  steps_ = n;
+  return absl::OkStatus();
+}
+
+// Blob: dim, window, k, storage, steps, the error buffer (d floats), then for
+// each written slot (min(steps, m)) nnz, its indices (u32) and values (f32,
+// as stored), then the m x m Gram matrix (column-major doubles).
+std::string SparseMfac::SaveState() const {
+  BlobWriter writer(name());
+  const int64_t m = options_.window;
+  writer.PutI64(dim());
+  writer.PutI64(m);
+  writer.PutI64(k());
+  writer.PutU32(static_cast<uint32_t>(window_.storage()));
+  writer.PutI64(steps_);
+  writer.PutArray(error().data(), dim());
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+  for (int64_t i = 0; i < std::min(steps_, m); ++i) {
+    window_.ReadRow(i, &indices, &values);
+    writer.PutI64(static_cast<int64_t>(indices.size()));
+    writer.PutArray(indices.data(), static_cast<int64_t>(indices.size()));
+    writer.PutArray(values.data(), static_cast<int64_t>(values.size()));
+  }
+  writer.PutArray(system_.gram().data(), m * m);
+  return writer.Release();
+}
+
+absl::Status SparseMfac::RestoreState(absl::string_view blob) {
+  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, name()));
+  const int64_t m = options_.window;
+  const int64_t d = dim();
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_m, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_k, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(uint32_t blob_storage, reader.GetU32());
+  TERSE_ASSIGN_OR_RETURN(int64_t steps, reader.GetI64());
+  if (blob_dim != d || blob_m != m || blob_k != k() ||
+      blob_storage != static_cast<uint32_t>(window_.storage())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "efcp: sparse_mfac state is for dim ", blob_dim, ", window ", blob_m,
+        ", k ", blob_k, ", storage ", blob_storage, "; this one has dim ", d,
+        ", window ", m, ", k ", k(), ", storage ",
+        static_cast<uint32_t>(window_.storage())));
+  }
+  if (steps < 0) {
+    return absl::InvalidArgumentError("efcp: negative step count in state");
+  }
+  TERSE_ASSIGN_OR_RETURN(const char* error_bytes, reader.GetArray<float>(d));
+  std::vector<float> error(d);
+  BlobReader::CopyArray(error_bytes, d, error.data());
+  for (float e : error) {
+    if (!std::isfinite(e)) {
+      return absl::InvalidArgumentError(
+          "efcp: sparse_mfac state has a non-finite error-buffer entry");
+    }
+  }
+  std::vector<SparseVector> rows(std::min(steps, m));
+  for (SparseVector& row : rows) {
+    TERSE_ASSIGN_OR_RETURN(int64_t nnz, reader.GetI64());
+    if (nnz < 0 || nnz > k()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("efcp: sparse_mfac state has a row of ", nnz,
+                       " entries (k = ", k(), ")"));
+    }
+    TERSE_ASSIGN_OR_RETURN(const char* index_bytes,
+                           reader.GetArray<uint32_t>(nnz));
+    TERSE_ASSIGN_OR_RETURN(const char* value_bytes,
+                           reader.GetArray<float>(nnz));
+    row.indices.resize(nnz);
+    row.values.resize(nnz);
+    BlobReader::CopyArray(index_bytes, nnz, row.indices.data());
+    BlobReader::CopyArray(value_bytes, nnz, row.values.data());
+    TERSE_RETURN_IF_ERROR(CheckRow(row.indices.data(), row.values.data(), nnz));
+  }
+  TERSE_ASSIGN_OR_RETURN(const char* gram_bytes,
+                         reader.GetArray<double>(m * m));
+  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
+  Eigen::MatrixXd gram(m, m);
+  BlobReader::CopyArray(gram_bytes, m * m, gram.data());
+  TERSE_RETURN_IF_ERROR(CommitWindow(rows, gram));
+  *feedback_.mutable_error() = std::move(error);
+  steps_ = steps;
+  return absl::OkStatus();
+}
+
+}  // namespace efcp
+}  // namespace terse
