@@ -40,8 +40,7 @@ absl::Status DenseMfac::Step(absl::Span<const float> grad,
   std::vector<double> dots(options_.window);
   window_.Dots(grad.data(), dots.data());
   system_.ReplaceRow(slot, dots.data());
-  std::memcpy(update.data(), grad.data(), sizeof(float) * dim());
-  system_.ApplyInverse(window_, dots.data(), update.data());
+  system_.ApplyInverseToRow(window_, slot, update.data());
   ++steps_;
   return absl::OkStatus();
 }

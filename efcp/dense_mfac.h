@@ -3,11 +3,12 @@
 //
 // F = lambda*I + (1/m) G^T G with G the m x d window (unwritten rows zero);
 // Step(g) stores g in slot t mod m and returns u = F^-1 g (the new g
-// included). Per step: one pass over the window for G g, one for G^T c, and
-// O(m^2) for the factor update and solve (mfac_system.h), plus an O(m^3)
-// refactorisation every `refresh_interval` steps: O(m*d + m^2) amortised.
-// Memory: m*d*4 bytes of window plus 2*m^2*8 bytes of small matrices.
-// Not thread-safe (see preconditioner.h).
+// included), computed as m G^T K^-1 e_slot since g is a row of G. Per step: one
+// pass over the window for G g, one for G^T c, and O(m^2) for the factor update
+// and solve (mfac_system.h), plus an O(m^3) refactorisation every
+// `refresh_interval` steps: O(m*d + m^2) amortised. Memory: m*d*4 bytes of
+// window plus 2*m^2*8 bytes of small matrices. Not thread-safe (see
+// preconditioner.h).
 #ifndef TERSE_EFCP_DENSE_MFAC_H_
 #define TERSE_EFCP_DENSE_MFAC_H_
 

@@ -1,5 +1,6 @@
 #include "efcp/mfac_system.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -67,6 +68,15 @@ void MfacSystem::ApplyInverse(const GradientWindow& window, const double* dots,
   const float inv_lambda = static_cast<float>(1.0 / lambda_);
   const int64_t d = window.dim();
   for (int64_t j = 0; j < d; ++j) x[j] *= inv_lambda;
+}
+
+void MfacSystem::ApplyInverseToRow(const GradientWindow& window, int64_t slot,
+                                   float* out) const {
+  Eigen::VectorXd unit = Eigen::VectorXd::Zero(m_);
+  unit[slot] = static_cast<double>(m_);
+  Eigen::VectorXd coeffs = llt_.solve(unit);
+  std::fill(out, out + window.dim(), 0.0f);
+  window.AddLinearCombination(coeffs.data(), out);
 }
 
 absl::Status MfacSystem::SetGram(const Eigen::MatrixXd& gram) {

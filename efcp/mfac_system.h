@@ -45,6 +45,13 @@ class MfacSystem {
   void ApplyInverse(const GradientWindow& window, const double* dots,
                     float* x) const;
 
+  // out <- F^-1 r for r = row `slot` of the window, as m * G^T K^-1 e_slot
+  // (since F G^T = G^T K / m). Exact algebra, but unlike ApplyInverse it
+  // has no (r - G^T K^-1 G r) cancellation, so float rounding is not
+  // amplified by |G|^2 / (m lambda). Overwrites all of `out`.
+  void ApplyInverseToRow(const GradientWindow& window, int64_t slot,
+                         float* out) const;
+
   // Recomputes the factor from the Gram matrix (O(m^3)).
   void Refactorize();
 

@@ -51,25 +51,6 @@ std::vector<double> GgtReference(const DoubleRows& rows, double eps,
   return {u.data(), u.data() + d};
 }
 
-double MfacFloatTolerance(const DoubleRows& rows, int64_t m, double lambda) {
-  double sigma_max2 = 0;
-  if (!rows.empty()) {
-    const int64_t d = static_cast<int64_t>(rows[0].size());
-    Eigen::MatrixXd gram(rows.size(), rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      for (size_t j = 0; j < rows.size(); ++j) {
-        gram(i, j) =
-            Eigen::Map<const Eigen::VectorXd>(rows[i].data(), d)
-                .dot(Eigen::Map<const Eigen::VectorXd>(rows[j].data(), d));
-      }
-    }
-    sigma_max2 = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(gram)
-                     .eigenvalues()
-                     .maxCoeff();
-  }
-  return 1e-6 + 4.0 / (1 << 24) * (1.0 + sigma_max2 / (m * lambda));
-}
-
 double RelativeError(const std::vector<float>& got,
                      const std::vector<double>& want) {
   double diff = 0, norm = 0;

@@ -38,12 +38,6 @@ std::vector<double> MfacReference(const DoubleRows& rows, int64_t m,
 std::vector<double> GgtReference(const DoubleRows& rows, double eps,
                                  const std::vector<double>& g);
 
-// Bound on the relative error of F^-1 x computed in float when x lies in the
-// span of the window: (x - G^T K^-1 G x) cancels down to ~ m*lambda/sigma^2
-// of |x|, so float rounding of |x| is amplified by sigma_max^2 / (m*lambda).
-// Returns 1e-6 + 4 * 2^-24 * (1 + sigma_max^2 / (m * lambda)).
-double MfacFloatTolerance(const DoubleRows& rows, int64_t m, double lambda);
-
 // |got - want| / |want| (Euclidean).
 double RelativeError(const std::vector<float>& got,
                      const std::vector<double>& want);

@@ -51,13 +51,14 @@ absl::Status SparseMfac::Step(absl::Span<const float> grad,
   const int64_t k = feedback_.k();
   feedback_.Compress(grad.data(), indices_.data(), values_.data());
   window_.SetRow(slot, indices_.data(), values_.data(), k);
-  // The dense scatter of c doubles as the right-hand side of F^-1 c.
+  // G c through the dense scatter of c (in the output buffer).
   std::fill(update.begin(), update.end(), 0.0f);
   kernels::ScatterAdd(indices_.data(), values_.data(), k, update.data());
   std::vector<double> dots(options_.window);
   window_.Dots(update.data(), dots.data());
   system_.ReplaceRow(slot, dots.data());
-  system_.ApplyInverse(window_, dots.data(), update.data());
+  // c is row `slot`: F^-1 c = m G^T K^-1 e_slot (overwrites the scatter).
+  system_.ApplyInverseToRow(window_, slot, update.data());
   ++steps_;
   return absl::OkStatus();
 }

@@ -7,8 +7,8 @@
 //   update row/column t mod m of G G^T with sparse.dense products (c is
 //   scattered into the output buffer, then SparseDenseDots of the m stored
 //   rows against it: O(m*k));
-//   u = F^-1 c = (c - G^T K^-1 G c) / lambda, F = lambda*I + (1/m) G^T G
-//   built from the stored sparse rows (mfac_system.h).
+//   u = F^-1 c, F = lambda*I + (1/m) G^T G built from the stored sparse
+//   rows, computed as m G^T K^-1 e_slot since c is a row (mfac_system.h).
 // Cost per step: O(d) for the error buffer, top-k and the output, O(m*k) for
 // the products, O(m^2) for the factor (plus the periodic O(m^3) refresh).
 // Memory: the window (m*k*8 bytes in kIndex32Fp32, about m*k*4 in
