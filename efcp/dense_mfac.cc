@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "efcp/state_blob.h"
 #include "efcp/validate.h"
+#include "efcp/window_state.h"
 
 namespace terse {
 namespace efcp {
@@ -63,17 +64,15 @@ MemoryUsage DenseMfac::memory() const {
   return usage;
 }
 
-// Blob: dim, window, steps, filled rows (min(steps, m)) as floats, then the
-// m x m Gram matrix (column-major doubles).
+// Blob: dim, window, steps, the written rows (min(steps, m)), the Gram
+// matrix (window_state.h).
 std::string DenseMfac::SaveState() const {
   BlobWriter writer(name());
-  const int64_t m = options_.window;
-  const int64_t filled = std::min(steps_, m);
   writer.PutI64(dim());
-  writer.PutI64(m);
+  writer.PutI64(options_.window);
   writer.PutI64(steps_);
-  for (int64_t i = 0; i < filled; ++i) writer.PutArray(window_.row(i), dim());
-  writer.PutArray(system_.gram().data(), m * m);
+  WriteDenseRows(window_, std::min(steps_, options_.window), &writer);
+  WriteGram(system_.gram(), &writer);
   return writer.Release();
 }
 
@@ -93,41 +92,15 @@ absl::Status DenseMfac::RestoreState(absl::string_view blob) {
     return absl::InvalidArgumentError("efcp: negative step count in state");
   }
   const int64_t filled = std::min(steps, m);
-  TERSE_ASSIGN_OR_RETURN(const char* rows, reader.GetArray<float>(filled * d));
-  TERSE_ASSIGN_OR_RETURN(const char* gram_bytes,
-                         reader.GetArray<double>(m * m));
+  std::vector<double> norms2;
+  TERSE_ASSIGN_OR_RETURN(const char* rows,
+                         ReadDenseRows(&reader, filled, d, &norms2));
+  TERSE_ASSIGN_OR_RETURN(Eigen::MatrixXd gram, ReadGram(&reader, m));
   TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
-
-  Eigen::MatrixXd gram(m, m);
-  BlobReader::CopyArray(gram_bytes, m * m, gram.data());
-  // Consistency: unwritten slots are zero, the diagonal matches the rows.
-  for (int64_t i = 0; i < m; ++i) {
-    double norm2 = 0;
-    if (i < filled) {
-      for (int64_t j = 0; j < d; ++j) {
-        const float v = BlobReader::Element<float>(rows, i * d + j);
-        if (!std::isfinite(v)) {
-          return absl::InvalidArgumentError(
-              "efcp: dense_mfac state holds a non-finite gradient entry");
-        }
-        norm2 += static_cast<double>(v) * v;
-      }
-    } else if (gram.row(i).cwiseAbs().maxCoeff() != 0.0) {
-      return absl::InvalidArgumentError(
-          "efcp: dense_mfac state has Gram entries for unwritten slots");
-    }
-    if (!(std::abs(gram(i, i) - norm2) <= 1e-6 * norm2)) {
-      return absl::InvalidArgumentError(
-          "efcp: dense_mfac state's Gram matrix does not match its rows");
-    }
-  }
+  TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(gram, norms2));
   TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
   // Nothing below can fail.
-  window_.Clear();
-  for (int64_t i = 0; i < filled; ++i) {
-    BlobReader::CopyArray(rows + i * d * static_cast<int64_t>(sizeof(float)), d,
-                          window_.mutable_row(i));
-  }
+  CommitDenseRows(rows, filled, &window_);
   steps_ = steps;
   return absl::OkStatus();
 }

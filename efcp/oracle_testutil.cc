@@ -1,5 +1,6 @@
 #include "efcp/oracle_testutil.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "Eigen/Cholesky"
@@ -42,7 +43,11 @@ std::vector<double> GgtReference(const DoubleRows& rows, double eps,
                                  const std::vector<double>& g) {
   const int64_t d = static_cast<int64_t>(g.size());
   Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(OuterSum(rows, d));
-  const Eigen::VectorXd mu = eig.eigenvalues().cwiseMax(0.0);
+  // Eigenvalues below 1e-12 of the largest are rounding noise of zero (the
+  // rank is at most the number of rows).
+  Eigen::VectorXd mu = eig.eigenvalues();
+  const double cutoff = 1e-12 * std::max(mu.maxCoeff(), 0.0);
+  for (int64_t i = 0; i < d; ++i) mu[i] = mu[i] > cutoff ? mu[i] : 0.0;
   const Eigen::MatrixXd& q = eig.eigenvectors();
   Eigen::VectorXd proj =
       q.transpose() * Eigen::Map<const Eigen::VectorXd>(g.data(), d);

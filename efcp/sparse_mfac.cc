@@ -9,6 +9,7 @@
 #include "compressors/kernels/sparse_ops.h"
 #include "efcp/state_blob.h"
 #include "efcp/validate.h"
+#include "efcp/window_state.h"
 
 namespace terse {
 namespace efcp {
@@ -85,54 +86,11 @@ MemoryUsage SparseMfac::memory() const {
   return usage;
 }
 
-absl::Status SparseMfac::CheckRow(const uint32_t* indices, const float* values,
-                                  int64_t nnz) const {
-  if (nnz < 0 || nnz > k()) {
-    return absl::InvalidArgumentError(absl::StrCat("efcp: sparse row has ", nnz,
-                                                   " entries; at most ", k(),
-                                                   " fit a slot"));
-  }
-  for (int64_t j = 0; j < nnz; ++j) {
-    if (indices[j] >= dim() || (j > 0 && indices[j] <= indices[j - 1])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("efcp: sparse row index ", indices[j], " at entry ", j,
-                       " is out of range or not ascending (dim ", dim(), ")"));
-    }
-    if (!std::isfinite(values[j]) ||
-        window_.RoundToStorage(values[j]) != values[j]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("efcp: sparse row value ", values[j], " at entry ", j,
-                       " is not finite or not representable in ",
-                       WindowStorageName(window_.storage())));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status SparseMfac::CommitWindow(const std::vector<SparseVector>& rows,
                                       const Eigen::MatrixXd& gram) {
-  const int64_t m = options_.window;
-  for (int64_t i = 0; i < m; ++i) {
-    double norm2 = 0;
-    if (i < static_cast<int64_t>(rows.size())) {
-      for (float v : rows[i].values) norm2 += static_cast<double>(v) * v;
-    } else if (gram.row(i).cwiseAbs().maxCoeff() != 0.0) {
-      return absl::InvalidArgumentError(
-          "efcp: Gram matrix has entries for empty slots");
-    }
-    if (!(std::abs(gram(i, i) - norm2) <= 1e-6 * norm2)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("efcp: Gram matrix diagonal entry ", i, " (", gram(i, i),
-                       ") does not match its row (", norm2, ")"));
-    }
-  }
+  TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(gram, SparseNorms2(rows)));
   TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
-  window_.Clear();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    window_.SetRow(static_cast<int64_t>(i), rows[i].indices.data(),
-                   rows[i].values.data(),
-                   static_cast<int64_t>(rows[i].indices.size()));
-  }
+  CommitSparseRows(rows, &window_);
   return absl::OkStatus();
 }
 
@@ -153,8 +111,9 @@ absl::Status SparseMfac::ImportWindow(const std::vector<SparseVector>& rows,
       return absl::InvalidArgumentError(
           "efcp: sparse row has different numbers of indices and values");
     }
-    TERSE_RETURN_IF_ERROR(CheckRow(row.indices.data(), row.values.data(),
-                                   static_cast<int64_t>(row.indices.size())));
+    TERSE_RETURN_IF_ERROR(
+        CheckSparseRow(window_, row.indices.data(), row.values.data(),
+                       static_cast<int64_t>(row.indices.size())));
   }
   Eigen::MatrixXd full = Eigen::MatrixXd::Zero(m, m);
   for (int64_t i = 0; i < n; ++i) {
@@ -170,22 +129,14 @@ absl::Status SparseMfac::ImportWindow(const std::vector<SparseVector>& rows,
 // as stored), then the m x m Gram matrix (column-major doubles).
 std::string SparseMfac::SaveState() const {
   BlobWriter writer(name());
-  const int64_t m = options_.window;
   writer.PutI64(dim());
-  writer.PutI64(m);
+  writer.PutI64(options_.window);
   writer.PutI64(k());
   writer.PutU32(static_cast<uint32_t>(window_.storage()));
   writer.PutI64(steps_);
   writer.PutArray(error().data(), dim());
-  std::vector<uint32_t> indices;
-  std::vector<float> values;
-  for (int64_t i = 0; i < std::min(steps_, m); ++i) {
-    window_.ReadRow(i, &indices, &values);
-    writer.PutI64(static_cast<int64_t>(indices.size()));
-    writer.PutArray(indices.data(), static_cast<int64_t>(indices.size()));
-    writer.PutArray(values.data(), static_cast<int64_t>(values.size()));
-  }
-  writer.PutArray(system_.gram().data(), m * m);
+  WriteSparseRows(window_, std::min(steps_, options_.window), &writer);
+  WriteGram(system_.gram(), &writer);
   return writer.Release();
 }
 
@@ -209,38 +160,11 @@ absl::Status SparseMfac::RestoreState(absl::string_view blob) {
   if (steps < 0) {
     return absl::InvalidArgumentError("efcp: negative step count in state");
   }
-  TERSE_ASSIGN_OR_RETURN(const char* error_bytes, reader.GetArray<float>(d));
-  std::vector<float> error(d);
-  BlobReader::CopyArray(error_bytes, d, error.data());
-  for (float e : error) {
-    if (!std::isfinite(e)) {
-      return absl::InvalidArgumentError(
-          "efcp: sparse_mfac state has a non-finite error-buffer entry");
-    }
-  }
-  std::vector<SparseVector> rows(std::min(steps, m));
-  for (SparseVector& row : rows) {
-    TERSE_ASSIGN_OR_RETURN(int64_t nnz, reader.GetI64());
-    if (nnz < 0 || nnz > k()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("efcp: sparse_mfac state has a row of ", nnz,
-                       " entries (k = ", k(), ")"));
-    }
-    TERSE_ASSIGN_OR_RETURN(const char* index_bytes,
-                           reader.GetArray<uint32_t>(nnz));
-    TERSE_ASSIGN_OR_RETURN(const char* value_bytes,
-                           reader.GetArray<float>(nnz));
-    row.indices.resize(nnz);
-    row.values.resize(nnz);
-    BlobReader::CopyArray(index_bytes, nnz, row.indices.data());
-    BlobReader::CopyArray(value_bytes, nnz, row.values.data());
-    TERSE_RETURN_IF_ERROR(CheckRow(row.indices.data(), row.values.data(), nnz));
-  }
-  TERSE_ASSIGN_OR_RETURN(const char* gram_bytes,
-                         reader.GetArray<double>(m * m));
+  TERSE_ASSIGN_OR_RETURN(std::vector<float> error, ReadErrorBuffer(&reader, d));
+  TERSE_ASSIGN_OR_RETURN(std::vector<SparseVector> rows,
+                         ReadSparseRows(&reader, std::min(steps, m), window_));
+  TERSE_ASSIGN_OR_RETURN(Eigen::MatrixXd gram, ReadGram(&reader, m));
   TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
-  Eigen::MatrixXd gram(m, m);
-  BlobReader::CopyArray(gram_bytes, m * m, gram.data());
   TERSE_RETURN_IF_ERROR(CommitWindow(rows, gram));
   *feedback_.mutable_error() = std::move(error);
   steps_ = steps;

@@ -41,12 +41,6 @@ struct SparseMfacOptions {
   int num_threads = 0;            // 0: min(hardware, 8)
 };
 
-// One sparse row handed to SparseMfac::ImportWindow.
-struct SparseVector {
-  std::vector<uint32_t> indices;  // ascending, < d
-  std::vector<float> values;
-};
-
 class SparseMfac final : public Preconditioner {
  public:
   // InvalidArgument for d < 1 or >= 2^32, m < 1, a damping that is not
@@ -86,9 +80,6 @@ class SparseMfac final : public Preconditioner {
 
  private:
   explicit SparseMfac(const SparseMfacOptions& options);
-  // Checks one row for ImportWindow / RestoreState.
-  absl::Status CheckRow(const uint32_t* indices, const float* values,
-                        int64_t nnz) const;
   // Validates rows + Gram (zero-padded to m x m) and commits them.
   absl::Status CommitWindow(const std::vector<SparseVector>& rows,
                             const Eigen::MatrixXd& gram);

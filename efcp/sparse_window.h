@@ -33,6 +33,12 @@ enum class WindowStorage : uint32_t {
 // "index32_fp32" / "block16_bf16".
 absl::string_view WindowStorageName(WindowStorage storage);
 
+// One sparse row in absolute form (imports, saved state).
+struct SparseVector {
+  std::vector<uint32_t> indices;  // ascending, < dim
+  std::vector<float> values;
+};
+
 class SparseWindow : public GradientWindow {
  public:
   // rows, dim, capacity >= 1, capacity <= dim, dim < 2^32 (checked by the
