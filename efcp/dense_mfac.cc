@@ -64,44 +64,17 @@ MemoryUsage DenseMfac::memory() const {
   return usage;
 }
 
-// Blob: dim, window, steps, the written rows (min(steps, m)), the Gram
-// matrix (window_state.h).
 std::string DenseMfac::SaveState() const {
-  BlobWriter writer(name());
-  writer.PutI64(dim());
-  writer.PutI64(options_.window);
-  writer.PutI64(steps_);
-  WriteDenseRows(window_, std::min(steps_, options_.window), &writer);
-  WriteGram(system_.gram(), &writer);
-  return writer.Release();
+  return SaveDenseHistory(name(), window_, steps_, system_.gram());
 }
 
 absl::Status DenseMfac::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, name()));
-  const int64_t m = options_.window;
-  const int64_t d = dim();
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_m, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t steps, reader.GetI64());
-  if (blob_dim != d || blob_m != m) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "efcp: dense_mfac state is for dim ", blob_dim, ", window ", blob_m,
-        "; this one has dim ", d, ", window ", m));
-  }
-  if (steps < 0) {
-    return absl::InvalidArgumentError("efcp: negative step count in state");
-  }
-  const int64_t filled = std::min(steps, m);
-  std::vector<double> norms2;
-  TERSE_ASSIGN_OR_RETURN(const char* rows,
-                         ReadDenseRows(&reader, filled, d, &norms2));
-  TERSE_ASSIGN_OR_RETURN(Eigen::MatrixXd gram, ReadGram(&reader, m));
-  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
-  TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(gram, norms2));
-  TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
+  TERSE_ASSIGN_OR_RETURN(DenseHistoryState state,
+                         ParseDenseHistory(blob, name(), window_));
+  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
   // Nothing below can fail.
-  CommitDenseRows(rows, filled, &window_);
-  steps_ = steps;
+  CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
+  steps_ = state.steps;
   return absl::OkStatus();
 }
 

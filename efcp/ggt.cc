@@ -143,41 +143,16 @@ MemoryUsage Ggt::memory() const {
   return usage;
 }
 
-// Blob: dim, window, steps, written rows, Gram (window_state.h).
 std::string Ggt::SaveState() const {
-  BlobWriter writer(name());
-  writer.PutI64(dim());
-  writer.PutI64(options_.window);
-  writer.PutI64(steps_);
-  WriteDenseRows(window_, std::min(steps_, options_.window), &writer);
-  WriteGram(system_.gram(), &writer);
-  return writer.Release();
+  return SaveDenseHistory(name(), window_, steps_, system_.gram());
 }
 
 absl::Status Ggt::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, name()));
-  const int64_t r = options_.window;
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_r, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t steps, reader.GetI64());
-  if (blob_dim != dim() || blob_r != r) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("efcp: ggt state is for dim ", blob_dim, ", window ",
-                     blob_r, "; this one has dim ", dim(), ", window ", r));
-  }
-  if (steps < 0) {
-    return absl::InvalidArgumentError("efcp: negative step count in state");
-  }
-  const int64_t filled = std::min(steps, r);
-  std::vector<double> norms2;
-  TERSE_ASSIGN_OR_RETURN(const char* rows,
-                         ReadDenseRows(&reader, filled, dim(), &norms2));
-  TERSE_ASSIGN_OR_RETURN(Eigen::MatrixXd gram, ReadGram(&reader, r));
-  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
-  TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(gram, norms2));
-  TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
-  CommitDenseRows(rows, filled, &window_);
-  steps_ = steps;
+  TERSE_ASSIGN_OR_RETURN(DenseHistoryState state,
+                         ParseDenseHistory(blob, name(), window_));
+  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
+  steps_ = state.steps;
   return absl::OkStatus();
 }
 
@@ -247,50 +222,18 @@ MemoryUsage SparseGgt::memory() const {
   return usage;
 }
 
-// Blob: dim, window, k, storage, steps, error buffer, written rows, Gram.
 std::string SparseGgt::SaveState() const {
-  BlobWriter writer(name());
-  writer.PutI64(dim());
-  writer.PutI64(options_.window);
-  writer.PutI64(k());
-  writer.PutU32(static_cast<uint32_t>(window_.storage()));
-  writer.PutI64(steps_);
-  writer.PutArray(error().data(), dim());
-  WriteSparseRows(window_, std::min(steps_, options_.window), &writer);
-  WriteGram(system_.gram(), &writer);
-  return writer.Release();
+  return SaveSparseHistory(name(), window_, steps_, error().data(),
+                           system_.gram());
 }
 
 absl::Status SparseGgt::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, name()));
-  const int64_t r = options_.window;
-  const int64_t d = dim();
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_r, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_k, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(uint32_t blob_storage, reader.GetU32());
-  TERSE_ASSIGN_OR_RETURN(int64_t steps, reader.GetI64());
-  if (blob_dim != d || blob_r != r || blob_k != k() ||
-      blob_storage != static_cast<uint32_t>(window_.storage())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "efcp: sparse_ggt state is for dim ", blob_dim, ", window ", blob_r,
-        ", k ", blob_k, ", storage ", blob_storage, "; this one has dim ", d,
-        ", window ", r, ", k ", k(), ", storage ",
-        static_cast<uint32_t>(window_.storage())));
-  }
-  if (steps < 0) {
-    return absl::InvalidArgumentError("efcp: negative step count in state");
-  }
-  TERSE_ASSIGN_OR_RETURN(std::vector<float> error, ReadErrorBuffer(&reader, d));
-  TERSE_ASSIGN_OR_RETURN(std::vector<SparseVector> rows,
-                         ReadSparseRows(&reader, std::min(steps, r), window_));
-  TERSE_ASSIGN_OR_RETURN(Eigen::MatrixXd gram, ReadGram(&reader, r));
-  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
-  TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(gram, SparseNorms2(rows)));
-  TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
-  CommitSparseRows(rows, &window_);
-  *feedback_.mutable_error() = std::move(error);
-  steps_ = steps;
+  TERSE_ASSIGN_OR_RETURN(SparseHistoryState state,
+                         ParseSparseHistory(blob, name(), window_));
+  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  CommitSparseRows(state.rows, &window_);
+  *feedback_.mutable_error() = std::move(state.error);
+  steps_ = state.steps;
   return absl::OkStatus();
 }
 

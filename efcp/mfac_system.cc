@@ -59,11 +59,21 @@ void MfacSystem::Solve(const double* b, double* out) const {
   Eigen::Map<Eigen::VectorXd>(out, m_) = x;
 }
 
+void MfacSystem::InverseCoefficients(const double* dots, double* coeffs) const {
+  Solve(dots, coeffs);
+  for (int64_t i = 0; i < m_; ++i) coeffs[i] = -coeffs[i];
+}
+
+void MfacSystem::RowInverseCoefficients(int64_t slot, double* coeffs) const {
+  Eigen::VectorXd unit = Eigen::VectorXd::Zero(m_);
+  unit[slot] = static_cast<double>(m_);
+  Eigen::Map<Eigen::VectorXd>(coeffs, m_) = llt_.solve(unit);
+}
+
 void MfacSystem::ApplyInverse(const GradientWindow& window, const double* dots,
                               float* x) const {
   std::vector<double> coeffs(m_);
-  Solve(dots, coeffs.data());
-  for (double& c : coeffs) c = -c;
+  InverseCoefficients(dots, coeffs.data());
   window.AddLinearCombination(coeffs.data(), x);
   const float inv_lambda = static_cast<float>(1.0 / lambda_);
   const int64_t d = window.dim();
@@ -72,9 +82,8 @@ void MfacSystem::ApplyInverse(const GradientWindow& window, const double* dots,
 
 void MfacSystem::ApplyInverseToRow(const GradientWindow& window, int64_t slot,
                                    float* out) const {
-  Eigen::VectorXd unit = Eigen::VectorXd::Zero(m_);
-  unit[slot] = static_cast<double>(m_);
-  Eigen::VectorXd coeffs = llt_.solve(unit);
+  std::vector<double> coeffs(m_);
+  RowInverseCoefficients(slot, coeffs.data());
   std::fill(out, out + window.dim(), 0.0f);
   window.AddLinearCombination(coeffs.data(), out);
 }

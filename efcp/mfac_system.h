@@ -40,6 +40,12 @@ class MfacSystem {
   // out = K^-1 b (m entries each; may alias).
   void Solve(const double* b, double* out) const;
 
+  // The row coefficients behind the two applications below (m entries):
+  // coeffs = -K^-1 dots (then F^-1 x = (x + G^T coeffs) / lambda), and
+  // coeffs = m K^-1 e_slot (then F^-1 row_slot = G^T coeffs).
+  void InverseCoefficients(const double* dots, double* coeffs) const;
+  void RowInverseCoefficients(int64_t slot, double* coeffs) const;
+
   // x <- F^-1 x = (x - G^T K^-1 dots) / lambda, where dots = G x was computed
   // by the caller (window.Dots(x, dots)). `x` has window.dim() entries.
   void ApplyInverse(const GradientWindow& window, const double* dots,

@@ -124,50 +124,19 @@ absl::Status SparseMfac::ImportWindow(const std::vector<SparseVector>& rows,
   return absl::OkStatus();
 }
 
-// Blob: dim, window, k, storage, steps, the error buffer (d floats), then for
-// each written slot (min(steps, m)) nnz, its indices (u32) and values (f32,
-// as stored), then the m x m Gram matrix (column-major doubles).
 std::string SparseMfac::SaveState() const {
-  BlobWriter writer(name());
-  writer.PutI64(dim());
-  writer.PutI64(options_.window);
-  writer.PutI64(k());
-  writer.PutU32(static_cast<uint32_t>(window_.storage()));
-  writer.PutI64(steps_);
-  writer.PutArray(error().data(), dim());
-  WriteSparseRows(window_, std::min(steps_, options_.window), &writer);
-  WriteGram(system_.gram(), &writer);
-  return writer.Release();
+  return SaveSparseHistory(name(), window_, steps_, error().data(),
+                           system_.gram());
 }
 
 absl::Status SparseMfac::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, name()));
-  const int64_t m = options_.window;
-  const int64_t d = dim();
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_m, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(int64_t blob_k, reader.GetI64());
-  TERSE_ASSIGN_OR_RETURN(uint32_t blob_storage, reader.GetU32());
-  TERSE_ASSIGN_OR_RETURN(int64_t steps, reader.GetI64());
-  if (blob_dim != d || blob_m != m || blob_k != k() ||
-      blob_storage != static_cast<uint32_t>(window_.storage())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "efcp: sparse_mfac state is for dim ", blob_dim, ", window ", blob_m,
-        ", k ", blob_k, ", storage ", blob_storage, "; this one has dim ", d,
-        ", window ", m, ", k ", k(), ", storage ",
-        static_cast<uint32_t>(window_.storage())));
-  }
-  if (steps < 0) {
-    return absl::InvalidArgumentError("efcp: negative step count in state");
-  }
-  TERSE_ASSIGN_OR_RETURN(std::vector<float> error, ReadErrorBuffer(&reader, d));
-  TERSE_ASSIGN_OR_RETURN(std::vector<SparseVector> rows,
-                         ReadSparseRows(&reader, std::min(steps, m), window_));
-  TERSE_ASSIGN_OR_RETURN(Eigen::MatrixXd gram, ReadGram(&reader, m));
-  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
-  TERSE_RETURN_IF_ERROR(CommitWindow(rows, gram));
-  *feedback_.mutable_error() = std::move(error);
-  steps_ = steps;
+  TERSE_ASSIGN_OR_RETURN(SparseHistoryState state,
+                         ParseSparseHistory(blob, name(), window_));
+  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  // Nothing below can fail.
+  CommitSparseRows(state.rows, &window_);
+  *feedback_.mutable_error() = std::move(state.error);
+  steps_ = state.steps;
   return absl::OkStatus();
 }
 

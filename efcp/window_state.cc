@@ -1,5 +1,6 @@
 #include "efcp/window_state.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -170,6 +171,92 @@ absl::Status CheckGramMatchesRows(const Eigen::MatrixXd& gram,
     }
   }
   return absl::OkStatus();
+}
+
+std::string SaveDenseHistory(absl::string_view kind, const DenseWindow& window,
+                             int64_t steps, const Eigen::MatrixXd& gram) {
+  BlobWriter writer(kind);
+  writer.PutI64(window.dim());
+  writer.PutI64(window.rows());
+  writer.PutI64(steps);
+  WriteDenseRows(window, std::min(steps, window.rows()), &writer);
+  WriteGram(gram, &writer);
+  return writer.Release();
+}
+
+absl::StatusOr<DenseHistoryState> ParseDenseHistory(absl::string_view blob,
+                                                    absl::string_view kind,
+                                                    const DenseWindow& window) {
+  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, kind));
+  const int64_t m = window.rows();
+  const int64_t d = window.dim();
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_m, reader.GetI64());
+  DenseHistoryState state;
+  TERSE_ASSIGN_OR_RETURN(state.steps, reader.GetI64());
+  if (blob_dim != d || blob_m != m) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "efcp: ", kind, " state is for dim ", blob_dim, ", window ", blob_m,
+        "; this one has dim ", d, ", window ", m));
+  }
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError("efcp: negative step count in state");
+  }
+  std::vector<double> norms2;
+  TERSE_ASSIGN_OR_RETURN(
+      state.rows, ReadDenseRows(&reader, std::min(state.steps, m), d, &norms2));
+  TERSE_ASSIGN_OR_RETURN(state.gram, ReadGram(&reader, m));
+  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
+  TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(state.gram, norms2));
+  return state;
+}
+
+std::string SaveSparseHistory(absl::string_view kind,
+                              const SparseWindow& window, int64_t steps,
+                              const float* error, const Eigen::MatrixXd& gram) {
+  BlobWriter writer(kind);
+  writer.PutI64(window.dim());
+  writer.PutI64(window.rows());
+  writer.PutI64(window.capacity());
+  writer.PutU32(static_cast<uint32_t>(window.storage()));
+  writer.PutI64(steps);
+  writer.PutArray(error, window.dim());
+  WriteSparseRows(window, std::min(steps, window.rows()), &writer);
+  WriteGram(gram, &writer);
+  return writer.Release();
+}
+
+absl::StatusOr<SparseHistoryState> ParseSparseHistory(
+    absl::string_view blob, absl::string_view kind,
+    const SparseWindow& window) {
+  TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, kind));
+  const int64_t m = window.rows();
+  const int64_t d = window.dim();
+  const int64_t k = window.capacity();
+  const uint32_t storage = static_cast<uint32_t>(window.storage());
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_m, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(int64_t blob_k, reader.GetI64());
+  TERSE_ASSIGN_OR_RETURN(uint32_t blob_storage, reader.GetU32());
+  SparseHistoryState state;
+  TERSE_ASSIGN_OR_RETURN(state.steps, reader.GetI64());
+  if (blob_dim != d || blob_m != m || blob_k != k || blob_storage != storage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "efcp: ", kind, " state is for dim ", blob_dim, ", window ", blob_m,
+        ", k ", blob_k, ", storage ", blob_storage, "; this one has dim ", d,
+        ", window ", m, ", k ", k, ", storage ", storage));
+  }
+  if (state.steps < 0) {
+    return absl::InvalidArgumentError("efcp: negative step count in state");
+  }
+  TERSE_ASSIGN_OR_RETURN(state.error, ReadErrorBuffer(&reader, d));
+  TERSE_ASSIGN_OR_RETURN(
+      state.rows, ReadSparseRows(&reader, std::min(state.steps, m), window));
+  TERSE_ASSIGN_OR_RETURN(state.gram, ReadGram(&reader, m));
+  TERSE_RETURN_IF_ERROR(reader.ExpectEnd());
+  TERSE_RETURN_IF_ERROR(
+      CheckGramMatchesRows(state.gram, SparseNorms2(state.rows)));
+  return state;
 }
 
 }  // namespace efcp

@@ -16,6 +16,7 @@
 
 #include "Eigen/Core"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "efcp/dense_window.h"
 #include "efcp/sparse_window.h"
 #include "efcp/state_blob.h"
@@ -60,6 +61,38 @@ absl::StatusOr<Eigen::MatrixXd> ReadGram(BlobReader* reader, int64_t m);
 // i < norms2.size(), and the rows and columns of the other slots are zero.
 absl::Status CheckGramMatchesRows(const Eigen::MatrixXd& gram,
                                   const std::vector<double>& norms2);
+
+// Whole-state blobs of the preconditioners, so that the CPU and CUDA
+// versions of one algorithm write and read the same bytes.
+//
+// Dense ("dense_mfac", "ggt"): dim, m, steps, the written rows
+// (min(steps, m)), the Gram matrix.
+std::string SaveDenseHistory(absl::string_view kind, const DenseWindow& window,
+                             int64_t steps, const Eigen::MatrixXd& gram);
+struct DenseHistoryState {
+  int64_t steps = 0;
+  const char* rows = nullptr;  // inside the blob: min(steps, m) * dim floats
+  Eigen::MatrixXd gram;
+};
+// Validates everything against the window's shape (including the Gram
+// diagonal against the rows); commits nothing.
+absl::StatusOr<DenseHistoryState> ParseDenseHistory(absl::string_view blob,
+                                                    absl::string_view kind,
+                                                    const DenseWindow& window);
+
+// Sparse ("sparse_mfac", "sparse_ggt"): dim, m, capacity k, storage, steps,
+// the error buffer, the written rows, the Gram matrix.
+std::string SaveSparseHistory(absl::string_view kind,
+                              const SparseWindow& window, int64_t steps,
+                              const float* error, const Eigen::MatrixXd& gram);
+struct SparseHistoryState {
+  int64_t steps = 0;
+  std::vector<float> error;
+  std::vector<SparseVector> rows;  // slots 0..min(steps, m)-1
+  Eigen::MatrixXd gram;
+};
+absl::StatusOr<SparseHistoryState> ParseSparseHistory(
+    absl::string_view blob, absl::string_view kind, const SparseWindow& window);
 
 }  // namespace efcp
 }  // namespace terse

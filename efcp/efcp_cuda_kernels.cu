@@ -1,0 +1,105 @@
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "efcp/efcp_cuda_kernels.h"
+
+namespace terse {
+namespace efcp {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int GridFor(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  if (blocks > 4096) blocks = 4096;
+  return blocks < 1 ? 1 : static_cast<int>(blocks);
+}
+
+cudaStream_t AsStream(void* stream) {
+  return static_cast<cudaStream_t>(stream);
+}
+
+__global__ void FlagNonFiniteKernel(const float* a, const float* b, int64_t n,
+                                    int* flag) {
+  bool bad = false;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = b != nullptr ? a[i] + b[i] : a[i];
+    bad |= !isfinite(v);
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
+}
+
+__global__ void AddInPlaceKernel(float* a, const float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    a[i] += b[i];
+  }
+}
+
+__device__ __forceinline__ float RoundBf16(float f) {
+  uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    x = (x | 0x00400000u) & 0xffff0000u;  // quiet NaN, sign kept
+  } else {
+    x = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+  }
+  return __uint_as_float(x);
+}
+
+__global__ void RoundAndNegateKernel(float* values, float* negated, int64_t n,
+                                     int bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = bf16 ? RoundBf16(values[i]) : values[i];
+    values[i] = v;
+    negated[i] = -v;
+  }
+}
+
+__global__ void ScaleKernel(float* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] *= s;
+  }
+}
+
+}  // namespace
+
+int FlagNonFinite(const float* a, const float* b, int64_t n, int* flag,
+                  void* stream) {
+  if (n <= 0) return 0;
+  FlagNonFiniteKernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(a, b, n,
+                                                                      flag);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int AddInPlace(float* a, const float* b, int64_t n, void* stream) {
+  if (n <= 0) return 0;
+  AddInPlaceKernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(a, b, n);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int RoundAndNegate(float* values, float* negated, int64_t n, int bf16,
+                   void* stream) {
+  if (n <= 0) return 0;
+  RoundAndNegateKernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(
+      values, negated, n, bf16);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int Scale(float* x, float s, int64_t n, void* stream) {
+  if (n <= 0) return 0;
+  ScaleKernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(x, s, n);
+  return static_cast<int>(cudaGetLastError());
+}
+
+const char* ErrorString(int error) {
+  return cudaGetErrorString(static_cast<cudaError_t>(error));
+}
+
+}  // namespace cuda
+}  // namespace efcp
+}  // namespace terse
