@@ -27,7 +27,7 @@ int64_t ErrorFeedbackTopK::KeptEntries(double density, int64_t dim) {
 
 absl::Status ErrorFeedbackTopK::Check(absl::Span<const float> g) const {
   if (static_cast<int64_t>(g.size()) != dim()) {
-    return CheckOutputVector(g, dim(), "gradient");  // names the sizes
+    return CheckLength(static_cast<int64_t>(g.size()), dim(), "gradient");
   }
   return CheckFiniteSum(error_.data(), g.data(), dim(), "gradient");
 }

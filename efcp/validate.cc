@@ -50,13 +50,17 @@ absl::Status CheckFiniteSum(const float* a, const float* b, int64_t n,
   return absl::OkStatus();
 }
 
-absl::Status CheckOutputVector(absl::Span<const float> out, int64_t dim,
-                               absl::string_view what) {
-  if (static_cast<int64_t>(out.size()) != dim) {
+absl::Status CheckLength(int64_t size, int64_t dim, absl::string_view what) {
+  if (size != dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "efcp: ", what, " has ", out.size(), " entries, expected ", dim));
+        "efcp: ", what, " has ", size, " entries, expected ", dim));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckOutputVector(absl::Span<const float> out, int64_t dim,
+                               absl::string_view what) {
+  return CheckLength(static_cast<int64_t>(out.size()), dim, what);
 }
 
 absl::Status CheckShape(int64_t dim, int64_t window) {

@@ -22,6 +22,10 @@ absl::Status CheckFiniteVector(absl::Span<const float> v, int64_t dim,
 absl::Status CheckFiniteSum(const float* a, const float* b, int64_t n,
                             absl::string_view what);
 
+// size == dim (for buffers whose contents cannot be read here, e.g. device
+// memory).
+absl::Status CheckLength(int64_t size, int64_t dim, absl::string_view what);
+
 // out.size() == dim.
 absl::Status CheckOutputVector(absl::Span<const float> out, int64_t dim,
                                absl::string_view what);
