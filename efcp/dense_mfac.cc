@@ -65,12 +65,14 @@ MemoryUsage DenseMfac::memory() const {
 }
 
 std::string DenseMfac::SaveState() const {
-  return SaveDenseHistory(name(), window_, steps_, system_.gram());
+  return SaveDenseHistory(name(), dim(), options_.window, steps_,
+                          window_.row(0), system_.gram());
 }
 
 absl::Status DenseMfac::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(DenseHistoryState state,
-                         ParseDenseHistory(blob, name(), window_));
+  TERSE_ASSIGN_OR_RETURN(
+      DenseHistoryState state,
+      ParseDenseHistory(blob, name(), dim(), options_.window));
   TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
   // Nothing below can fail.
   CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);

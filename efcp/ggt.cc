@@ -144,12 +144,14 @@ MemoryUsage Ggt::memory() const {
 }
 
 std::string Ggt::SaveState() const {
-  return SaveDenseHistory(name(), window_, steps_, system_.gram());
+  return SaveDenseHistory(name(), dim(), options_.window, steps_,
+                          window_.row(0), system_.gram());
 }
 
 absl::Status Ggt::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(DenseHistoryState state,
-                         ParseDenseHistory(blob, name(), window_));
+  TERSE_ASSIGN_OR_RETURN(
+      DenseHistoryState state,
+      ParseDenseHistory(blob, name(), dim(), options_.window));
   TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
   CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
   steps_ = state.steps;

@@ -9,13 +9,6 @@
 namespace terse {
 namespace efcp {
 
-void WriteDenseRows(const DenseWindow& window, int64_t filled,
-                    BlobWriter* writer) {
-  for (int64_t i = 0; i < filled; ++i) {
-    writer->PutArray(window.row(i), window.dim());
-  }
-}
-
 absl::StatusOr<const char*> ReadDenseRows(BlobReader* reader, int64_t filled,
                                           int64_t dim,
                                           std::vector<double>* norms2) {
@@ -173,23 +166,23 @@ absl::Status CheckGramMatchesRows(const Eigen::MatrixXd& gram,
   return absl::OkStatus();
 }
 
-std::string SaveDenseHistory(absl::string_view kind, const DenseWindow& window,
-                             int64_t steps, const Eigen::MatrixXd& gram) {
+std::string SaveDenseHistory(absl::string_view kind, int64_t dim, int64_t m,
+                             int64_t steps, const float* rows,
+                             const Eigen::MatrixXd& gram) {
   BlobWriter writer(kind);
-  writer.PutI64(window.dim());
-  writer.PutI64(window.rows());
+  writer.PutI64(dim);
+  writer.PutI64(m);
   writer.PutI64(steps);
-  WriteDenseRows(window, std::min(steps, window.rows()), &writer);
+  writer.PutArray(rows, std::min(steps, m) * dim);
   WriteGram(gram, &writer);
   return writer.Release();
 }
 
 absl::StatusOr<DenseHistoryState> ParseDenseHistory(absl::string_view blob,
                                                     absl::string_view kind,
-                                                    const DenseWindow& window) {
+                                                    int64_t dim, int64_t m) {
   TERSE_ASSIGN_OR_RETURN(BlobReader reader, BlobReader::Open(blob, kind));
-  const int64_t m = window.rows();
-  const int64_t d = window.dim();
+  const int64_t d = dim;
   TERSE_ASSIGN_OR_RETURN(int64_t blob_dim, reader.GetI64());
   TERSE_ASSIGN_OR_RETURN(int64_t blob_m, reader.GetI64());
   DenseHistoryState state;

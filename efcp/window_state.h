@@ -24,9 +24,6 @@
 namespace terse {
 namespace efcp {
 
-// Dense rows 0..filled-1.
-void WriteDenseRows(const DenseWindow& window, int64_t filled,
-                    BlobWriter* writer);
 // Returns the start of filled*d floats inside the blob, all finite; fills
 // `norms2` with each row's squared norm (for CheckGramMatchesRows).
 absl::StatusOr<const char*> ReadDenseRows(BlobReader* reader, int64_t filled,
@@ -66,19 +63,21 @@ absl::Status CheckGramMatchesRows(const Eigen::MatrixXd& gram,
 // versions of one algorithm write and read the same bytes.
 //
 // Dense ("dense_mfac", "ggt"): dim, m, steps, the written rows
-// (min(steps, m)), the Gram matrix.
-std::string SaveDenseHistory(absl::string_view kind, const DenseWindow& window,
-                             int64_t steps, const Eigen::MatrixXd& gram);
+// (min(steps, m)), the Gram matrix. `rows` holds min(steps, m) * dim floats,
+// row after row (a DenseWindow's row(0), or a download of a device window).
+std::string SaveDenseHistory(absl::string_view kind, int64_t dim, int64_t m,
+                             int64_t steps, const float* rows,
+                             const Eigen::MatrixXd& gram);
 struct DenseHistoryState {
   int64_t steps = 0;
   const char* rows = nullptr;  // inside the blob: min(steps, m) * dim floats
   Eigen::MatrixXd gram;
 };
-// Validates everything against the window's shape (including the Gram
-// diagonal against the rows); commits nothing.
+// Validates everything against the shape (including the Gram diagonal
+// against the rows); commits nothing.
 absl::StatusOr<DenseHistoryState> ParseDenseHistory(absl::string_view blob,
                                                     absl::string_view kind,
-                                                    const DenseWindow& window);
+                                                    int64_t dim, int64_t m);
 
 // Sparse ("sparse_mfac", "sparse_ggt"): dim, m, capacity k, storage, steps,
 // the error buffer, the written rows, the Gram matrix.

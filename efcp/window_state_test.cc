@@ -9,25 +9,41 @@ namespace terse {
 namespace efcp {
 namespace {
 
-TEST(WindowStateTest, DenseRowsRoundTrip) {
+TEST(WindowStateTest, DenseHistoryRoundTrip) {
   DenseWindow window(3, 4, 1);
   const float row0[4] = {1, 2, 3, 4}, row1[4] = {-1, 0, 0.5f, 2};
   window.SetRow(0, row0);
   window.SetRow(1, row1);
-  BlobWriter writer("t");
-  WriteDenseRows(window, 2, &writer);
-  const std::string blob = writer.Release();
-  BlobReader reader = *BlobReader::Open(blob, "t");
-  std::vector<double> norms2;
-  absl::StatusOr<const char*> rows = ReadDenseRows(&reader, 2, 4, &norms2);
-  ASSERT_TRUE(rows.ok());
-  EXPECT_EQ(norms2, (std::vector<double>{30, 5.25}));
+  Eigen::MatrixXd gram = Eigen::MatrixXd::Zero(3, 3);
+  gram(0, 0) = 30;
+  gram(1, 1) = 5.25;
+  gram(0, 1) = gram(1, 0) = 9;
+  const std::string blob =
+      SaveDenseHistory("t", 4, 3, /*steps=*/2, window.row(0), gram);
+  absl::StatusOr<DenseHistoryState> state = ParseDenseHistory(blob, "t", 4, 3);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->steps, 2);
+  EXPECT_EQ(state->gram, gram);
   DenseWindow restored(3, 4, 1);
   std::vector<float> junk(4, 9.0f);
   restored.SetRow(2, junk.data());
-  CommitDenseRows(*rows, 2, &restored);
+  CommitDenseRows(state->rows, 2, &restored);
   EXPECT_EQ(restored.row(1)[2], 0.5f);
   EXPECT_EQ(restored.row(2)[0], 0.0f);  // cleared
+
+  EXPECT_FALSE(ParseDenseHistory(blob, "t", 5, 3).ok());  // other shape
+  EXPECT_FALSE(ParseDenseHistory(blob, "u", 4, 3).ok());  // other kind
+  gram(1, 1) = 5;  // diagonal no longer matches row 1
+  EXPECT_FALSE(
+      ParseDenseHistory(SaveDenseHistory("t", 4, 3, 2, window.row(0), gram),
+                        "t", 4, 3)
+          .ok());
+  const float nan_row[4] = {1, NAN, 0, 0};
+  window.SetRow(1, nan_row);
+  EXPECT_FALSE(
+      ParseDenseHistory(SaveDenseHistory("t", 4, 3, 2, window.row(0), gram),
+                        "t", 4, 3)
+          .ok());
 }
 
 TEST(WindowStateTest, SparseRowChecks) {
