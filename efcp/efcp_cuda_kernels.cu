@@ -66,7 +66,60 @@ __global__ void ScaleKernel(float* x, float s, int64_t n) {
   }
 }
 
+// One block per row: each thread strides the row, then a shared-memory tree
+// reduction in double.
+__global__ void DenseDotsKernel(const float* rows, int64_t d, const float* x,
+                                double* out) {
+  __shared__ double partial[kThreads];
+  const float* row = rows + blockIdx.x * d;
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    sum += static_cast<double>(row[j]) * static_cast<double>(x[j]);
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+// One thread per column: the rows' terms in row order.
+__global__ void DenseLinearCombinationKernel(const float* rows, int64_t m,
+                                             int64_t d, const double* coeffs,
+                                             float* out) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    float acc = out[j];
+    for (int64_t i = 0; i < m; ++i) {
+      const float c = static_cast<float>(coeffs[i]);
+      if (c != 0.0f) acc += c * rows[i * d + j];
+    }
+    out[j] = acc;
+  }
+}
+
 }  // namespace
+
+int DenseDots(const float* rows, int64_t m, int64_t d, const float* x,
+              double* out, void* stream) {
+  if (m <= 0) return 0;
+  // Grid x is limited to 2^31 - 1 blocks; m is far below (<= 2^20).
+  DenseDotsKernel<<<static_cast<unsigned>(m), kThreads, 0, AsStream(stream)>>>(
+      rows, d, x, out);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int DenseLinearCombination(const float* rows, int64_t m, int64_t d,
+                           const double* coeffs, float* out, void* stream) {
+  if (d <= 0 || m <= 0) return 0;
+  int64_t blocks = (d + kThreads - 1) / kThreads;
+  if (blocks > 65536) blocks = 65536;
+  DenseLinearCombinationKernel<<<static_cast<unsigned>(blocks), kThreads, 0,
+                                 AsStream(stream)>>>(rows, m, d, coeffs, out);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int FlagNonFinite(const float* a, const float* b, int64_t n, int* flag,
                   void* stream) {

@@ -26,6 +26,15 @@ int RoundAndNegate(float* values, float* negated, int64_t n, int bf16,
 // x[i] *= s.
 int Scale(float* x, float s, int64_t n, void* stream);
 
+// The dense window products (rows: m x d row-major on the device):
+// out[i] = <row i, x> accumulated in double (out: m doubles on the device).
+int DenseDots(const float* rows, int64_t m, int64_t d, const float* x,
+              double* out, void* stream);
+// out[j] += sum_i coeffs[i] * row_i[j], rows added in order, in float
+// (coeffs: m doubles on the device).
+int DenseLinearCombination(const float* rows, int64_t m, int64_t d,
+                           const double* coeffs, float* out, void* stream);
+
 const char* ErrorString(int error);
 
 }  // namespace cuda
