@@ -1,13 +1,10 @@
 #include "efcp/dense_mfac.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "efcp/state_blob.h"
 #include "efcp/validate.h"
 #include "efcp/window_state.h"
 

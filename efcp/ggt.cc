@@ -6,10 +6,8 @@
 #include <cstring>
 
 #include "Eigen/Eigenvalues"
-#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/kernels/sparse_ops.h"
-#include "efcp/state_blob.h"
 #include "efcp/validate.h"
 #include "efcp/window_state.h"
 

@@ -1,13 +1,11 @@
 #include "efcp/sparse_mfac.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/kernels/sparse_ops.h"
-#include "efcp/state_blob.h"
 #include "efcp/validate.h"
 #include "efcp/window_state.h"
 
