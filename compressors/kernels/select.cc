@@ -9,7 +9,6 @@
 #include "compressors/kernels/parallel.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/kernels/scan.h"
-#include "compressors/kernels/sparse_ops.h"
 #include "compressors/kernels/topk.h"
 
 namespace terse {
@@ -18,29 +17,74 @@ namespace {
 
 constexpr int64_t kMinPerThread = int64_t{1} << 16;
 
-inline uint32_t KeyAt(const float* x, int64_t i) {
-  uint32_t bits;
-  std::memcpy(&bits, x + i, sizeof(bits));
-  return bits & 0x7fffffffu;
-}
-
 void ExactTopK(const float* x, int64_t d, int64_t k, int num_threads,
                std::vector<uint32_t>* indices) {
   indices->resize(k);
   TopK(x, d, k, indices->data(), num_threads);
 }
 
-// Keeps the k largest of the candidate positions `cand` (ascending), with
-// the same tie rule as TopK (lower index wins: candidates are ascending).
-void TopKOfCandidates(const float* x, int64_t k, std::vector<uint32_t>* cand) {
+// Keeps the k largest of the candidate positions `cand` (ascending) whose
+// magnitude keys are `keys`, with the tie rule of TopK (lower index wins;
+// the candidates are ascending, so the first ties are kept).
+void TopKOfCandidates(int64_t k, std::vector<uint32_t>* cand,
+                      const std::vector<uint32_t>& keys) {
   const int64_t n = static_cast<int64_t>(cand->size());
   if (k >= n) return;
-  std::vector<float> values(n);
-  Gather(x, cand->data(), n, values.data());
-  std::vector<uint32_t> pick(k);
-  TopK(values.data(), n, k, pick.data(), 1);
-  for (int64_t j = 0; j < k; ++j) pick[j] = (*cand)[pick[j]];
-  cand->swap(pick);
+  // A magnitude key read as a float has the same key.
+  const TopKThreshold th =
+      TopKThresholdKey(reinterpret_cast<const float*>(keys.data()), n, k, 1);
+  int64_t ties_left = th.ties_taken;
+  int64_t out = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (keys[j] < th.key) continue;
+    if (keys[j] == th.key) {
+      if (ties_left == 0) continue;
+      --ties_left;
+    }
+    (*cand)[out++] = (*cand)[j];
+  }
+  cand->resize(out);
+}
+
+// SelectAtLeast, also returning the keys of the selected entries when
+// `keys` is not null.
+int64_t SelectAtLeastImpl(const float* x, int64_t d, uint32_t key, int64_t cap,
+                          std::vector<uint32_t>* indices,
+                          std::vector<uint32_t>* keys, int num_threads) {
+  const int threads = ResolveThreads(num_threads, d, kMinPerThread);
+  std::vector<std::vector<uint32_t>> local(threads), local_keys(threads);
+  std::vector<int64_t> counts(threads, 0);
+  ParallelFor(threads, [&](int t) {
+    const int64_t begin = ChunkBegin(d, threads, t);
+    const int64_t end = ChunkBegin(d, threads, t + 1);
+    std::vector<uint32_t>& out = local[t];
+    std::vector<uint32_t>& out_keys = local_keys[t];
+    int64_t n = 0;
+    ForEachAtLeast(x, begin, end, key, [&](int64_t i, uint32_t k) {
+      if (n < cap) {
+        out.push_back(static_cast<uint32_t>(i));
+        if (keys != nullptr) out_keys.push_back(k);
+      }
+      ++n;
+    });
+    counts[t] = n;
+  });
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  indices->clear();
+  if (keys != nullptr) keys->clear();
+  if (total > cap) return total;
+  indices->reserve(total);
+  for (const auto& part : local) {
+    indices->insert(indices->end(), part.begin(), part.end());
+  }
+  if (keys != nullptr) {
+    keys->reserve(total);
+    for (const auto& part : local_keys) {
+      keys->insert(keys->end(), part.begin(), part.end());
+    }
+  }
+  return total;
 }
 
 // The sample key of rank `rank` (1-based, descending). A magnitude key
@@ -61,29 +105,7 @@ uint32_t ThresholdKey(float threshold) {
 
 int64_t SelectAtLeast(const float* x, int64_t d, uint32_t key, int64_t cap,
                       std::vector<uint32_t>* indices, int num_threads) {
-  const int threads = ResolveThreads(num_threads, d, kMinPerThread);
-  std::vector<std::vector<uint32_t>> local(threads);
-  std::vector<int64_t> counts(threads, 0);
-  ParallelFor(threads, [&](int t) {
-    const int64_t begin = ChunkBegin(d, threads, t);
-    const int64_t end = ChunkBegin(d, threads, t + 1);
-    std::vector<uint32_t>& out = local[t];
-    int64_t n = 0;
-    ForEachAtLeast(x, begin, end, key, [&](int64_t i, uint32_t) {
-      if (n < cap) out.push_back(static_cast<uint32_t>(i));
-      ++n;
-    });
-    counts[t] = n;
-  });
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  indices->clear();
-  if (total > cap) return total;
-  indices->reserve(total);
-  for (const auto& part : local) {
-    indices->insert(indices->end(), part.begin(), part.end());
-  }
-  return total;
+  return SelectAtLeastImpl(x, d, key, cap, indices, nullptr, num_threads);
 }
 
 int64_t CountAtLeast(const float* x, int64_t d, uint32_t key, int num_threads) {
@@ -185,18 +207,20 @@ void SampledTopK(const float* x, int64_t d, int64_t k,
   std::vector<uint32_t> keys(starts.size() * kRun);
   for (size_t j = 0; j < starts.size(); ++j) {
     for (int64_t r = 0; r < kRun; ++r) {
-      keys[j * kRun + r] = KeyAt(x, starts[j] + r);
+      keys[j * kRun + r] = KeyOf(x, starts[j] + r);
     }
   }
   SampledTopKPlanner planner(std::move(keys), d, k, options);
+  std::vector<uint32_t> cand_keys;
   while (true) {
     st->threshold_key = planner.key();
-    const int64_t n = SelectAtLeast(x, d, planner.key(), planner.cap(), indices,
-                                    options.num_threads);
+    const int64_t n =
+        SelectAtLeastImpl(x, d, planner.key(), planner.cap(), indices,
+                          &cand_keys, options.num_threads);
     ++st->passes;
     switch (planner.Observe(n)) {
       case SampledTopKPlanner::Step::kTrimToK:
-        TopKOfCandidates(x, k, indices);
+        TopKOfCandidates(k, indices, cand_keys);
         return;
       case SampledTopKPlanner::Step::kAccept:
         return;

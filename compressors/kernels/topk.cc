@@ -21,12 +21,6 @@ constexpr int64_t kMinPerThread = int64_t{1} << 16;
 // most d / kCandidateDivisor entries (it then needs 8 bytes per candidate).
 constexpr int64_t kCandidateDivisor = 8;
 
-inline uint32_t KeyAt(const float* x, int64_t i) {
-  uint32_t bits;
-  std::memcpy(&bits, x + i, sizeof(bits));
-  return bits & 0x7fffffffu;
-}
-
 // Where the k-th largest key lies: entries with (key >> shift) > prefix are
 // all taken, `ties` of those with (key >> shift) == prefix are taken (the
 // lowest-index ones). gt[t] / eq[t] count both kinds in thread t's chunk.
@@ -58,10 +52,10 @@ void Histogram(const float* x, int64_t d, int threads, int level,
       std::vector<uint32_t> h2(bins, 0);
       int64_t i = begin;
       for (; i + 1 < end; i += 2) {
-        ++h[KeyAt(x, i) >> shift];
-        ++h2[KeyAt(x, i + 1) >> shift];
+        ++h[KeyOf(x, i) >> shift];
+        ++h2[KeyOf(x, i + 1) >> shift];
       }
-      if (i < end) ++h[KeyAt(x, i) >> shift];
+      if (i < end) ++h[KeyOf(x, i) >> shift];
       for (int b = 0; b < bins; ++b) h[b] += h2[b];
       return;
     }
