@@ -159,4 +159,30 @@ absl::StatusOr<int> Join() {
   return e->Join();
 }
 
+absl::StatusOr<std::vector<BucketReport>> BucketReports() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().Reports();
+}
+
+absl::StatusOr<int64_t> BytesSent() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().bytes_sent();
+}
+
+absl::Status NotifyLearningRateDrop() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  engine->compression().OnLearningRateDrop();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SaveCompressionState() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().SaveState();
+}
+
+absl::Status LoadCompressionState(const std::string& state) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().LoadState(state);
+}
+
 }  // namespace terse

@@ -22,6 +22,7 @@
 #include "collectives/communicator.h"  // terse::ReduceOp.
 #include "common/config.h"
 #include "common/tensor_view.h"
+#include "engine/compressed_reducer.h"  // BucketReport.
 #include "engine/types.h"  // Handle, DoneCallback, AllgatherResult.
 
 namespace terse {
@@ -79,6 +80,16 @@ absl::Status Barrier();
 // ranks until every rank has called Join. Blocks until all ranks joined.
 // Returns the last rank that joined.
 absl::StatusOr<int> Join();
+
+// Compression (engine/compressed_reducer.h): what every bucket did on its
+// last step, the bytes this rank has sent, and the checkpoint of the
+// compression state (policies and error-feedback residuals).
+absl::StatusOr<std::vector<BucketReport>> BucketReports();
+absl::StatusOr<int64_t> BytesSent();
+// The learning rate was just lowered (Accordion switches to its low CF).
+absl::Status NotifyLearningRateDrop();
+absl::StatusOr<std::string> SaveCompressionState();
+absl::Status LoadCompressionState(const std::string& state);
 
 }  // namespace terse
 

@@ -1,5 +1,7 @@
 #include "engine/bucket_assigner.h"
 
+#include <utility>
+
 #include "engine/tensor_entry.h"
 
 namespace terse {
@@ -12,14 +14,23 @@ int64_t ResponseCount(const proto::Response& r) {
 
 }  // namespace
 
-BucketAssigner::BucketAssigner(int64_t threshold_bytes)
-    : threshold_(threshold_bytes) {}
+BucketAssigner::BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
+                               GroupFunction group, SoloFilter solo)
+    : threshold_(threshold_bytes),
+      solo_bytes_(solo_bytes),
+      group_(std::move(group)),
+      solo_filter_(std::move(solo)) {}
 
 bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
   return static_cast<int32_t>(b.dtype) == r.dtype() &&
          b.cuda == (r.device() >= 0) &&
          static_cast<int32_t>(b.reduce_op) == r.reduce_op() &&
-         b.prescale == r.prescale() && b.postscale == r.postscale();
+         b.prescale == r.prescale() && b.postscale == r.postscale() &&
+         b.group == GroupOf(r.names(0));
+}
+
+std::string BucketAssigner::GroupOf(const std::string& name) const {
+  return group_ ? group_(name) : std::string();
 }
 
 int BucketAssigner::NewBucket(const proto::Response& r) {
@@ -30,6 +41,7 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.cuda = r.device() >= 0;
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
+  b.group = r.names_size() > 0 ? GroupOf(r.names(0)) : std::string();
   b.postscale = r.postscale();
   return id;
 }
@@ -74,7 +86,7 @@ bool BucketAssigner::MarkReady(const std::string& name) {
 std::vector<int> BucketAssigner::OnReady(
     const std::vector<const proto::Response*>& ready) {
   std::vector<int> completed;
-  // Buckets opened in this call, by position in `open`.
+  // The bucket of each key opened last in this call (next fit).
   std::vector<int> open;
   for (const proto::Response* r : ready) {
     const std::string& name = r->names(0);
@@ -97,17 +109,25 @@ std::vector<int> BucketAssigner::OnReady(
     const int64_t bytes =
         count *
         static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r->dtype())));
+    const bool solo = solo_bytes_ > 0 && bytes >= solo_bytes_ &&
+                      (!solo_filter_ || solo_filter_(name));
     int target = -1;
-    for (int id : open) {
-      const Bucket& b = buckets_.at(id);
-      if (SameKey(b, *r) && b.bytes + bytes <= threshold_) {
-        target = id;
+    if (!solo) {
+      for (size_t k = 0; k < open.size(); ++k) {
+        const Bucket& b = buckets_.at(open[k]);
+        if (!SameKey(b, *r)) continue;
+        if (b.bytes + bytes <= threshold_) {
+          target = open[k];
+        } else {
+          target = NewBucket(*r);
+          open[k] = target;
+        }
         break;
       }
     }
     if (target < 0) {
       target = NewBucket(*r);
-      open.push_back(target);
+      if (!solo) open.push_back(target);
     }
     Bucket& b = buckets_.at(target);
     b.members.push_back(BucketMember{name, count});
@@ -160,6 +180,7 @@ std::vector<int> BucketAssigner::Tick(int64_t stuck_limit) {
     const int fresh = NewBucket(key);
     Bucket& nb = buckets_.at(fresh);
     Bucket& ob = buckets_.at(id);
+    nb.group = ob.group;
     const int64_t elem = static_cast<int64_t>(DataTypeSize(ob.dtype));
     nb.members = std::move(ready_members);
     nb.ready.assign(nb.members.size(), true);

@@ -3,11 +3,15 @@
 //
 // Assignment (identical on every rank because it only consumes the
 // negotiated responses, which every rank receives in the same order): the
-// first time a tensor is ready on every rank it joins a bucket created in the
-// same negotiation cycle with the same key (dtype, device kind, reduce op,
-// prescale, postscale) while that bucket stays within the fusion threshold
-// (a tensor larger than the threshold gets a bucket of its own); otherwise it
-// opens a new bucket. From then on the bucket keeps its members and order, so
+// first time a tensor is ready on every rank it is appended to the bucket
+// most recently opened in the same negotiation cycle with the same key
+// (dtype, device kind, reduce op, prescale, postscale) if that bucket stays
+// within the fusion threshold; otherwise it opens a new bucket (next fit, so
+// a bucket's members are consecutive in negotiated order among tensors of
+// that key). A tensor of at least `solo_bytes` gets a bucket of its own and
+// leaves the open bucket open: copying a large tensor into a fusion buffer
+// costs more than the one extra collective it saves, and alone it is reduced
+// in place. From then on the bucket keeps its members and order, so
 // per-bucket state (fusion buffer, later compressor state) survives across
 // steps, and a bucket runs once every member is ready on every rank.
 //
@@ -23,6 +27,7 @@
 #define TERSE_ENGINE_BUCKET_ASSIGNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +51,7 @@ struct Bucket {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  std::string group;  // See BucketAssigner's group function.
   std::vector<BucketMember> members;
   int64_t count = 0;  // Sum of member counts.
   int64_t bytes = 0;
@@ -62,7 +68,17 @@ struct Bucket {
 
 class BucketAssigner {
  public:
-  explicit BucketAssigner(int64_t threshold_bytes);
+  // `group` maps a tensor name to its group; tensors of different groups
+  // never share a bucket. It must be deterministic and the same on every
+  // rank. Null: one group.
+  using GroupFunction = std::function<std::string(const std::string&)>;
+  // Whether a tensor may get a bucket of its own for its size (e.g. only
+  // uncompressed ones: a compressed bucket copies anyway). Null: all may.
+  using SoloFilter = std::function<bool(const std::string&)>;
+  // `solo_bytes` <= 0: no tensor is put alone because of its size alone
+  // (it still is when larger than the threshold).
+  BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
+                 GroupFunction group = nullptr, SoloFilter solo = nullptr);
 
   // One cycle's EXECUTE allreduce responses, in negotiated order: assigns
   // the tensors seen for the first time (or with changed parameters), then
@@ -105,7 +121,12 @@ class BucketAssigner {
   // Marks `name` ready; true if its bucket just became complete.
   bool MarkReady(const std::string& name);
 
+  std::string GroupOf(const std::string& name) const;
+
   const int64_t threshold_;
+  const int64_t solo_bytes_;
+  const GroupFunction group_;
+  const SoloFilter solo_filter_;
   int next_id_ = 0;
   std::map<int, Bucket> buckets_;
   absl::flat_hash_map<std::string, Place> places_;

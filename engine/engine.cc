@@ -10,13 +10,10 @@
 #include "collectives/reduce.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "compressors/registry.h"
 
 namespace terse {
 namespace {
-
-// A bucket that stays partially ready this long (in cycles of the configured
-// length) is split; see bucket_assigner.h.
-constexpr double kBucketSplitSeconds = 2.0;
 
 absl::Status ShutDownError() {
   return absl::AbortedError("terse was shut down");
@@ -121,15 +118,16 @@ std::string TimelinePath(const std::string& path, int rank) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
-    const Config& config, CommunicatorRegistry* registry) {
+    const Config& config, CommunicatorRegistry* registry,
+    const EngineOptions& options) {
   if (registry == nullptr) {
     return absl::InvalidArgumentError("Engine::Create: null registry");
   }
-  return Start(config, registry, nullptr);
+  return Start(config, registry, nullptr, options);
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config,
-                                                       Communicator* comm) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const Config& config, Communicator* comm, const EngineOptions& options) {
   if (comm == nullptr) {
     return absl::InvalidArgumentError("Engine::Create: null communicator");
   }
@@ -146,26 +144,29 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config,
       std::unique_ptr<CommunicatorRegistry> registry,
       CommunicatorRegistry::Create(borrowed, std::move(table)));
   CommunicatorRegistry* raw = registry.get();
-  return Start(config, raw, std::move(registry));
+  return Start(config, raw, std::move(registry), options);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     const Config& config, CommunicatorRegistry* registry,
-    std::unique_ptr<CommunicatorRegistry> owned_registry) {
+    std::unique_ptr<CommunicatorRegistry> owned_registry,
+    const EngineOptions& options) {
   const int rank = registry->control()->rank();
   std::unique_ptr<Timeline> timeline;
   const std::string path = TimelinePath(config.timeline_path, rank);
   if (!path.empty()) {
     TERSE_ASSIGN_OR_RETURN(timeline, Timeline::Open(path, rank));
   }
-  std::unique_ptr<Engine> engine(new Engine(
-      config, registry, std::move(owned_registry), std::move(timeline)));
+  std::unique_ptr<Engine> engine(new Engine(config, options, registry,
+                                            std::move(owned_registry),
+                                            std::move(timeline)));
   Engine* e = engine.get();
   e->thread_ = std::thread([e] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(const Config& config, CommunicatorRegistry* registry,
+Engine::Engine(const Config& config, const EngineOptions& options,
+               CommunicatorRegistry* registry,
                std::unique_ptr<CommunicatorRegistry> owned_registry,
                std::unique_ptr<Timeline> timeline)
     : config_(config),
@@ -177,14 +178,27 @@ Engine::Engine(const Config& config, CommunicatorRegistry* registry,
       local_rank_(comm_->local_rank()),
       local_size_(comm_->local_size()),
       stuck_limit_(std::max<int64_t>(
-          10, static_cast<int64_t>(kBucketSplitSeconds * 1000.0 /
+          10, static_cast<int64_t>(options.bucket_split_seconds * 1000.0 /
                                    std::max(config.cycle_time_ms, 0.01)))),
       timeline_(std::move(timeline)),
       negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
                                            config.stall_check_seconds,
                                            config.stall_shutdown_seconds}),
-      buckets_(config.fusion_threshold_bytes),
-      executor_(comm_, &dense_reducer_, timeline_.get()) {}
+      buckets_(
+          config.fusion_threshold_bytes, options.solo_bytes,
+          [config](const std::string& name) {
+            // Tensors under different compression policies never share a
+            // bucket, so each bucket has one policy.
+            const CompressionChoice c = ChooseCompression(name, config);
+            return absl::StrCat(c.name, ":", c.cf);
+          },
+          [config](const std::string& name) {
+            // Only dense tensors are reduced alone in place; a compressed
+            // bucket copies into its buffer anyway.
+            return ChooseCompression(name, config).name == "none";
+          }),
+      reducer_(config, rank_, size_),
+      executor_(comm_, &reducer_, timeline_.get()) {}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 
@@ -416,8 +430,11 @@ void Engine::RunBucket(int id, Clock::time_point ready_at) {
   // the collective; the error reaches every rank in the next cycle.
   absl::Status status = executor_.Run(bucket, entries, ready_at);
   if (!status.ok() && local_error_.ok()) local_error_ = status;
-  for (const BucketMember& m : bucket.members) Finish(m.name, status);
+  std::vector<std::string> names;
+  names.reserve(bucket.members.size());
+  for (const BucketMember& m : bucket.members) names.push_back(m.name);
   buckets_.Reset(id);
+  FinishAll(names, status);
 }
 
 void Engine::RunBroadcast(const proto::Response& r,
@@ -522,6 +539,26 @@ void Engine::Finish(const std::string& name, const absl::Status& status,
   queue_.Release(name);
   if (entry.callback) entry.callback(status);
   handles_.Complete(entry.handle, status, std::move(result));
+}
+
+void Engine::FinishAll(const std::vector<std::string>& names,
+                       const absl::Status& status) {
+  std::vector<TensorEntry> entries;
+  std::vector<std::string> released;
+  std::vector<Handle> handles;
+  entries.reserve(names.size());
+  for (const std::string& name : names) {
+    auto node = in_flight_.extract(name);
+    if (node.empty()) continue;
+    released.push_back(name);
+    handles.push_back(node.mapped().handle);
+    entries.push_back(std::move(node.mapped()));
+  }
+  queue_.ReleaseAll(released);
+  for (TensorEntry& e : entries) {
+    if (e.callback) e.callback(status);
+  }
+  handles_.CompleteAll(handles, status);
 }
 
 void Engine::Stop(const absl::Status& cause, bool fatal) {

@@ -44,6 +44,7 @@
 #include "engine/bucket_assigner.h"
 #include "engine/bucket_executor.h"
 #include "engine/bucket_reducer.h"
+#include "engine/compressed_reducer.h"
 #include "engine/handle_table.h"
 #include "engine/negotiator.h"
 #include "engine/tensor_queue.h"
@@ -62,6 +63,17 @@ struct EngineStats {
   int64_t cache_entries = 0;
 };
 
+// Engine tunables that are not TERSE_* knobs (tests and benchmarks).
+struct EngineOptions {
+  // A bucket that stays partially ready for this long, counted in cycles of
+  // the configured length, is split (see bucket_assigner.h).
+  double bucket_split_seconds = 2.0;
+  // Tensors of at least this many bytes get a bucket of their own and are
+  // reduced in place (see bucket_assigner.h): above about 1 MiB a fusion copy
+  // in and out costs more than the extra collective call.
+  int64_t solo_bytes = int64_t{1} << 20;
+};
+
 class Engine {
  public:
   // Starts an engine for rank control()->rank() of control()->size() of
@@ -73,11 +85,13 @@ class Engine {
   // 0, or by every rank when the path contains "{rank}" (replaced by the
   // rank). Error: unwritable timeline path.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
-      const Config& config, CommunicatorRegistry* registry);
+      const Config& config, CommunicatorRegistry* registry,
+      const EngineOptions& options = EngineOptions());
   // Same over a single communicator for every CPU tensor (tests: a loopback
   // rank); `comm` is not owned and must outlive the engine.
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(const Config& config,
-                                                        Communicator* comm);
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const Config& config, Communicator* comm,
+      const EngineOptions& options = EngineOptions());
   ~Engine();  // Shutdown().
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -132,12 +146,17 @@ class Engine {
   // Rank 0: the last stall warning logged (empty if none).
   std::string last_stall_warning() const;
   EngineStats stats() const;
+  // The compression state of the buckets (reports, checkpoints); the
+  // reducer is thread-safe for these calls.
+  CompressedReducer& compression() { return reducer_; }
 
  private:
   static absl::StatusOr<std::unique_ptr<Engine>> Start(
       const Config& config, CommunicatorRegistry* registry,
-      std::unique_ptr<CommunicatorRegistry> owned_registry);
-  Engine(const Config& config, CommunicatorRegistry* registry,
+      std::unique_ptr<CommunicatorRegistry> owned_registry,
+      const EngineOptions& options);
+  Engine(const Config& config, const EngineOptions& options,
+         CommunicatorRegistry* registry,
          std::unique_ptr<CommunicatorRegistry> owned_registry,
          std::unique_ptr<Timeline> timeline);
 
@@ -154,6 +173,10 @@ class Engine {
   // Completes and forgets the in-flight op `name` (if this rank has it).
   void Finish(const std::string& name, const absl::Status& status,
               AllgatherResult result = {});
+  // Finish() for several ops with one status: one lock each for the queue
+  // and the handles, so waiters wake up once.
+  void FinishAll(const std::vector<std::string>& names,
+                 const absl::Status& status);
   void Stop(const absl::Status& cause, bool fatal);
 
   const Config config_;
@@ -174,7 +197,7 @@ class Engine {
   // Background thread only.
   Negotiator negotiator_;
   BucketAssigner buckets_;
-  DenseAllreduceReducer dense_reducer_;
+  CompressedReducer reducer_;  // Dense where nothing is to be compressed.
   BucketExecutor executor_;
   absl::flat_hash_map<std::string, TensorEntry> in_flight_;
   absl::Status local_error_;

@@ -334,7 +334,8 @@ std::vector<Scenario> ErrorScenarios() {
       {"ShutdownWithPending", nullptr, ShutdownWithPending,
        /*stops_engine=*/true},
       {"JoinContributesZeros", nullptr, JoinContributesZeros},
-      {"BucketSplit", [](Config* c) { c->cycle_time_ms = 2; }, BucketSplit},
+      {"BucketSplit", nullptr, BucketSplit, /*stops_engine=*/false,
+       EngineOptions{/*bucket_split_seconds=*/0.05}},
   };
 }
 

@@ -17,6 +17,7 @@ namespace {
 std::vector<Scenario> All() {
   std::vector<Scenario> all = CorrectnessScenarios();
   for (Scenario& s : ErrorScenarios()) all.push_back(std::move(s));
+  for (Scenario& s : CompressionScenarios()) all.push_back(std::move(s));
   return all;
 }
 
@@ -24,8 +25,9 @@ absl::Status RunOnMpi(const Scenario& scenario) {
   const Config config = ScenarioConfig(scenario);
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> registry,
                          CommunicatorRegistry::Create(config));
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                         Engine::Create(config, registry.get()));
+  TERSE_ASSIGN_OR_RETURN(
+      std::unique_ptr<Engine> engine,
+      Engine::Create(config, registry.get(), scenario.options));
   const int rank = engine->rank();
   return FinishScenario(scenario, rank, std::move(engine));
 }

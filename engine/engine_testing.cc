@@ -37,7 +37,7 @@ absl::Status RunOnLoopback(int size, const Scenario& scenario) {
   const Config config = ScenarioConfig(scenario);
   return RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                           Engine::Create(config, comm));
+                           Engine::Create(config, comm, scenario.options));
     return FinishScenario(scenario, rank, std::move(engine));
   });
 }

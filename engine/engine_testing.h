@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,12 +28,20 @@ struct Scenario {
   // The body leaves the engine stopped (shutdown or fatal error): no final
   // barrier.
   bool stops_engine = false;
+  EngineOptions options;
 };
+
+// gtest prints a parameter by its name.
+inline void PrintTo(const Scenario& scenario, std::ostream* os) {
+  *os << scenario.name;
+}
 
 // Sums, orders, fusion, dtypes, sizes, broadcast, allgather, cache.
 std::vector<Scenario> CorrectnessScenarios();
 // Mismatches, bad arguments, stalls, shutdown, join, bucket split.
 std::vector<Scenario> ErrorScenarios();
+// The compressing reducer through the engine: conservation, identical sums.
+std::vector<Scenario> CompressionScenarios();
 
 // Defaults with a 1 ms cycle and no timeline, then scenario.configure.
 Config ScenarioConfig(const Scenario& scenario);

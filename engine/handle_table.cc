@@ -40,6 +40,17 @@ void HandleTable::Complete(Handle handle, absl::Status status,
   state.result = std::move(result);
 }
 
+void HandleTable::CompleteAll(const std::vector<Handle>& handles,
+                              const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  for (Handle handle : handles) {
+    auto it = states_.find(handle);
+    if (it == states_.end() || it->second->done) continue;
+    it->second->done = true;
+    it->second->status = status;
+  }
+}
+
 absl::StatusOr<bool> HandleTable::Poll(Handle handle) const {
   absl::MutexLock lock(&mu_);
   auto it = states_.find(handle);

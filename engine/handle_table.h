@@ -7,6 +7,7 @@
 #define TERSE_ENGINE_HANDLE_TABLE_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -32,6 +33,10 @@ class HandleTable {
   // its result) and wakes its waiters. Completing twice keeps the first.
   void Complete(Handle handle, absl::Status status,
                 AllgatherResult result = {});
+
+  // Complete() for several handles under one lock (one wake-up of waiters).
+  void CompleteAll(const std::vector<Handle>& handles,
+                   const absl::Status& status);
 
   // True once complete. NotFound for an unknown or released handle.
   absl::StatusOr<bool> Poll(Handle handle) const;

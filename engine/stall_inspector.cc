@@ -65,8 +65,9 @@ StallInspector::Verdict StallInspector::Inspect(
   Verdict verdict;
   if (pending.empty()) return verdict;
   if (shutdown_seconds_ > 0) {
-    std::string list = Describe(pending, joined, now, shutdown_seconds_);
-    if (!list.empty()) {
+    if (!Describe(pending, joined, now, shutdown_seconds_).empty()) {
+      // Every pending op fails, so list all of them, whatever their age.
+      const std::string list = Describe(pending, joined, now, 0);
       verdict.shutdown = absl::DeadlineExceededError(
           absl::StrCat("stalled for more than ", shutdown_seconds_,
                        " s (TERSE_STALL_SHUTDOWN_SECONDS): ", list));

@@ -4,8 +4,8 @@
 // Runs on rank 0 over the coordinator's table (ops cached on every rank fall
 // back to the coordinator when they wait too long, see negotiator.h). The
 // warning lists, per op, which ranks submitted it and which did not; after
-// TERSE_STALL_SHUTDOWN_SECONDS (if > 0) the same list becomes the error that
-// fails every pending op on every rank.
+// TERSE_STALL_SHUTDOWN_SECONDS (if > 0) the list of every op still missing
+// some ranks becomes the error that fails every pending op on every rank.
 //
 // Not thread-safe; lives on rank 0's background thread.
 #ifndef TERSE_ENGINE_STALL_INSPECTOR_H_

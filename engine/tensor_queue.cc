@@ -29,6 +29,11 @@ void TensorQueue::Release(const std::string& name) {
   in_flight_.erase(name);
 }
 
+void TensorQueue::ReleaseAll(const std::vector<std::string>& names) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& name : names) in_flight_.erase(name);
+}
+
 void TensorQueue::Close(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (closed_.ok()) closed_ = std::move(status);

@@ -34,6 +34,8 @@ class TensorQueue {
 
   // The op named `name` completed: the name may be used again.
   void Release(const std::string& name);
+  // Release() for several names under one lock.
+  void ReleaseAll(const std::vector<std::string>& names);
 
   // Refuses later pushes with `status` (the first Close wins).
   void Close(absl::Status status);
