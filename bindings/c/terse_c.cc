@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +31,10 @@ struct terse_error {
 
 struct terse_allgather_result {
   terse::AllgatherResult result;
+};
+
+struct terse_bucket_reports {
+  std::vector<terse::BucketReport> reports;
 };
 
 namespace terse {
@@ -443,5 +448,95 @@ terse_error* terse_join(int* last_rank) {
     return terse::ToError(terse::CheckOut(last_rank, "last_rank"));
   return terse::Store(terse::Join(), last_rank);
 }
+
+terse_error* terse_bucket_reports_get(terse_bucket_reports** reports) {
+  if (!reports) return terse::ToError(terse::CheckOut(reports, "reports"));
+  absl::StatusOr<std::vector<terse::BucketReport>> got = terse::BucketReports();
+  if (!got.ok()) return terse::ToError(got.status());
+  *reports = new terse_bucket_reports{*std::move(got)};
+  return nullptr;
+}
+
+int terse_bucket_reports_count(const terse_bucket_reports* reports) {
+  return static_cast<int>(reports->reports.size());
+}
+
+int terse_bucket_report_bucket(const terse_bucket_reports* reports, int index) {
+  return reports->reports.at(index).bucket;
+}
+
+int terse_bucket_report_tensors(const terse_bucket_reports* reports,
+                                int index) {
+  return reports->reports.at(index).tensors;
+}
+
+int64_t terse_bucket_report_bytes(const terse_bucket_reports* reports,
+                                  int index) {
+  return reports->reports.at(index).bytes;
+}
+
+const char* terse_bucket_report_policy(const terse_bucket_reports* reports,
+                                       int index) {
+  return reports->reports.at(index).policy.c_str();
+}
+
+const char* terse_bucket_report_compressor(const terse_bucket_reports* reports,
+                                           int index) {
+  return reports->reports.at(index).compressor.c_str();
+}
+
+double terse_bucket_report_cf(const terse_bucket_reports* reports, int index) {
+  return reports->reports.at(index).cf;
+}
+
+int64_t terse_bucket_report_bytes_sent(const terse_bucket_reports* reports,
+                                       int index) {
+  return reports->reports.at(index).bytes_sent;
+}
+
+int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
+                                  int index) {
+  return reports->reports.at(index).steps;
+}
+
+void terse_bucket_reports_free(terse_bucket_reports* reports) {
+  delete reports;
+}
+
+terse_error* terse_bytes_sent(int64_t* bytes) {
+  if (!bytes) return terse::ToError(terse::CheckOut(bytes, "bytes"));
+  return terse::Store(terse::BytesSent(), bytes);
+}
+
+terse_error* terse_notify_learning_rate_drop(void) {
+  return terse::ToError(terse::NotifyLearningRateDrop());
+}
+
+terse_error* terse_save_compression_state(char** data, size_t* size) {
+  if (!data || !size) {
+    return terse::ToError(terse::CheckOut(nullptr, "data or size"));
+  }
+  absl::StatusOr<std::string> state = terse::SaveCompressionState();
+  if (!state.ok()) return terse::ToError(state.status());
+  // At least one byte, so an empty state is not a NULL pointer.
+  *data = static_cast<char*>(std::malloc(state->size() + 1));
+  if (*data == nullptr) {
+    return terse::ToError(absl::ResourceExhaustedError(
+        "out of memory for the compression state"));
+  }
+  std::memcpy(*data, state->data(), state->size());
+  *size = state->size();
+  return nullptr;
+}
+
+terse_error* terse_load_compression_state(const char* data, size_t size) {
+  if (data == nullptr && size > 0) {
+    return terse::ToError(terse::CheckOut(data, "data"));
+  }
+  return terse::ToError(terse::LoadCompressionState(
+      size == 0 ? std::string() : std::string(data, size)));
+}
+
+void terse_free(void* memory) { std::free(memory); }
 
 }  // extern "C"

@@ -149,6 +149,44 @@ terse_error* terse_barrier(void);
  * rank joined. *last_rank: the last rank that joined. */
 terse_error* terse_join(int* last_rank);
 
+/* Compression (engine/compressed_reducer.h). */
+
+/* What every bucket did on its last step. Strings are valid until the
+ * reports are freed; `index` in [0, terse_bucket_reports_count). */
+typedef struct terse_bucket_reports terse_bucket_reports;
+terse_error* terse_bucket_reports_get(terse_bucket_reports** reports);
+int terse_bucket_reports_count(const terse_bucket_reports* reports);
+int terse_bucket_report_bucket(const terse_bucket_reports* reports, int index);
+int terse_bucket_report_tensors(const terse_bucket_reports* reports, int index);
+/* Dense bytes of the bucket. */
+int64_t terse_bucket_report_bytes(const terse_bucket_reports* reports,
+                                  int index);
+/* Describe() of its policy, or "none". */
+const char* terse_bucket_report_policy(const terse_bucket_reports* reports,
+                                       int index);
+/* What it sent last step ("none": dense). */
+const char* terse_bucket_report_compressor(const terse_bucket_reports* reports,
+                                           int index);
+/* Compression factor sent last step. */
+double terse_bucket_report_cf(const terse_bucket_reports* reports, int index);
+/* Bytes this rank sent for it last step. */
+int64_t terse_bucket_report_bytes_sent(const terse_bucket_reports* reports,
+                                       int index);
+int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
+                                  int index);
+void terse_bucket_reports_free(terse_bucket_reports* reports);
+
+/* Bytes this rank has sent through the compression path so far. */
+terse_error* terse_bytes_sent(int64_t* bytes);
+/* The learning rate was just lowered (Accordion switches to its low CF). */
+terse_error* terse_notify_learning_rate_drop(void);
+/* A checkpoint of the compression state (policies, error-feedback
+ * residuals): *data (malloc'ed, release with terse_free) of *size bytes. */
+terse_error* terse_save_compression_state(char** data, size_t* size);
+terse_error* terse_load_compression_state(const char* data, size_t size);
+/* Releases memory this library malloc'ed for the caller. */
+void terse_free(void* memory);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

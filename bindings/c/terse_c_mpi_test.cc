@@ -312,6 +312,38 @@ TEST_F(TerseCMpiTest, CallbackEnqueuesTheNextOperation) {
   EXPECT_EQ(terse_is_initialized(), 1);
 }
 
+// The compression reports and state go through the ABI (no compression
+// here: every bucket reports "none"; the state survives a round trip).
+TEST_F(TerseCMpiTest, CompressionReportsAndState) {
+  std::vector<float> g(4096, 1.0f);
+  const int64_t shape[] = {4096};
+  Outcome o;
+  ASSERT_TRUE(Ok(terse_allreduce_async(
+      "report", g.data(), g.data(), 4096, TERSE_FLOAT32, TERSE_DEVICE_CPU,
+      shape, 1, TERSE_OP_SUM, 1.0, 1.0, &Outcome::Done, &o, nullptr)));
+  ASSERT_EQ(o.Await(), 0) << o.message();
+  terse_bucket_reports* reports = nullptr;
+  ASSERT_TRUE(Ok(terse_bucket_reports_get(&reports)));
+  for (int i = 0; i < terse_bucket_reports_count(reports); ++i) {
+    EXPECT_GE(terse_bucket_report_bytes(reports, i), 0);
+    EXPECT_GE(terse_bucket_report_tensors(reports, i), 0);
+    EXPECT_NE(terse_bucket_report_policy(reports, i), nullptr);
+    EXPECT_NE(terse_bucket_report_compressor(reports, i), nullptr);
+    EXPECT_GE(terse_bucket_report_cf(reports, i), 1.0);
+  }
+  terse_bucket_reports_free(reports);
+  int64_t sent = -1;
+  ASSERT_TRUE(Ok(terse_bytes_sent(&sent)));
+  EXPECT_GE(sent, 0);
+  EXPECT_TRUE(Ok(terse_notify_learning_rate_drop()));
+  char* state = nullptr;
+  size_t size = 0;
+  ASSERT_TRUE(Ok(terse_save_compression_state(&state, &size)));
+  ASSERT_NE(state, nullptr);
+  EXPECT_TRUE(Ok(terse_load_compression_state(state, size)));
+  terse_free(state);
+}
+
 // Rank 0 enqueues an op no other rank joins; shutdown fails it through the
 // callback before returning.
 TEST(TerseCMpiShutdownTest, PendingCallbackRunsBeforeShutdownReturns) {
