@@ -1,0 +1,272 @@
+"""DistributedOptimizer: wraps a torch optimizer so step() uses gradients
+reduced across every rank.
+
+Each gradient is handed to the engine from its accumulation hook as soon as
+backward() has produced it, so communication overlaps the rest of the
+backward pass; step() waits for all of them (synchronize()) and then runs the
+wrapped optimizer's step.
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = terse.DistributedOptimizer(opt, model.named_parameters())
+    for x, y in data:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+Semantics (as Horovod's and DDP's):
+  * op=Average: the gradient is averaged over ranks; op=Sum: summed.
+  * backward_passes_per_step=k: gradients accumulate locally (summed, as
+    autograd does) over k backward passes and are reduced once; scale the
+    loss by 1/k for the mean over the passes.
+  * A parameter that got no gradient on this rank by step() is reduced as
+    zeros (its .grad becomes a zero tensor), so the ranks that did produce one
+    never wait for it.
+  * gradient_predivide_factor f: with op=Average, gradients are multiplied by
+    1/f before the reduction and by f/size after it.
+"""
+
+import contextlib
+import warnings
+
+import torch
+
+from terse import basics
+from terse.compression import Compression
+from terse.torch import ops
+
+_STATE_KEY = "terse"
+_STATE_VERSION = 1
+
+
+class _DistributedOptimizer:
+    """Mixed into a subclass of the wrapped optimizer's class."""
+
+    def _terse_setup(self, named_parameters, compression,
+                     backward_passes_per_step, op, gradient_predivide_factor):
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1, got "
+                             f"{backward_passes_per_step}")
+        if op not in (ops.Average, ops.Sum):
+            raise ValueError("op must be terse.torch.Average or "
+                             "terse.torch.Sum")
+        if gradient_predivide_factor <= 0:
+            raise ValueError("gradient_predivide_factor must be > 0")
+        if op != ops.Average and gradient_predivide_factor != 1.0:
+            raise ValueError("gradient_predivide_factor applies to "
+                             "op=Average only")
+        self._terse_compression = (None if compression is None else
+                                   Compression.get(compression))
+        # Fails now, not in the first backward, if the engine cannot apply it.
+        basics.compression_arg(self._terse_compression)
+        self._terse_passes = backward_passes_per_step
+        self._terse_op = op
+        self._terse_predivide = float(gradient_predivide_factor)
+        self._terse_names = self._terse_name_parameters(named_parameters)
+        self._terse_params = [p for group in self.param_groups
+                              for p in group["params"] if p.requires_grad]
+        self._terse_passes_left = {p: backward_passes_per_step
+                                   for p in self._terse_params}
+        self._terse_handles = {}      # parameter -> handle
+        self._terse_synchronized = False
+        self._terse_skip_synchronize = False
+        self._terse_steps = 0
+        self._terse_grad_accs = []
+        self._terse_register_hooks()
+
+    def _terse_name_parameters(self, named_parameters):
+        all_params = [p for group in self.param_groups
+                      for p in group["params"]]
+        if named_parameters is None:
+            return {p: f"param.{i}" for i, p in enumerate(all_params)}
+        named = list(named_parameters)
+        if any(not (isinstance(item, tuple) and len(item) == 2)
+               for item in named):
+            raise ValueError("named_parameters must be (name, parameter) "
+                             "pairs, e.g. model.named_parameters()")
+        names = [name for name, _ in named]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError("named_parameters holds these names more than "
+                             f"once: {duplicates}")
+        by_param = {p: name for name, p in named}
+        unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
+        if unnamed:
+            raise ValueError(
+                f"{len(unnamed)} parameter(s) of the optimizer are not in "
+                "named_parameters (positions "
+                f"{unnamed[:5]}); pass the model's named_parameters()")
+        return {p: by_param[p] for p in all_params}
+
+    def _terse_register_hooks(self):
+        for p in self._terse_params:
+            # The AccumulateGrad node of p: its hooks run once p.grad holds
+            # this backward pass's gradient.
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._terse_make_hook(p))
+            self._terse_grad_accs.append(accumulator)
+
+    def _terse_make_hook(self, p):
+        def hook(*unused):
+            if p in self._terse_handles:
+                raise RuntimeError(
+                    f"the gradient of '{self._terse_names[p]}' was computed "
+                    "more than backward_passes_per_step="
+                    f"{self._terse_passes} times before step(); raise "
+                    "backward_passes_per_step to accumulate locally")
+            self._terse_passes_left[p] -= 1
+            if self._terse_passes_left[p] == 0:
+                self._terse_handles[p] = self._terse_reduce_async(p)
+        return hook
+
+    def _terse_reduce_async(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        prescale, postscale = 1.0, 1.0
+        if self._terse_op == ops.Average:
+            prescale = 1.0 / self._terse_predivide
+            postscale = self._terse_predivide
+        return ops.allreduce_async_(
+            p.grad, name=f"grad.{self._terse_names[p]}", op=self._terse_op,
+            prescale_factor=prescale, postscale_factor=postscale,
+            compression=self._terse_compression)
+
+    def synchronize(self):
+        """Reduces every gradient not yet handed over and waits for all.
+
+        After it, each parameter's .grad holds the reduced gradient. step()
+        calls it unless inside skip_synchronize().
+        """
+        for p in self._terse_params:
+            if p not in self._terse_handles:
+                self._terse_handles[p] = self._terse_reduce_async(p)
+        handles = list(self._terse_handles.values())
+        self._terse_handles.clear()
+        for p in self._terse_params:
+            self._terse_passes_left[p] = self._terse_passes
+        first_error = None
+        for handle in handles:
+            try:
+                ops.synchronize(handle)
+            except Exception as e:  # noqa: BLE001 - re-raised below.
+                if first_error is None:
+                    first_error = e
+        if first_error is not None:
+            raise first_error
+        self._terse_synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside this block does not synchronize (call it first):
+
+            optimizer.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
+        self._terse_skip_synchronize = True
+        try:
+            yield
+        finally:
+            self._terse_skip_synchronize = False
+
+    def step(self, closure=None):
+        if not self._terse_skip_synchronize:
+            if self._terse_synchronized and not self._terse_handles:
+                warnings.warn(
+                    "optimizer.step() after optimizer.synchronize() without "
+                    "skip_synchronize(): the gradients are reduced again")
+            self.synchronize()
+        elif not self._terse_synchronized:
+            raise RuntimeError("step() inside skip_synchronize() needs "
+                               "synchronize() to have run first")
+        self._terse_synchronized = False
+        self._terse_steps += 1
+        return super().step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._terse_handles:
+            raise RuntimeError(
+                "zero_grad() while gradients are being reduced: call "
+                "step() or synchronize() after backward() first")
+        return super().zero_grad(*args, **kwargs)
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict plus terse's under 'terse'.
+
+        state['terse'] holds the compression choice and the settings that
+        shape the reduction, the number of steps taken, and 'engine': the
+        engine's per-bucket compression state (error-feedback residuals,
+        controller state). The engine does not export that state yet, so
+        'engine' is empty: a restored run with a stateless choice (none,
+        fp16, bf16) continues exactly; with error feedback it restarts from
+        zero residuals.
+        """
+        state = super().state_dict()
+        choice = self._terse_compression
+        state[_STATE_KEY] = {
+            "version": _STATE_VERSION,
+            "compression": None if choice is None else choice.name,
+            "cf": None if choice is None else choice.cf,
+            "engine_compression": basics.engine_compression().spec(),
+            "backward_passes_per_step": self._terse_passes,
+            "op": ops._OP_NAMES[self._terse_op],
+            "gradient_predivide_factor": self._terse_predivide,
+            "steps": self._terse_steps,
+            "engine": {},
+        }
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        terse_state = state_dict.pop(_STATE_KEY, None)
+        super().load_state_dict(state_dict)
+        if terse_state is None:
+            return
+        if terse_state.get("version") != _STATE_VERSION:
+            raise ValueError("checkpoint holds terse state version "
+                             f"{terse_state.get('version')}, this terse "
+                             f"reads {_STATE_VERSION}")
+        saved = terse_state.get("engine_compression")
+        now = basics.engine_compression().spec()
+        if saved != now:
+            warnings.warn(f"checkpoint was written with compression {saved}, "
+                          f"this run uses {now}")
+        self._terse_steps = int(terse_state.get("steps", 0))
+
+    @property
+    def terse_steps(self):
+        """Steps taken through this wrapper (restored by load_state_dict)."""
+        return self._terse_steps
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
+                         backward_passes_per_step=1, op=ops.Average,
+                         gradient_predivide_factor=1.0):
+    """Wraps `optimizer` so that step() applies rank-reduced gradients.
+
+    optimizer: any torch.optim.Optimizer; the wrapper shares its parameter
+        groups and state (the same objects) and is an instance of its class.
+    named_parameters: model.named_parameters(); names identify gradients
+        across ranks (without it, names follow the optimizer's order).
+    compression: None = the process-wide policy (TERSE_COMPRESSION or
+        init(compression=...)); or a terse.Compression member / name for
+        these gradients.
+    backward_passes_per_step, op, gradient_predivide_factor: see the module
+        docstring.
+    """
+    basics.check_initialized("DistributedOptimizer()")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, "
+                        f"not {type(optimizer).__name__}")
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedOptimizer, base),
+               {"__module__": __name__})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._terse_setup(named_parameters, compression,
+                         backward_passes_per_step, op,
+                         gradient_predivide_factor)
+    return wrapped
+
+
+__all__ = ["DistributedOptimizer"]
