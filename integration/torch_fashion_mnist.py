@@ -123,7 +123,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32,
                         help="images per rank per step")
-    parser.add_argument("--lr", type=float, default=3e-3,
+    parser.add_argument("--lr", type=float, default=5e-3,
                         help="peak learning rate (Adam, one-cycle schedule)")
     parser.add_argument("--compression", default=None,
                         help="compressor name[:cf]; default: TERSE_* policy")

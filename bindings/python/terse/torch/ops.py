@@ -112,12 +112,12 @@ def _describe(tensor, what):
 def _prepare(op, name, tensor):
     """Checks init, the name and the tensor before anything is enqueued."""
     basics.check_initialized(f"{op}()")
-    if name is None:
-        name = _table.auto_name(op)
-    elif not isinstance(name, str) or not name:
+    if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{op}: name must be a non-empty string")
-    _describe(tensor, _what(op, name))
-    return name
+    # Validate before an automatic name is drawn, so a refused call does not
+    # shift this rank's counter against the other ranks'.
+    _describe(tensor, op if name is None else _what(op, name))
+    return _table.auto_name(op) if name is None else name
 
 
 def _what(op, name):
