@@ -77,18 +77,24 @@ class Terse:
     def wrap(self, optimizer, model, compression):
         self.tt.broadcast_parameters(model.state_dict(), root_rank=0)
         self.tt.broadcast_optimizer_state(optimizer, root_rank=0)
-        return self.tt.DistributedOptimizer(
+        self.optimizer = self.tt.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters(),
             compression=compression)
+        self.compression = (self.tt.Compression.get(compression)
+                            if compression else
+                            self.tt.Compression.from_env())
+        return self.optimizer
 
     def sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)
         return self.tt.allreduce(t, name="metrics", op=self.tt.Sum).numpy()
 
     def report(self):
-        """What the engine exposes about traffic and compression."""
-        stats = getattr(self.tt, "engine_stats", None)
-        return stats() if stats else {}
+        """Measured traffic handed to the engine, and the compression policy
+        in force. The engine's API does not report wire bytes or per-bucket
+        compressor/CF yet; nothing is printed for them."""
+        return {"gradient_bytes_reduced": self.optimizer.terse_bytes_reduced,
+                "compression": self.compression.spec()}
 
     def shutdown(self):
         self.tt.shutdown()
@@ -108,13 +114,14 @@ def evaluate(model, x, y, rank, size, comm):
     return total_correct / total
 
 
-def format_report(report):
+def format_report(report, previous):
     parts = []
-    if "bytes_sent" in report:
-        parts.append(f"sent {report['bytes_sent'] / 1e6:.1f} MB")
-    for bucket in report.get("buckets", []):
-        parts.append(f"bucket {bucket['id']}: {bucket['compressor']} "
-                     f"cf {bucket['cf']:g}")
+    if "gradient_bytes_reduced" in report:
+        epoch_bytes = (report["gradient_bytes_reduced"] -
+                       previous.get("gradient_bytes_reduced", 0))
+        parts.append(f"allreduced {epoch_bytes / 1e6:.1f} MB/rank")
+    if "compression" in report:
+        parts.append(f"compression {report['compression']}")
     return "  ".join(parts)
 
 
@@ -163,6 +170,7 @@ def main():
     generator = torch.Generator().manual_seed(args.seed * 1000 + comm.rank)
     train_seconds = 0.0
     accuracy = 0.0
+    last_report = {}
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(x), generator=generator)
         loss_sum = correct = 0.0
@@ -191,7 +199,9 @@ def main():
                     f"test acc {accuracy:.4f}  "
                     f"{images_total / seconds:,.0f} images/s  "
                     f"{seconds:.1f} s")
-            extra = format_report(comm.report())
+            report = comm.report()
+            extra = format_report(report, last_report)
+            last_report = report
             print(line + ("  " + extra if extra else ""), flush=True)
 
     summary = {"ranks": comm.size, "epochs": args.epochs,

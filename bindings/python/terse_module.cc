@@ -180,6 +180,8 @@ PYBIND11_MODULE(_terse, m) {
   m.attr("__version__") = terse::kVersion;
   py::register_exception<terse::StatusError>(m, "TerseError",
                                              PyExc_RuntimeError);
+  // Shown as terse.TerseError in tracebacks: the package re-exports it.
+  m.attr("TerseError").attr("__module__") = "terse";
 
   // Codes shared with the Python package (values of the C++ enums).
   py::dict dtypes;

@@ -70,6 +70,7 @@ class _DistributedOptimizer:
         self._terse_synchronized = False
         self._terse_skip_synchronize = False
         self._terse_steps = 0
+        self._terse_bytes = 0
         self._terse_grad_accs = []
         self._terse_register_hooks()
 
@@ -99,20 +100,28 @@ class _DistributedOptimizer:
 
     def _terse_register_hooks(self):
         for p in self._terse_params:
+            # Runs before autograd adds the new gradient into p.grad: refuse
+            # while p.grad is being reduced, or the sum would race with it.
+            p.register_hook(self._terse_make_guard(p))
             # The AccumulateGrad node of p: its hooks run once p.grad holds
             # this backward pass's gradient.
             accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
             accumulator.register_hook(self._terse_make_hook(p))
             self._terse_grad_accs.append(accumulator)
 
-    def _terse_make_hook(self, p):
-        def hook(*unused):
+    def _terse_make_guard(self, p):
+        def guard(grad):
             if p in self._terse_handles:
                 raise RuntimeError(
                     f"the gradient of '{self._terse_names[p]}' was computed "
                     "more than backward_passes_per_step="
                     f"{self._terse_passes} times before step(); raise "
                     "backward_passes_per_step to accumulate locally")
+            return grad
+        return guard
+
+    def _terse_make_hook(self, p):
+        def hook(*unused):
             self._terse_passes_left[p] -= 1
             if self._terse_passes_left[p] == 0:
                 self._terse_handles[p] = self._terse_reduce_async(p)
@@ -125,6 +134,7 @@ class _DistributedOptimizer:
         if self._terse_op == ops.Average:
             prescale = 1.0 / self._terse_predivide
             postscale = self._terse_predivide
+        self._terse_bytes += p.grad.numel() * p.grad.element_size()
         return ops.allreduce_async_(
             p.grad, name=f"grad.{self._terse_names[p]}", op=self._terse_op,
             prescale_factor=prescale, postscale_factor=postscale,
@@ -232,6 +242,12 @@ class _DistributedOptimizer:
             warnings.warn(f"checkpoint was written with compression {saved}, "
                           f"this run uses {now}")
         self._terse_steps = int(terse_state.get("steps", 0))
+
+    @property
+    def terse_bytes_reduced(self):
+        """Gradient bytes this rank handed to the engine so far (before any
+        compression: what was reduced, not what crossed the wire)."""
+        return self._terse_bytes
 
     @property
     def terse_steps(self):
