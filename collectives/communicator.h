@@ -75,6 +75,12 @@ class Communicator {
   virtual absl::Status BitwiseAnd(uint64_t* words, int64_t count) = 0;
   virtual absl::Status BitwiseOr(uint64_t* words, int64_t count) = 0;
 
+  // Blocks until every operation this communicator has issued is complete
+  // and returns an error reported asynchronously by one of them. Host
+  // backends complete each call before returning, so this is OK at once;
+  // NCCL waits for its stream (nccl/nccl_communicator.h).
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
   // Allgatherv when the caller does not know the other ranks' sizes: gathers
   // the sizes first (one Allgather of int64), then the data. On return
   // `recv_bytes` has one entry per rank and `recv` holds the packed data.

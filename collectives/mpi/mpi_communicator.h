@@ -1,0 +1,143 @@
+// MpiCommunicator: the Communicator over Open MPI for CPU buffers, and the
+// control plane (negotiation, NCCL unique ids) of every run.
+//
+// Initialisation: Create() initialises MPI with MPI_Init_thread requesting
+// MPI_THREAD_SERIALIZED (the engine makes every MPI call from one background
+// thread that is not the main thread) unless the application already did. If
+// terse initialised MPI it also finalises it, once, at process exit
+// (std::atexit), so communicators may be created and destroyed freely; if the
+// application initialised MPI, terse never finalises it, and the level the
+// application obtained must be at least MPI_THREAD_SERIALIZED or Create()
+// fails with FailedPrecondition saying how to initialise.
+//
+// Every communicator duplicates MPI_COMM_WORLD, so terse's traffic never
+// matches the application's messages, and sets MPI_ERRORS_RETURN on the
+// duplicate: an MPI failure becomes a Status carrying MPI's error string
+// (argument errors InvalidArgument, the rest Internal) instead of an abort.
+//
+// Reductions: f32 sum calls MPI_Allreduce(MPI_IN_PLACE, ...) directly, with
+// no copy and no extra message. f16/bf16 use user-defined ops
+// (MPI_Op_create over a 2-byte contiguous datatype) that widen each block to
+// fp32, reduce, and round back (collectives/reduce.h, vectorised). Each
+// reduction step rounds to 16 bits, so a sum over n ranks carries up to one
+// rounding per step of MPI's reduction chain (n - 1 steps for the ring
+// algorithm Open MPI uses on large buffers, ceil(log2 n) for recursive
+// doubling): the result is within (n - 1) + 1 half-ulps of the exact sum when
+// all partial sums are no larger in magnitude than the result. Average is the
+// sum divided by size() afterwards (one more rounding for f16/bf16).
+//
+// u8 sums wrap modulo 256 like every other backend, through a user op: Open
+// MPI 4.1's AVX op component saturates 8-bit integer sums instead.
+//
+// Argument checks: local checks (null buffer, negative count, unsupported
+// dtype/op, bad root) fail before any message is sent. Allgatherv always
+// exchanges a small signature of its arguments first (one 48-byte-per-rank
+// allgather) so ranks whose recv_bytes disagree all get InvalidArgument
+// naming the ranks, instead of a truncation or corrupted data;
+// MpiOptions::verify_all_calls extends that check to every collective.
+//
+// Counts above INT_MAX elements (MPI's int counts) are split into chunks.
+//
+// Thread-safety: one thread at a time per communicator (communicator.h).
+#ifndef TERSE_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
+#define TERSE_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+
+namespace terse {
+
+struct MpiOptions {
+  // Exchange a signature of every collective's arguments (kind, count,
+  // dtype, op, root) before running it; costs one tiny allgather per call.
+  // Allgatherv checks its sizes regardless of this flag.
+  bool verify_all_calls = false;
+  // Largest element count handed to one MPI call (tests lower it to exercise
+  // the chunking); clamped to [1, INT_MAX].
+  int64_t max_elements_per_call = 2147483647;
+};
+
+// An MPI return code as a Status: OK for MPI_SUCCESS; InvalidArgument for
+// argument error classes (buffer, count, type, op, root, arg, truncate);
+// Internal otherwise. The message names `call`, the rank and MPI's string.
+absl::Status MpiStatus(int rc, absl::string_view call, int rank, int size);
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Initialises MPI if needed (see above), duplicates MPI_COMM_WORLD and
+  // creates the half-precision ops. FailedPrecondition when MPI was already
+  // finalised or the thread level is too low; Internal for MPI failures.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(
+      const MpiOptions& options = MpiOptions());
+
+  // Frees the duplicated communicator, datatype and ops (unless MPI has been
+  // finalised already). Never finalises MPI itself.
+  ~MpiCommunicator() override;
+
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  absl::string_view backend() const override { return "mpi"; }
+
+  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
+                         ReduceOp op) override;
+  absl::Status Allgather(const void* send, void* recv,
+                         int64_t bytes_per_rank) override;
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& recv_bytes) override;
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
+  absl::Status Barrier() override;
+  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
+  absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
+
+  // The duplicated communicator (benchmarks compare against raw MPI on it).
+  MPI_Comm comm() const { return comm_; }
+
+ private:
+  // Number of int64 fields in a call signature.
+  static constexpr int kSignatureFields = 6;
+  using Signature = std::array<int64_t, kSignatureFields>;
+
+  explicit MpiCommunicator(const MpiOptions& options);
+  absl::Status Init();
+
+  // Allgathers `mine` and fails on every rank if any rank's differs.
+  absl::Status VerifySignature(const Signature& mine);
+  // MPI status -> absl::Status naming `call` and this rank.
+  absl::Status Check(int rc, const char* call) const;
+  absl::StatusOr<MPI_Datatype> MpiType(DataType dtype) const;
+  absl::StatusOr<MPI_Op> MpiOp(DataType dtype, ReduceOp op) const;
+  absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
+  // Allgatherv as one broadcast per rank, for sizes MPI's int counts or
+  // displacements cannot express.
+  absl::Status AllgathervByBroadcasts(const void* send, void* recv,
+                                      const std::vector<int64_t>& recv_bytes);
+
+  const MpiOptions options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Datatype half_type_ = MPI_DATATYPE_NULL;  // 2 contiguous bytes.
+  // User ops indexed [f16=0 / bf16=1][sum=0, min=1, max=2].
+  MPI_Op half_ops_[2][3];
+  // u8 sum that wraps modulo 256 (Open MPI's AVX MPI_SUM saturates).
+  MPI_Op u8_sum_op_ = MPI_OP_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_COLLECTIVES_MPI_MPI_COMMUNICATOR_H_

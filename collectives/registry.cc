@@ -1,0 +1,225 @@
+#include "collectives/registry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/mpi/mpi_communicator.h"
+#include "collectives/nccl/nccl_communicator.h"
+#include "common/status.h"
+
+namespace terse {
+namespace {
+
+const char* KindName(Device::Kind kind) {
+  return kind == Device::Kind::kCpu ? "CPU" : "CUDA";
+}
+
+class BorrowedCommunicator : public Communicator {
+ public:
+  explicit BorrowedCommunicator(Communicator* target) : target_(target) {}
+
+  int rank() const override { return target_->rank(); }
+  int size() const override { return target_->size(); }
+  int local_rank() const override { return target_->local_rank(); }
+  int local_size() const override { return target_->local_size(); }
+  absl::string_view backend() const override { return target_->backend(); }
+  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
+                         ReduceOp op) override {
+    return target_->Allreduce(buffer, count, dtype, op);
+  }
+  absl::Status Allgather(const void* send, void* recv,
+                         int64_t bytes_per_rank) override {
+    return target_->Allgather(send, recv, bytes_per_rank);
+  }
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& recv_bytes) override {
+    return target_->Allgatherv(send, recv, recv_bytes);
+  }
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override {
+    return target_->Broadcast(buffer, bytes, root);
+  }
+  absl::Status Barrier() override { return target_->Barrier(); }
+  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
+    return target_->BitwiseAnd(words, count);
+  }
+  absl::Status BitwiseOr(uint64_t* words, int64_t count) override {
+    return target_->BitwiseOr(words, count);
+  }
+  absl::Status Synchronize() override { return target_->Synchronize(); }
+
+ private:
+  Communicator* const target_;
+};
+
+}  // namespace
+
+absl::Status BackendTable::Register(const std::string& name, Device::Kind kind,
+                                    BackendFactory factory) {
+  if (name.empty() || name == "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend name \"", name, "\" is reserved"));
+  }
+  if (Find(name) != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("backend \"", name, "\" is already registered"));
+  }
+  entries_.push_back(Entry{name, kind, std::move(factory)});
+  return absl::OkStatus();
+}
+
+const BackendTable::Entry* BackendTable::Find(absl::string_view name) const {
+  for (const Entry& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+const BackendTable::Entry* BackendTable::FirstFor(Device::Kind kind) const {
+  for (const Entry& e : entries_) {
+    if (e.kind == kind) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> BackendTable::Names() const {
+  std::vector<std::string> names;
+  for (const Entry& e : entries_) names.push_back(e.name);
+  return names;
+}
+
+BackendTable BuiltinBackends() {
+  BackendTable table;
+  table
+      .Register(
+          "mpi", Device::Kind::kCpu,
+          [](Device,
+             Communicator*) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+            TERSE_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> c,
+                                   MpiCommunicator::Create());
+            return std::unique_ptr<Communicator>(std::move(c));
+          })
+      .IgnoreError();  // Fresh table: the names cannot clash.
+  table
+      .Register("nccl", Device::Kind::kCuda,
+                [](Device device, Communicator* control)
+                    -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                  TERSE_ASSIGN_OR_RETURN(
+                      std::unique_ptr<NcclCommunicator> c,
+                      NcclCommunicator::Create(control, device.ordinal));
+                  return std::unique_ptr<Communicator>(std::move(c));
+                })
+      .IgnoreError();
+  return table;
+}
+
+CommunicatorRegistry::CommunicatorRegistry(const Config& config,
+                                           BackendTable backends)
+    : backend_(config.backend.empty() ? "auto" : config.backend),
+      backends_(std::move(backends)) {}
+
+CommunicatorRegistry::~CommunicatorRegistry() {
+  absl::MutexLock lock(&mu_);
+  cuda_.clear();  // They may use control_, which goes last.
+}
+
+absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>
+CommunicatorRegistry::Create(const Config& config) {
+  return Create(config, BuiltinBackends());
+}
+
+absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>
+CommunicatorRegistry::Create(const Config& config, BackendTable backends) {
+  std::unique_ptr<CommunicatorRegistry> registry(
+      new CommunicatorRegistry(config, std::move(backends)));
+  const BackendTable& table = registry->backends_;
+  const std::string& name = registry->backend_;
+  const BackendTable::Entry* named = nullptr;
+  if (name != "auto") {
+    named = table.Find(name);
+    if (named == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TERSE_BACKEND=", name,
+                       " is not a registered backend; accepted: "
+                       "auto, ",
+                       absl::StrJoin(table.Names(), ", ")));
+    }
+  }
+  // The control plane always runs on a CPU backend, the named one if it is
+  // one.
+  const BackendTable::Entry* control =
+      named != nullptr && named->kind == Device::Kind::kCpu
+          ? named
+          : table.FirstFor(Device::Kind::kCpu);
+  if (control == nullptr) {
+    return absl::FailedPreconditionError(
+        "no CPU backend is registered; the control plane needs one");
+  }
+  TERSE_ASSIGN_OR_RETURN(registry->control_,
+                         control->factory(Device::Cpu(), nullptr));
+  if (registry->control_ == nullptr) {
+    return absl::InternalError(absl::StrCat("backend \"", control->name,
+                                            "\" returned no communicator"));
+  }
+  registry->control_entry_ = control;
+  return registry;
+}
+
+absl::StatusOr<const BackendTable::Entry*> CommunicatorRegistry::Select(
+    Device device) const {
+  if (backend_ == "auto") {
+    if (device.is_cpu()) return control_entry_;
+    const BackendTable::Entry* entry = backends_.FirstFor(device.kind);
+    if (entry == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no backend serves tensors on ", device.ToString(),
+          "; registered: ", absl::StrJoin(backends_.Names(), ", ")));
+    }
+    return entry;
+  }
+  const BackendTable::Entry* entry = backends_.Find(backend_);
+  if (entry->kind != device.kind) {
+    std::string why =
+        device.is_cuda() ? " (its Open MPI is not CUDA-aware)" : "";
+    return absl::InvalidArgumentError(
+        absl::StrCat("TERSE_BACKEND=", backend_, " cannot move a tensor on ",
+                     device.ToString(), ": backend \"", backend_, "\" serves ",
+                     KindName(entry->kind), " tensors only", why,
+                     "; set TERSE_BACKEND=auto to pick a backend per device"));
+  }
+  return entry;
+}
+
+absl::StatusOr<Communicator*> CommunicatorRegistry::ForDevice(Device device) {
+  TERSE_ASSIGN_OR_RETURN(const BackendTable::Entry* entry, Select(device));
+  if (device.is_cpu()) return control_.get();
+  if (device.ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid device ", device.ToString()));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = cuda_.find(device.ordinal);
+  if (it == cuda_.end()) {
+    absl::StatusOr<std::unique_ptr<Communicator>> built =
+        entry->factory(device, control_.get());
+    if (built.ok() && *built == nullptr) {
+      built = absl::InternalError(absl::StrCat("backend \"", entry->name,
+                                               "\" returned no communicator"));
+    }
+    if (!built.ok()) {
+      built = absl::Status(
+          built.status().code(),
+          absl::StrCat("building the ", entry->name, " communicator for ",
+                       device.ToString(), ": ", built.status().message()));
+    }
+    it = cuda_.emplace(device.ordinal, std::move(built)).first;
+  }
+  if (!it->second.ok()) return it->second.status();
+  return it->second->get();
+}
+
+std::unique_ptr<Communicator> BorrowCommunicator(Communicator* target) {
+  return std::make_unique<BorrowedCommunicator>(target);
+}
+
+}  // namespace terse

@@ -1,0 +1,82 @@
+// Error feedback as a decorator around any Compressor (Seide et al. 2014;
+// Karimireddy et al. 2019):
+//
+//   a = g + residual;   c = C(a);   residual = a - decode(c)
+//
+// where decode(c) is this rank's own contribution: the decoded payload for
+// Protocol A (decoded right after Compress, before any allreduce), or
+// RoundState::AccumulateLocal after the last round for Protocol B. So on
+// every rank, after each step, residual + decode(c) == a exactly in the
+// float arithmetic of the subtraction.
+//
+// Residuals are kept per tensor segment, keyed by (name, tensor_offset,
+// count) of CompressContext::segments, so a tensor keeps its residual
+// whatever bucket or bucket offset it lands in. Without segments the whole
+// bucket is one segment named StateKey(ctx). Bucket elements outside every
+// segment get no residual (their error is dropped). Segments must lie
+// inside the bucket and not overlap (InvalidArgument otherwise).
+//
+// Traits, payload decoding and summable regions are the inner compressor's.
+// Thread-safety: the residual table (ResidualStore) is guarded by a mutex; one segment must
+// not be in two calls at once (the engine compresses a tensor once a step).
+#ifndef TERSE_COMPRESSORS_ERROR_FEEDBACK_H_
+#define TERSE_COMPRESSORS_ERROR_FEEDBACK_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "compressors/compressor.h"
+#include "compressors/residual_store.h"
+
+namespace terse {
+
+class ErrorFeedback : public Compressor {
+ public:
+  explicit ErrorFeedback(std::unique_ptr<Compressor> inner);
+
+  CompressorId id() const override { return inner_->id(); }
+  double cf() const override { return inner_->cf(); }
+  bool lossy() const override { return inner_->lossy(); }
+  bool summable() const override { return inner_->summable(); }
+  bool fixed_size() const override { return inner_->fixed_size(); }
+  int num_rounds() const override { return inner_->num_rounds(); }
+  int64_t MaxPayloadBytes(int64_t d) const override {
+    return inner_->MaxPayloadBytes(d);
+  }
+
+  absl::Status Compress(absl::Span<const float> input,
+                        const CompressContext& ctx, Payload* payload) override;
+  absl::Status AccumulateInto(absl::Span<const uint8_t> payload,
+                              absl::Span<float> dense) const override {
+    return inner_->AccumulateInto(payload, dense);
+  }
+  absl::StatusOr<SummableRegion> SummableBody(Payload* payload) const override {
+    return inner_->SummableBody(payload);
+  }
+  absl::StatusOr<std::unique_ptr<RoundState>> BeginRounds(
+      absl::Span<const float> input, const CompressContext& ctx) override;
+
+  const Compressor& inner() const { return *inner_; }
+
+  // The residual of one segment (zeros if it has none yet).
+  std::vector<float> Residual(const std::string& name, int64_t tensor_offset,
+                              int64_t count) const;
+  // Number of segments holding a residual.
+  int64_t num_residuals() const;
+  // Forgets every residual.
+  void Clear();
+
+ private:
+  class Rounds;  // The Protocol-B wrapper.
+
+  const std::unique_ptr<Compressor> inner_;
+  ResidualStore residuals_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_ERROR_FEEDBACK_H_

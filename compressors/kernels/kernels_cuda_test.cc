@@ -1,0 +1,205 @@
+// GPU tests: the CUDA kernels against the CPU ones. Skipped without a device.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/cuda_probe.h"
+#include "compressors/kernels/select.h"
+#include "compressors/kernels/sparse_ops.h"
+#include "compressors/kernels/sparse_ops_cuda.h"
+#include "compressors/kernels/topk.h"
+#include "compressors/kernels/topk_cuda.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace kernels {
+namespace {
+
+// A device copy of a host vector, freed on destruction.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, std::max<size_t>(1, size_) * sizeof(T)),
+              cudaSuccess);
+    if (size_ > 0) {
+      EXPECT_EQ(cudaMemcpy(ptr_, host.data(), size_ * sizeof(T),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  }
+  explicit DeviceArray(size_t n) : DeviceArray(std::vector<T>(n)) {}
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() { return ptr_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(size_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (size_ > 0) {
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T),
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_;
+};
+
+class KernelsCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (ProbeCuda().device_count == 0) {
+      GTEST_SKIP() << "no CUDA device: " << ProbeCuda().why_none;
+    }
+  }
+};
+
+std::vector<float> Inputs(int64_t d, int shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(d);
+  for (int64_t i = 0; i < d; ++i) {
+    if (shape == 0) x[i] = normal(rng);
+    if (shape == 1) x[i] = static_cast<float>(rng() % 5) - 2.0f;  // Ties.
+    if (shape == 2) {
+      uint32_t bits = rng();
+      std::memcpy(&x[i], &bits, 4);  // Any pattern, NaNs included.
+    }
+  }
+  return x;
+}
+
+TEST_F(KernelsCudaTest, TopKMatchesCpu) {
+  for (int shape = 0; shape < 3; ++shape) {
+    for (int64_t d : {int64_t{1}, int64_t{1000}, int64_t{8192 * 3 + 17},
+                      int64_t{1} << 20}) {
+      const std::vector<float> x = Inputs(d, shape, 1 + shape);
+      DeviceArray<float> dx(x);
+      for (int64_t k : {int64_t{0}, int64_t{1}, d / 100, d / 2, d}) {
+        std::vector<uint32_t> cpu(k);
+        TopK(x.data(), d, k, cpu.data(), 2);
+        DeviceArray<uint32_t> dout(static_cast<size_t>(k));
+        ASSERT_EQ(cuda::TopK(dx.get(), d, k, dout.get(), nullptr), 0);
+        ASSERT_EQ(dout.ToHost(), cpu)
+            << "shape=" << shape << " d=" << d << " k=" << k;
+      }
+    }
+  }
+}
+
+TEST_F(KernelsCudaTest, SelectAtLeastMatchesCpu) {
+  const int64_t d = (1 << 18) + 5;
+  const std::vector<float> x = Inputs(d, 0, 3);
+  DeviceArray<float> dx(x);
+  for (float tau : {0.0f, 1.0f, 3.0f}) {
+    std::vector<uint32_t> cpu;
+    const int64_t n = SelectAtLeast(x.data(), d, ThresholdKey(tau), d, &cpu);
+    int64_t count = -1;
+    ASSERT_EQ(
+        cuda::CountAtLeast(dx.get(), d, ThresholdKey(tau), &count, nullptr), 0);
+    EXPECT_EQ(count, n);
+    DeviceArray<uint32_t> dout(static_cast<size_t>(n));
+    ASSERT_EQ(cuda::SelectAtLeast(dx.get(), d, ThresholdKey(tau), n, dout.get(),
+                                  &count, nullptr),
+              0);
+    EXPECT_EQ(count, n);
+    EXPECT_EQ(dout.ToHost(), cpu);
+  }
+}
+
+TEST_F(KernelsCudaTest, GatherScatterMatchCpu) {
+  const int64_t d = 100000;
+  const std::vector<float> dense = Inputs(d, 0, 4);
+  std::vector<uint32_t> idx;
+  for (uint32_t i = 3; i < d; i += 7) idx.push_back(i);
+  DeviceArray<float> ddense(dense);
+  DeviceArray<uint32_t> didx(idx);
+  DeviceArray<float> dvals(idx.size());
+  ASSERT_EQ(
+      cuda::Gather(ddense.get(), didx.get(), idx.size(), dvals.get(), nullptr),
+      0);
+  std::vector<float> vals(idx.size());
+  Gather(dense.data(), idx.data(), idx.size(), vals.data());
+  EXPECT_EQ(dvals.ToHost(), vals);
+  ASSERT_EQ(cuda::ScatterAdd(didx.get(), dvals.get(), idx.size(), ddense.get(),
+                             nullptr),
+            0);
+  std::vector<float> ref = dense;
+  ScatterAdd(idx.data(), vals.data(), idx.size(), ref.data());
+  EXPECT_EQ(ddense.ToHost(), ref);
+}
+
+TEST_F(KernelsCudaTest, RowOpsMatchCpu) {
+  const int64_t d = 3 * kBlock16Size + 11;
+  std::mt19937 rng(5);
+  std::vector<std::vector<uint32_t>> idx(4);
+  std::vector<std::vector<float>> val(4);
+  for (int i = 0; i < 4; ++i) {
+    for (uint32_t j = i; j < d; j += 13 + i) idx[i].push_back(j);
+    val[i] = Inputs(idx[i].size(), 0, 10 + i);
+  }
+  // Rows 0, 2 in format A; rows 1, 3 in format B.
+  std::vector<std::vector<uint16_t>> i16(4), v16(4);
+  std::vector<std::vector<uint32_t>> offsets(4);
+  std::vector<SparseRow> host_rows(4), dev_rows(4);
+  std::vector<std::unique_ptr<DeviceArray<uint32_t>>> d32;
+  std::vector<std::unique_ptr<DeviceArray<float>>> dval;
+  std::vector<std::unique_ptr<DeviceArray<uint16_t>>> d16;
+  for (int i = 0; i < 4; ++i) {
+    if (i % 2 == 0) {
+      host_rows[i].nnz = idx[i].size();
+      host_rows[i].index32 = idx[i].data();
+      host_rows[i].value32 = val[i].data();
+      d32.emplace_back(new DeviceArray<uint32_t>(idx[i]));
+      dval.emplace_back(new DeviceArray<float>(val[i]));
+      dev_rows[i] = host_rows[i];
+      dev_rows[i].index32 = d32.back()->get();
+      dev_rows[i].value32 = dval.back()->get();
+    } else {
+      i16[i].resize(idx[i].size());
+      v16[i].resize(idx[i].size());
+      EncodeBlock16BF16(idx[i].data(), val[i].data(), idx[i].size(), d,
+                        i16[i].data(), v16[i].data(), &offsets[i]);
+      host_rows[i] = Block16Row(i16[i].data(), v16[i].data(), offsets[i]);
+      dev_rows[i] = host_rows[i];
+      d16.emplace_back(new DeviceArray<uint16_t>(i16[i]));
+      dev_rows[i].index16 = d16.back()->get();
+      d16.emplace_back(new DeviceArray<uint16_t>(v16[i]));
+      dev_rows[i].value16 = d16.back()->get();
+      d32.emplace_back(new DeviceArray<uint32_t>(offsets[i]));
+      dev_rows[i].block_offsets = d32.back()->get();
+    }
+  }
+  const std::vector<float> dense = Inputs(d, 0, 6);
+  DeviceArray<float> ddense(dense);
+  std::vector<double> cpu_dots(4);
+  SparseDenseDots(host_rows.data(), 4, dense.data(), cpu_dots.data());
+  DeviceArray<double> ddots(4);
+  ASSERT_EQ(cuda::SparseDenseDots(dev_rows.data(), 4, ddense.get(), ddots.get(),
+                                  nullptr),
+            0);
+  const std::vector<double> gpu_dots = ddots.ToHost();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(gpu_dots[i], cpu_dots[i], 1e-9 * (1 + std::fabs(cpu_dots[i])));
+  }
+  const std::vector<double> coeffs = {0.5, -2.0, 1e-3, 3.0};
+  std::vector<float> cpu = dense;
+  SparseLinearCombination(host_rows.data(), 4, coeffs.data(), cpu.data());
+  ASSERT_EQ(cuda::SparseLinearCombination(dev_rows.data(), 4, coeffs.data(),
+                                          ddense.get(), nullptr),
+            0);
+  EXPECT_EQ(ddense.ToHost(), cpu);
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace terse

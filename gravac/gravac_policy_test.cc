@@ -1,0 +1,199 @@
+#include "gravac/gravac_policy.h"
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace gravac {
+namespace {
+
+// A synthetic bucket: the compression gain and the step time as functions of
+// the CF, as if measured and averaged over ranks.
+struct Trace {
+  std::function<double(double)> gain;     // ||C(g, cf)||^2 / ||g||^2
+  std::function<double(double)> seconds;  // time of a step sending at cf
+};
+
+StepStats Measure(const Decision& d, const Trace& trace) {
+  StepStats s;
+  s.norm2_ef = 1.0;
+  if (d.probe_cf_min > 0) {
+    s.norm2_min = trace.gain(d.probe_cf_min);
+    s.norm2_candidate = trace.gain(d.probe_cf_candidate);
+  }
+  s.seconds = trace.seconds(d.send_cf);
+  s.samples = 256;
+  return s;
+}
+
+// Runs `steps` steps and returns the CF sent at each.
+std::vector<double> RunSteps(GravacPolicy* policy, const Trace& trace, int steps) {
+  std::vector<double> sent;
+  for (int i = 0; i < steps; ++i) {
+    Decision d = policy->Decide();
+    sent.push_back(d.send_cf);
+    policy->Observe(d, Measure(d, trace));
+  }
+  return sent;
+}
+
+std::vector<double> Collapse(const std::vector<double>& v) {
+  std::vector<double> out;
+  for (double x : v) {
+    if (out.empty() || out.back() != x) out.push_back(x);
+  }
+  return out;
+}
+
+// Gains above epsilon = 0.7 but 3% apart per doubling (more than omega = 1%),
+// and each higher CF strictly faster: nothing settles, the floor stays.
+Trace Exploring() {
+  return Trace{[](double cf) { return 0.99 - 0.03 * std::log2(cf / 10); },
+               [](double cf) { return 1.0 / (1.0 + cf / 10); }};
+}
+
+GravacOptions Options(double cf_max, bool exponential, int window) {
+  GravacOptions o;
+  o.compressor = "topk";
+  o.cf_min = 10;
+  o.cf_max = cf_max;
+  o.epsilon = 0.7;
+  o.omega = 0.01;
+  o.window = window;
+  o.exponential = exponential;
+  o.ewma = 1.0;
+  return o;
+}
+
+TEST(GravacPolicyTest, ExponentialPolicyVisitsThePaperSequence) {
+  GravacPolicy policy(Options(1000, /*exponential=*/true, /*window=*/5));
+  std::vector<double> sent = RunSteps(&policy, Exploring(), 40);
+  EXPECT_EQ(Collapse(sent),
+            (std::vector<double>{1, 10, 20, 40, 160, 1000}));
+  // One candidate per window: the CF changes only at window boundaries.
+  for (int i = 1; i < 40; ++i) {
+    if (sent[i] != sent[i - 1] && sent[i - 1] != 1) {
+      EXPECT_EQ(i % 5, 0) << "changed at step " << i;
+    }
+  }
+  EXPECT_EQ(policy.theta_min(), 10);
+  EXPECT_FALSE(policy.settled());
+}
+
+TEST(GravacPolicyTest, GeometricPolicyVisitsThePaperSequence) {
+  GravacPolicy policy(Options(2000, /*exponential=*/false, /*window=*/3));
+  std::vector<double> sent = RunSteps(&policy, Exploring(), 40);
+  EXPECT_EQ(Collapse(sent), (std::vector<double>{1, 10, 20, 40, 80, 160, 320,
+                                                 640, 1280, 2000}));
+  EXPECT_EQ(policy.theta_min(), 10);
+}
+
+TEST(GravacPolicyTest, GainDropFallsBackToThetaMinAtOnceThenDense) {
+  GravacPolicy policy(Options(1000, true, 4));
+  Trace trace = Exploring();
+  RunSteps(&policy, trace, 6);  // Now exploring candidate 20 (steps 4-7).
+  Decision d = policy.Decide();
+  ASSERT_EQ(d.send_cf, 20);
+
+  // The candidate's gain collapses below epsilon; theta_min's holds.
+  Trace degraded{[](double cf) { return cf > 10 ? 0.5 : 0.9; }, trace.seconds};
+  policy.Observe(d, Measure(d, degraded));
+  d = policy.Decide();
+  EXPECT_EQ(d.send_cf, 10) << "one step later: back to theta_min";
+  EXPECT_FALSE(d.clear_residual);
+
+  // Both gains below epsilon: dense, and the residual is dropped.
+  Trace collapsed{[](double) { return 0.3; }, trace.seconds};
+  policy.Observe(d, Measure(d, collapsed));
+  d = policy.Decide();
+  EXPECT_TRUE(d.dense());
+  EXPECT_TRUE(d.clear_residual);
+
+  // Recovery is immediate too once the gains are back.
+  policy.Observe(d, Measure(d, trace));
+  EXPECT_FALSE(policy.Decide().dense());
+}
+
+TEST(GravacPolicyTest, EwmaSmoothsTheGains) {
+  GravacOptions o = Options(1000, true, 100);
+  o.ewma = 0.25;
+  GravacPolicy policy(o);
+  Trace high{[](double) { return 0.95; }, [](double) { return 1.0; }};
+  RunSteps(&policy, high, 1);
+  EXPECT_DOUBLE_EQ(policy.delta_min(), 0.95);
+  Trace low{[](double) { return 0.15; }, [](double) { return 1.0; }};
+  RunSteps(&policy, low, 1);
+  EXPECT_DOUBLE_EQ(policy.delta_min(), 0.25 * 0.15 + 0.75 * 0.95);
+}
+
+TEST(GravacPolicyTest, EqualThroughputsSettleOnTheLowerCf) {
+  GravacPolicy policy(Options(1000, true, 4));
+  // Gains 0.99 at 10 and 0.95 at 20 (apart by more than omega); times chosen
+  // so T_c(10) == T_c(20); dense is much slower.
+  Trace trace{[](double cf) { return cf <= 10 ? 0.99 : 0.95; },
+              [](double cf) {
+                if (cf <= 1) return 10.0;
+                return cf <= 10 ? 1.0 : 0.95 / 0.99;
+              }};
+  std::vector<double> sent = RunSteps(&policy, trace, 40);
+  EXPECT_TRUE(policy.settled());
+  EXPECT_EQ(policy.candidate_cf(), 10);
+  EXPECT_EQ(Collapse(sent), (std::vector<double>{1, 10, 20, 10}));
+  for (int i = 8; i < 40; ++i) EXPECT_EQ(sent[i], 10) << i;
+}
+
+TEST(GravacPolicyTest, EqualGainsRaiseTheFloor) {
+  GravacPolicy policy(Options(1000, true, 4));
+  // theta_min and the candidate lose nothing more than each other.
+  Trace trace{[](double) { return 0.95; },
+              [](double cf) { return 1.0 / (1.0 + cf / 10); }};
+  RunSteps(&policy, trace, 8);  // Windows: cand 10, cand 20.
+  EXPECT_EQ(policy.theta_min(), 20) << "floor raised to the evaluated 20";
+  Decision d = policy.Decide();
+  EXPECT_EQ(d.probe_cf_min, 20);
+  EXPECT_EQ(d.probe_cf_candidate, 40);
+}
+
+TEST(GravacPolicyTest, OmegaAndWindowEdges) {
+  // omega = 0: a 0.5% difference in gains does not raise the floor.
+  GravacOptions o = Options(1000, true, 1);
+  o.omega = 0;
+  GravacPolicy strict(o);
+  Trace close{[](double cf) { return cf <= 10 ? 0.95 : 0.95 * 0.995; },
+              [](double cf) { return 1.0 / (1.0 + cf / 10); }};
+  std::vector<double> sent = RunSteps(&strict, close, 6);
+  EXPECT_EQ(strict.theta_min(), 10);
+  // window = 1: a new candidate every step.
+  EXPECT_EQ(sent, (std::vector<double>{1, 20, 40, 160, 1000, 1000}));
+
+  // The same difference is within omega = 1%: the floor rises.
+  GravacPolicy lenient(Options(1000, true, 1));
+  RunSteps(&lenient, close, 3);
+  EXPECT_GT(lenient.theta_min(), 10);
+}
+
+TEST(GravacPolicyTest, RestoredStateContinuesTheSameSequence) {
+  GravacPolicy original(Options(1000, true, 3));
+  Trace trace = Exploring();
+  RunSteps(&original, trace, 7);  // Mid-exploration, mid-window.
+  proto::PolicyState state;
+  original.SaveState(&state);
+
+  std::string wire = state.SerializeAsString();
+  proto::PolicyState parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  GravacPolicy restored(Options(1000, true, 3));
+  ASSERT_TRUE(restored.RestoreState(parsed).ok());
+
+  EXPECT_EQ(RunSteps(&original, trace, 20), RunSteps(&restored, trace, 20));
+  proto::PolicyState wrong;
+  wrong.set_kind("accordion");
+  EXPECT_FALSE(restored.RestoreState(wrong).ok());
+}
+
+}  // namespace
+}  // namespace gravac
+}  // namespace terse

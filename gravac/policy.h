@@ -1,0 +1,79 @@
+// Policy: picks, per bucket and step, which compressor and compression factor
+// (CF) the engine uses, from statistics the engine measures.
+//
+// Protocol, per bucket and step (driven by the engine's background thread):
+//   1. decision = policy->Decide();
+//   2. the engine forms g_ef = g + residual and, when the decision asks for
+//      probes, compresses it at probe_cf_min (g_min) and compresses g_min
+//      again down to probe_cf_candidate in total (g_c, multi-level);
+//   3. it sends what decision.send_cf names (1: dense, probe_cf_min: g_min,
+//      probe_cf_candidate: g_c) and updates the residual (cleared when
+//      decision.clear_residual);
+//   4. it averages the step's statistics across ranks (piggy-backed on the
+//      step's own traffic) and calls policy->Observe(decision, stats).
+// Because every rank feeds the same averaged statistics into the same state,
+// every rank takes the same decisions. A decision depends only on
+// statistics of earlier steps (one step of lag), never on local data.
+//
+// Policies never touch a communicator or the engine's queue. Not
+// thread-safe: one bucket's policy is used by one thread.
+#ifndef TERSE_GRAVAC_POLICY_H_
+#define TERSE_GRAVAC_POLICY_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "gravac/policy_state.pb.h"
+
+namespace terse {
+namespace gravac {
+
+struct Decision {
+  // Sparsifier for both probe levels and for sending; "none" means dense.
+  std::string compressor = "none";
+  // What to send: 1 = dense, otherwise probe_cf_min or probe_cf_candidate.
+  double send_cf = 1;
+  // Compression factors to probe (0 = no probe): level one compresses g_ef
+  // at probe_cf_min, level two compresses that result to probe_cf_candidate.
+  double probe_cf_min = 0;
+  double probe_cf_candidate = 0;
+  // Dense fallback of GraVAC: the error-feedback residual is dropped.
+  bool clear_residual = false;
+  // Accordion: restart the accumulated-gradient sum after this step.
+  bool reset_accumulator = false;
+
+  bool dense() const { return send_cf <= 1; }
+};
+
+// One step's statistics of one bucket, averaged over ranks.
+struct StepStats {
+  double norm2_ef = 0;         // ||g + residual||^2
+  double norm2_min = 0;        // ||g_min||^2 (when probed)
+  double norm2_candidate = 0;  // ||g_c||^2 (when probed)
+  double seconds = 0;          // the bucket's time this step (> 0)
+  double samples = 1;          // samples processed by all ranks this step
+  // Accordion: ||sum of the reduced gradient since the last reset||^2.
+  double accumulated_norm2 = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+
+  virtual Decision Decide() = 0;
+  virtual void Observe(const Decision& taken, const StepStats& stats) = 0;
+  // Tells the policy that the learning rate was just lowered (Accordion uses
+  // the low CF right after a drop); others ignore it.
+  virtual void OnLearningRateDrop() {}
+  // One line for logs and the progress print: e.g. "gravac topk cf=40".
+  virtual std::string Describe() const = 0;
+
+  virtual void SaveState(proto::PolicyState* state) const = 0;
+  // InvalidArgument when `state` is of another policy kind or inconsistent.
+  virtual absl::Status RestoreState(const proto::PolicyState& state) = 0;
+};
+
+}  // namespace gravac
+}  // namespace terse
+
+#endif  // TERSE_GRAVAC_POLICY_H_

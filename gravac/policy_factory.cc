@@ -1,0 +1,41 @@
+#include "gravac/policy_factory.h"
+
+#include <algorithm>
+
+#include "gravac/accordion_policy.h"
+#include "gravac/gravac_policy.h"
+#include "gravac/static_policy.h"
+
+namespace terse {
+namespace gravac {
+
+std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
+                                     const Config& config, int world_size) {
+  if (policy == "gravac") {
+    GravacOptions o;
+    o.compressor = config.gravac_compressor;
+    o.cf_min = config.gravac_cf_min;
+    o.cf_max = config.gravac_cf_max;
+    o.epsilon = config.gravac_epsilon;
+    o.omega = config.gravac_omega;
+    o.window = config.gravac_window;
+    o.exponential = config.gravac_policy == "exponential";
+    o.ewma = config.gravac_ewma > 0
+                 ? config.gravac_ewma
+                 : std::min(1.0, std::max(1, world_size) / 100.0);
+    return std::make_unique<GravacPolicy>(o);
+  }
+  if (policy == "accordion") {
+    AccordionOptions o;
+    o.compressor = config.gravac_compressor;
+    o.low_cf = config.accordion_low_cf;
+    o.high_cf = config.accordion_high_cf;
+    o.switch_steps = config.accordion_switch_steps;
+    o.threshold = config.accordion_threshold;
+    return std::make_unique<AccordionPolicy>(o);
+  }
+  return std::make_unique<StaticPolicy>(policy, cf);
+}
+
+}  // namespace gravac
+}  // namespace terse

@@ -1,0 +1,24 @@
+#include "gravac/policy_factory.h"
+
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace gravac {
+namespace {
+
+TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
+  Config c = Config::Defaults();
+  EXPECT_EQ(CreatePolicy("none", 100, c, 4)->Decide().send_cf, 1);
+  Decision topk = CreatePolicy("topk", 100, c, 4)->Decide();
+  EXPECT_EQ(topk.compressor, "topk");
+  EXPECT_EQ(topk.send_cf, 100);
+  EXPECT_EQ(CreatePolicy("accordion", 100, c, 4)->Decide().send_cf,
+            c.accordion_low_cf);
+  Decision first = CreatePolicy("gravac", 100, c, 4)->Decide();
+  EXPECT_TRUE(first.dense());
+  EXPECT_EQ(first.probe_cf_min, c.gravac_cf_min);
+}
+
+}  // namespace
+}  // namespace gravac
+}  // namespace terse

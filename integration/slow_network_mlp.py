@@ -1,0 +1,179 @@
+"""One rank of the slow-network experiment: an MLP 784-1024-1024-10 on
+Fashion-MNIST, batch 64 per rank, trained data-parallel either with terse
+(compression from TERSE_* variables) or with PyTorch DDP over gloo (dense, or
+with DDP's PowerSGD hook) as outside references.
+
+Launched by integration/gravac_experiment.py under mpirun (rank and size come
+from Open MPI's environment for the DDP modes). Rank 0 appends one JSON object
+per evaluation to --metrics-out:
+  {"epoch", "step", "wall", "train_loss", "test_accuracy", "step_time",
+   "bytes_sent_per_step", "policy"}
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fashion_mnist_data import load, shard  # noqa: E402
+
+
+def build_model():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(),
+                         nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def evaluate(model, x, y):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(x), 2000):
+            correct += (model(x[i:i + 2000]).argmax(1) == y[i:i + 2000]).sum().item()
+    model.train()
+    return correct / len(x)
+
+
+class DdpRunner:
+    """torch.distributed over gloo; rank/size from Open MPI's environment."""
+
+    def __init__(self, model, lr, powersgd_rank):
+        import torch.distributed as dist
+        self.rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.size)
+        # PowerSGD under gloo needs one bucket, or ranks issue collectives in
+        # different orders and fail. DDP's first bucket has its own 1 MiB cap
+        # (torch 1.13 reads it from this module attribute), so raise both.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 256 * 1024 * 1024
+        self.model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=256)
+        if powersgd_rank > 0:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=powersgd_rank,
+                start_powerSGD_iter=2, min_compression_rate=2,
+                use_error_feedback=True, warm_start=True)
+            self.model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+            numel = sum(p.numel() for p in model.parameters())
+            # Bytes are estimated from the factor shapes per 2-D parameter.
+            self.bytes_per_step = 4 * sum(
+                (p.shape[0] + p.shape[1]) * powersgd_rank if p.dim() == 2 else p.numel()
+                for p in model.parameters())
+        else:
+            self.bytes_per_step = 4 * sum(p.numel() for p in model.parameters())
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+
+    def policy(self):
+        return "ddp"
+
+    def bytes_sent_last_step(self):
+        return self.bytes_per_step
+
+    def shutdown(self):
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+class TerseRunner:
+    def __init__(self, model, lr):
+        import terse.torch as tt
+        self.tt = tt
+        tt.init()
+        self.rank, self.size = tt.rank(), tt.size()
+        self.model = model
+        tt.broadcast_parameters(model.state_dict(), root_rank=0)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        self.optimizer = tt.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters())
+
+    def policy(self):
+        stats = getattr(self.tt, "bucket_stats", None)
+        if stats is None:
+            return os.environ.get("TERSE_COMPRESSION", "none")
+        return [{"bucket": s.get("bucket"), "policy": s.get("policy"),
+                 "cf": s.get("cf")} for s in stats()]
+
+    def bytes_sent_last_step(self):
+        counter = getattr(self.tt, "bytes_sent", None)
+        return counter() if counter else None
+
+    def shutdown(self):
+        self.tt.shutdown()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mode", choices=["terse", "ddp", "ddp-powersgd"], default="terse")
+    parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--epochs", type=float, default=3)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--eval-every", type=int, default=100, help="steps")
+    parser.add_argument("--max-steps", type=int, default=0, help="0: no cap")
+    parser.add_argument("--metrics-out", default="")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model()
+    if args.mode == "terse":
+        runner = TerseRunner(model, args.lr)
+    else:
+        runner = DdpRunner(model, args.lr, args.powersgd_rank if args.mode == "ddp-powersgd" else 0)
+    train_x, train_y, test_x, test_y = load()
+    x, y = shard(train_x, train_y, runner.rank, runner.size)
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    test_x, test_y = torch.from_numpy(test_x), torch.from_numpy(test_y)
+
+    steps_per_epoch = len(x) // args.batch
+    total_steps = int(args.epochs * steps_per_epoch)
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+    generator = torch.Generator().manual_seed(1 + runner.rank)
+    out = open(args.metrics_out, "a") if (args.metrics_out and runner.rank == 0) else None
+    start = time.time()
+    eval_seconds = 0.0  # Excluded from "wall": time to accuracy is training time.
+    step_times, losses = [], []
+    order = torch.randperm(len(x), generator=generator)
+    for step in range(total_steps):
+        i = step % steps_per_epoch
+        if i == 0 and step > 0:
+            order = torch.randperm(len(x), generator=generator)
+        idx = order[i * args.batch:(i + 1) * args.batch]
+        t0 = time.time()
+        runner.optimizer.zero_grad()
+        loss = F.cross_entropy(runner.model(x[idx]), y[idx])
+        loss.backward()
+        runner.optimizer.step()
+        step_times.append(time.time() - t0)
+        losses.append(loss.item())
+        last = step == total_steps - 1
+        if (step + 1) % args.eval_every == 0 or last:
+            if runner.rank == 0:
+                eval_start = time.time()
+                accuracy = evaluate(model, test_x, test_y)
+                eval_seconds += time.time() - eval_start
+                record = {
+                    "epoch": (step + 1) / steps_per_epoch, "step": step + 1,
+                    "wall": time.time() - start - eval_seconds,
+                    "train_loss": float(np.mean(losses[-args.eval_every:])),
+                    "test_accuracy": accuracy,
+                    "step_time": float(np.median(step_times[-args.eval_every:])),
+                    "bytes_sent_per_step": runner.bytes_sent_last_step(),
+                    "policy": runner.policy(),
+                }
+                print(json.dumps(record), flush=True)
+                if out:
+                    out.write(json.dumps(record) + "\n")
+                    out.flush()
+    runner.shutdown()
+
+
+if __name__ == "__main__":
+    main()
