@@ -174,7 +174,8 @@ def main():
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.split("\n")[1:]))
     parser.add_argument("--np", type=int, default=4)
-    parser.add_argument("--modes", default="ddp,terse:none,terse:fp16")
+    parser.add_argument("--modes",
+                        default="ddp,terse:none,terse:fp16,terse:topk:100")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32,
                         help="images per rank per step")

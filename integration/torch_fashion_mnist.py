@@ -7,10 +7,11 @@
 Each rank trains on its 1/size of the 60,000 training images (batch --batch
 per rank; the global batch is batch * size), gradients averaged by terse's
 DistributedOptimizer with the process-wide compression policy (TERSE_*
-variables) unless --compression names one. Rank 0 prints one line per epoch:
-mean training loss and accuracy over all ranks, test accuracy, images/s over
-all ranks (evaluation excluded), and what the engine reports about its
-traffic and compression. The last line is a JSON summary; with
+variables; --compression sets it for this run). Rank 0 prints per epoch: mean
+training loss and accuracy over all ranks, test accuracy, images/s over all
+ranks (evaluation excluded), the bytes this rank sent against the gradient
+bytes it reduced, and the compressor and CF of every bucket on its last step,
+as the engine reports them. The last line is a JSON summary; with
 --require-accuracy the exit status says whether the final test accuracy
 reached it.
 """
@@ -52,7 +53,7 @@ class Local:
 
     rank, size = 0, 1
 
-    def wrap(self, optimizer, model, compression):
+    def wrap(self, optimizer, model):
         return optimizer
 
     def sum(self, values):
@@ -68,21 +69,18 @@ class Local:
 class Terse:
     """terse.torch: ranks from mpirun/terserun."""
 
-    def __init__(self):
+    def __init__(self, compression):
         import terse.torch as tt
         self.tt = tt
-        tt.init()
+        tt.init(compression=compression)  # None: TERSE_COMPRESSION's.
         self.rank, self.size = tt.rank(), tt.size()
 
-    def wrap(self, optimizer, model, compression):
+    def wrap(self, optimizer, model):
         self.tt.broadcast_parameters(model.state_dict(), root_rank=0)
         self.tt.broadcast_optimizer_state(optimizer, root_rank=0)
         self.optimizer = self.tt.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(),
-            compression=compression)
-        self.compression = (self.tt.Compression.get(compression)
-                            if compression else
-                            self.tt.Compression.from_env())
+            optimizer, named_parameters=model.named_parameters())
+        self.compression = self.tt.engine_compression()
         return self.optimizer
 
     def sum(self, values):
@@ -90,11 +88,12 @@ class Terse:
         return self.tt.allreduce(t, name="metrics", op=self.tt.Sum).numpy()
 
     def report(self):
-        """Measured traffic handed to the engine, and the compression policy
-        in force. The engine's API does not report wire bytes or per-bucket
-        compressor/CF yet; nothing is printed for them."""
-        return {"gradient_bytes_reduced": self.optimizer.terse_bytes_reduced,
-                "compression": self.compression.spec()}
+        """What the engine reports: bytes this rank sent, and per bucket the
+        compressor and CF it used on its last step."""
+        return {"bytes_sent": self.tt.bytes_sent(),
+                "gradient_bytes_reduced": self.optimizer.terse_bytes_reduced,
+                "policy": self.compression.spec(),
+                "buckets": self.tt.bucket_reports()}
 
     def shutdown(self):
         self.tt.shutdown()
@@ -115,14 +114,20 @@ def evaluate(model, x, y, rank, size, comm):
 
 
 def format_report(report, previous):
-    parts = []
-    if "gradient_bytes_reduced" in report:
-        epoch_bytes = (report["gradient_bytes_reduced"] -
-                       previous.get("gradient_bytes_reduced", 0))
-        parts.append(f"allreduced {epoch_bytes / 1e6:.1f} MB/rank")
-    if "compression" in report:
-        parts.append(f"compression {report['compression']}")
-    return "  ".join(parts)
+    """One epoch's traffic (deltas against the previous report) and the
+    compressor/CF each bucket used on its last step."""
+    if not report:
+        return ""
+    sent = report["bytes_sent"] - previous.get("bytes_sent", 0)
+    dense = (report["gradient_bytes_reduced"] -
+             previous.get("gradient_bytes_reduced", 0))
+    parts = [f"sent {sent / 1e6:.1f} MB/rank for {dense / 1e6:.1f} MB of "
+             f"gradients (policy {report['policy']})"]
+    for b in report["buckets"]:
+        parts.append(f"bucket {b['bucket']} ({b['tensors']} tensors, "
+                     f"{b['bytes'] / 1e3:.0f} kB): {b['compressor']} "
+                     f"cf {b['cf']:g}")
+    return "\n    " + "\n    ".join(parts)
 
 
 def main():
@@ -146,7 +151,7 @@ def main():
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    comm = Local() if args.local else Terse()
+    comm = Local() if args.local else Terse(args.compression)
     batch = args.batch * (args.global_batch_of or 1) if args.local \
         else args.batch
 
@@ -158,7 +163,7 @@ def main():
 
     model = Net()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    optimizer = comm.wrap(optimizer, model, args.compression)
+    optimizer = comm.wrap(optimizer, model)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=args.lr, total_steps=total_steps)
 
@@ -188,6 +193,7 @@ def main():
         seconds = time.perf_counter() - start
         train_seconds += seconds
         images = steps_per_epoch * batch
+        report = comm.report()  # Before the metrics' own allreduces.
         # Steps are collective, so rank 0's epoch time is every rank's.
         loss_total, correct_total, images_total = comm.sum(
             [loss_sum, correct, images])
@@ -199,16 +205,22 @@ def main():
                     f"test acc {accuracy:.4f}  "
                     f"{images_total / seconds:,.0f} images/s  "
                     f"{seconds:.1f} s")
-            report = comm.report()
-            extra = format_report(report, last_report)
-            last_report = report
-            print(line + ("  " + extra if extra else ""), flush=True)
+            print(line + format_report(report, last_report), flush=True)
+        last_report = report
 
     summary = {"ranks": comm.size, "epochs": args.epochs,
                "global_batch": batch * comm.size,
                "test_accuracy": round(accuracy, 4),
                "train_seconds": round(train_seconds, 1)}
-    summary.update(comm.report())
+    final = comm.report()
+    if final:
+        summary.update({"bytes_sent": final["bytes_sent"],
+                        "gradient_bytes_reduced":
+                            final["gradient_bytes_reduced"],
+                        "policy": final["policy"],
+                        "buckets": [{k: b[k] for k in ("bucket", "compressor",
+                                                        "cf", "bytes")}
+                                    for b in final["buckets"]]})
     if comm.rank == 0:
         print(json.dumps(summary), flush=True)
     comm.shutdown()

@@ -293,6 +293,57 @@ PYBIND11_MODULE(_terse, m) {
       "Contributes zeros until every rank joined; returns the last rank.");
 
   m.def(
+      "bucket_reports",
+      [] {
+        std::vector<terse::BucketReport> reports;
+        {
+          py::gil_scoped_release release;
+          reports = ValueOrThrow(terse::BucketReports());
+        }
+        py::list out;
+        for (const terse::BucketReport& r : reports) {
+          py::dict d;
+          d["bucket"] = r.bucket;
+          d["tensors"] = r.tensors;
+          d["bytes"] = r.bytes;
+          d["policy"] = r.policy;
+          d["compressor"] = r.compressor;
+          d["cf"] = r.cf;
+          d["bytes_sent"] = r.bytes_sent;
+          d["steps"] = r.steps;
+          out.append(d);
+        }
+        return out;
+      },
+      "What every bucket did on its last step: a list of dicts (bucket, "
+      "tensors, bytes, policy, compressor, cf, bytes_sent, steps).");
+  m.def(
+      "bytes_sent", [] { return ValueOrThrow(terse::BytesSent()); }, Release(),
+      "Bytes this rank has sent for reductions since init().");
+  m.def(
+      "notify_learning_rate_drop",
+      [] { ThrowIfError(terse::NotifyLearningRateDrop()); }, Release(),
+      "The learning rate was just lowered (Accordion's signal).");
+  m.def(
+      "save_compression_state",
+      [] {
+        std::string state;
+        {
+          py::gil_scoped_release release;
+          state = ValueOrThrow(terse::SaveCompressionState());
+        }
+        return py::bytes(state);
+      },
+      "This rank's compression state (policies, error-feedback residuals).");
+  m.def(
+      "load_compression_state",
+      [](const std::string& state) {
+        py::gil_scoped_release release;
+        ThrowIfError(terse::LoadCompressionState(state));
+      },
+      py::arg("state"), "Restores what save_compression_state() returned.");
+
+  m.def(
       "build_info",
       [](const std::map<std::string, std::string>& variables) {
         terse::Config config = ValueOrThrow(terse::ConfigFromMap(variables));

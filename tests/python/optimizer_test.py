@@ -193,7 +193,9 @@ def test_state_dict_round_trip(_):
     F.cross_entropy(model(local_slice(x)), local_slice(y)).backward()
     optimizer.step()
     state = optimizer.state_dict()
-    expect(state["terse"]["steps"] == 1 and "engine" in state["terse"],
+    engine = state["terse"]["engine"]
+    expect(state["terse"]["steps"] == 1 and engine["size"] == tt.size() and
+           isinstance(engine["states"][tt.rank()], bytes),
            f"terse state {state['terse']}")
     expect(state["terse"]["engine_compression"] ==
            tt.Compression.from_env().spec(), "engine compression recorded")
@@ -204,6 +206,31 @@ def test_state_dict_round_trip(_):
     expect(fresh.terse_steps == 1, "steps restored")
     expect(torch.equal(fresh.state_dict()["state"][0]["exp_avg"],
                        state["state"][0]["exp_avg"]), "Adam state restored")
+
+
+def test_engine_reports_and_learning_rate_drops(_):
+    sent_before = tt.bytes_sent()
+    model = Model()
+    optimizer = tt.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters())
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 2, gamma=0.1)
+    for step in range(5):
+        x, y = global_batch(step)
+        optimizer.zero_grad()
+        F.cross_entropy(model(local_slice(x)), local_slice(y)).backward()
+        optimizer.step()
+        schedule.step()
+    # Drops after steps 2 and 4, seen when steps 3 and 5 enqueue.
+    expect(optimizer._terse_lr_drops == 2,
+           f"learning-rate drops seen: {optimizer._terse_lr_drops}")
+    expect(tt.bytes_sent() > sent_before, "bytes sent grew")
+    reports = tt.bucket_reports()
+    expect(reports and all(r["steps"] >= 1 and r["bytes"] > 0
+                           for r in reports), f"bucket reports {reports}")
+    expect(optimizer.terse_bytes_reduced ==
+           5 * 4 * sum(p.numel() for p in model.parameters()),
+           "gradient bytes reduced")
 
 
 if __name__ == "__main__":

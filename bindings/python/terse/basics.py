@@ -127,6 +127,41 @@ def join():
     return lib().join()
 
 
+def bucket_reports():
+    """What every fused bucket did on its last step, as the engine reports
+    it: a list of dicts with bucket, tensors, bytes (dense), policy,
+    compressor (what it sent; "none" = dense), cf, bytes_sent, steps."""
+    check_initialized("bucket_reports()")
+    return lib().bucket_reports()
+
+
+def bytes_sent():
+    """Bytes this rank has sent for reductions since init()."""
+    check_initialized("bytes_sent()")
+    return lib().bytes_sent()
+
+
+def notify_learning_rate_drop():
+    """Tells the compression policies the learning rate was just lowered
+    (Accordion switches to its low CF). DistributedOptimizer calls it when a
+    parameter group's learning rate falls by 10% or more in one step."""
+    check_initialized("notify_learning_rate_drop()")
+    lib().notify_learning_rate_drop()
+
+
+def save_compression_state():
+    """This rank's compression state (bytes): policies and error-feedback
+    residuals. Residuals differ between ranks."""
+    check_initialized("save_compression_state()")
+    return lib().save_compression_state()
+
+
+def load_compression_state(state):
+    """Restores what save_compression_state() returned on this rank."""
+    check_initialized("load_compression_state()")
+    lib().load_compression_state(bytes(state))
+
+
 def engine_compression():
     """The process-wide Compressor the engine was started with."""
     variables = _engine_variables
@@ -160,5 +195,7 @@ def build_info(variables=None):
 
 __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "size", "local_rank", "local_size", "barrier", "join",
+           "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
+           "save_compression_state", "load_compression_state",
            "engine_compression", "compression_arg", "build_info",
            "Compressor"]

@@ -15,8 +15,11 @@ carrying the engine's message; any operation before init() raises one that
 names init().
 """
 
-from terse.basics import (barrier, build_info, init, is_initialized, join,
-                          local_rank, local_size, rank, shutdown, size)
+from terse.basics import (barrier, bucket_reports, build_info, bytes_sent,
+                          engine_compression, init, is_initialized, join,
+                          load_compression_state,
+                          local_rank, local_size, notify_learning_rate_drop,
+                          rank, save_compression_state, shutdown, size)
 from terse.compression import Compression, Compressor
 from terse.torch.functions import (allgather_object, broadcast_object,
                                    broadcast_optimizer_state,
@@ -31,6 +34,8 @@ from terse.torch.optimizer import DistributedOptimizer
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
     "local_size", "barrier", "join", "build_info",
+    "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
+    "save_compression_state", "load_compression_state", "engine_compression",
     "Compression", "Compressor", "TerseError",
     "Sum", "Average", "Min", "Max",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

@@ -68,11 +68,18 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 
     Sends root's optimizer.state_dict() as one object, so state that exists
     only on root (before the first step elsewhere) and non-tensor entries
-    arrive too. For a terse DistributedOptimizer, its 'terse' state travels
-    with it.
+    arrive too. For a terse DistributedOptimizer its 'terse' settings travel
+    with it, and so do every rank's engine states when root has just loaded
+    them from a checkpoint saved with state_dict(all_ranks=True): each rank
+    restores its own.
     """
     basics.check_initialized("broadcast_optimizer_state()")
-    state = optimizer.state_dict() if basics.rank() == root_rank else None
+    state = None
+    if basics.rank() == root_rank:
+        # A DistributedOptimizer sends every rank's engine state when it has
+        # just loaded them from a checkpoint, else none.
+        export = getattr(optimizer, "_terse_broadcast_state", None)
+        state = export() if export else optimizer.state_dict()
     state = broadcast_object(state, root_rank,
                              name="broadcast.optimizer_state")
     if basics.rank() != root_rank:

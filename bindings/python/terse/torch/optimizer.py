@@ -23,6 +23,15 @@ Semantics (as Horovod's and DDP's):
     never wait for it.
   * gradient_predivide_factor f: with op=Average, gradients are multiplied by
     1/f before the reduction and by f/size after it.
+  * A learning rate that falls by 10% or more between steps is reported to
+    the engine (notify_learning_rate_drop: Accordion's signal).
+
+Checkpoints: state_dict()['terse'] carries the engine's compression state
+(error-feedback residuals differ per rank). Save with
+state_dict(all_ranks=True) on every rank and write rank 0's; restore by
+loading on rank 0 and broadcast_optimizer_state() (or by loading the file on
+every rank): each rank gets its own residuals back, so training continues
+exactly as if never interrupted.
 """
 
 import contextlib
@@ -36,6 +45,8 @@ from terse.torch import ops
 
 _STATE_KEY = "terse"
 _STATE_VERSION = 1
+# A learning rate below this fraction of the previous step's is a "drop".
+LR_DROP_FACTOR = 0.9
 
 
 class _DistributedOptimizer:
@@ -71,6 +82,11 @@ class _DistributedOptimizer:
         self._terse_skip_synchronize = False
         self._terse_steps = 0
         self._terse_bytes = 0
+        self._terse_last_rates = None
+        self._terse_lr_drops = 0
+        # Every rank's engine state from the last load_state_dict(), until
+        # the next step changes this rank's (see _terse_broadcast_state).
+        self._terse_restored_engine = None
         self._terse_grad_accs = []
         self._terse_register_hooks()
 
@@ -127,7 +143,28 @@ class _DistributedOptimizer:
                 self._terse_handles[p] = self._terse_reduce_async(p)
         return hook
 
+    def _terse_check_learning_rate(self):
+        """Tells the engine when a group's learning rate fell by >= 10%.
+
+        Runs before the first gradient of a step is enqueued: every rank
+        then notifies before any bucket of that step can run (a bucket waits
+        for every rank's tensors), so all ranks' policies see the drop at
+        the same step.
+        """
+        rates = [group.get("lr") for group in self.param_groups]
+        last = self._terse_last_rates
+        self._terse_last_rates = rates
+        if last is None or len(last) != len(rates):
+            return
+        if any(isinstance(now, (int, float)) and isinstance(was, (int, float))
+               and now < LR_DROP_FACTOR * was
+               for now, was in zip(rates, last)):
+            basics.notify_learning_rate_drop()
+            self._terse_lr_drops += 1
+
     def _terse_reduce_async(self, p):
+        if not self._terse_handles:
+            self._terse_check_learning_rate()
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         prescale, postscale = 1.0, 1.0
@@ -191,6 +228,7 @@ class _DistributedOptimizer:
                                "synchronize() to have run first")
         self._terse_synchronized = False
         self._terse_steps += 1
+        self._terse_restored_engine = None
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -200,19 +238,28 @@ class _DistributedOptimizer:
                 "step() or synchronize() after backward() first")
         return super().zero_grad(*args, **kwargs)
 
-    def state_dict(self):
+    def state_dict(self, all_ranks=False):
         """The wrapped optimizer's state_dict plus terse's under 'terse'.
 
-        state['terse'] holds the compression choice and the settings that
-        shape the reduction, the number of steps taken, and 'engine': the
-        engine's per-bucket compression state (error-feedback residuals,
-        controller state). The engine does not export that state yet, so
-        'engine' is empty: a restored run with a stateless choice (none,
-        fp16, bf16) continues exactly; with error feedback it restarts from
-        zero residuals.
+        state['terse'] holds the compression choice, the settings that shape
+        the reduction, the step count, and 'engine': {'size': ranks,
+        'states': {rank: bytes}}, the engine's compression state (policy
+        state and error-feedback residuals, which differ between ranks).
+
+        all_ranks=False (default): only this rank's engine state; call it on
+        any subset of ranks. all_ranks=True: collective, every rank must call
+        it; the result holds every rank's engine state, so one file written
+        by rank 0 restores every rank exactly.
         """
         state = super().state_dict()
         choice = self._terse_compression
+        own = basics.save_compression_state()
+        if all_ranks:
+            from terse.torch.functions import allgather_object
+            gathered = allgather_object(own, name="terse.state_dict")
+            states = dict(enumerate(gathered))
+        else:
+            states = {basics.rank(): own}
         state[_STATE_KEY] = {
             "version": _STATE_VERSION,
             "compression": None if choice is None else choice.name,
@@ -222,11 +269,14 @@ class _DistributedOptimizer:
             "op": ops._OP_NAMES[self._terse_op],
             "gradient_predivide_factor": self._terse_predivide,
             "steps": self._terse_steps,
-            "engine": {},
+            "engine": {"size": basics.size(), "states": states},
         }
         return state
 
     def load_state_dict(self, state_dict):
+        """Loads the wrapped optimizer's state and, from 'terse', the step
+        count and this rank's engine state (warning when the checkpoint has
+        none for this rank: its residuals then start from zero)."""
         state_dict = dict(state_dict)
         terse_state = state_dict.pop(_STATE_KEY, None)
         super().load_state_dict(state_dict)
@@ -242,6 +292,31 @@ class _DistributedOptimizer:
             warnings.warn(f"checkpoint was written with compression {saved}, "
                           f"this run uses {now}")
         self._terse_steps = int(terse_state.get("steps", 0))
+        engine = terse_state.get("engine")
+        if engine is None:  # Sent by broadcast_optimizer_state without it.
+            return
+        rank, size = basics.rank(), basics.size()
+        states = engine.get("states", {})
+        if engine.get("size") != size:
+            warnings.warn(
+                f"checkpoint's compression state is from {engine.get('size')}"
+                f" ranks, this run has {size}: residuals start from zero")
+        elif rank not in states:
+            warnings.warn(
+                f"checkpoint has no compression state for rank {rank} (saved "
+                f"ranks {sorted(states)}; save with state_dict(all_ranks="
+                "True)): its residuals start from zero")
+        else:
+            basics.load_compression_state(states[rank])
+            self._terse_restored_engine = engine
+
+    def _terse_broadcast_state(self):
+        """The state broadcast_optimizer_state sends from the root: every
+        rank's engine state if one was just loaded, else none (each rank's
+        is its own)."""
+        state = self.state_dict()
+        state[_STATE_KEY]["engine"] = self._terse_restored_engine
+        return state
 
     @property
     def terse_bytes_reduced(self):
