@@ -4,8 +4,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "compressors/kernels/parallel.h"
 
 namespace terse {
+namespace {
+
+constexpr size_t kMaxScratch = 4;
+constexpr int64_t kMinPerThread = int64_t{1} << 18;
+
+// fn(lo, hi) over near-equal chunks of [0, d), in parallel.
+template <typename Fn>
+void ForChunks(int64_t d, int num_threads, Fn&& fn) {
+  const int threads = kernels::ResolveThreads(num_threads, d, kMinPerThread);
+  kernels::ParallelFor(threads, [&](int t) {
+    fn(kernels::ChunkBegin(d, threads, t),
+       kernels::ChunkBegin(d, threads, t + 1));
+  });
+}
+
+}  // namespace
+
 // Wraps the inner round state; after the last round stores the residual.
 class ErrorFeedback::Rounds : public RoundState {
  public:
@@ -15,6 +33,7 @@ class ErrorFeedback::Rounds : public RoundState {
         inner_(std::move(inner)),
         segments_(std::move(segments)),
         a_(std::move(a)) {}
+  ~Rounds() override { owner_->ReleaseScratch(std::move(a_)); }
 
   int num_rounds() const override { return inner_->num_rounds(); }
   absl::Span<float> RoundBuffer(int round) override {
@@ -23,10 +42,10 @@ class ErrorFeedback::Rounds : public RoundState {
   absl::Status EndRound(int round) override {
     absl::Status st = inner_->EndRound(round);
     if (!st.ok() || round != inner_->num_rounds() - 1) return st;
-    std::vector<float> decoded(a_.size(), 0.0f);
-    st = inner_->AccumulateLocal(absl::MakeSpan(decoded));
+    owner_->Negate(&a_);  // -a + own share = -(residual).
+    st = inner_->AccumulateLocal(absl::MakeSpan(a_));
     if (!st.ok()) return st;
-    owner_->StoreResidual(segments_, a_, decoded);
+    owner_->StoreNegatedResidual(segments_, a_);
     return absl::OkStatus();
   }
   absl::Status AccumulateInto(absl::Span<float> dense) const override {
@@ -40,11 +59,19 @@ class ErrorFeedback::Rounds : public RoundState {
   ErrorFeedback* const owner_;
   const std::unique_ptr<RoundState> inner_;
   const std::vector<Segment> segments_;
-  const std::vector<float> a_;
+  std::vector<float> a_;
 };
 
-ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner)
-    : inner_(std::move(inner)) {}
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner, int num_threads)
+    : inner_(std::move(inner)), num_threads_(num_threads) {}
+
+void ErrorFeedback::Negate(std::vector<float>* v) const {
+  float* p = v->data();
+  ForChunks(static_cast<int64_t>(v->size()), num_threads_,
+            [p](int64_t lo, int64_t hi) {
+              for (int64_t i = lo; i < hi; ++i) p[i] = -p[i];
+            });
+}
 
 std::string ErrorFeedback::KeyOf(const Segment& s) {
   return absl::StrCat(s.name, "#", s.tensor_offset, "+", s.count);
@@ -52,90 +79,113 @@ std::string ErrorFeedback::KeyOf(const Segment& s) {
 
 absl::StatusOr<std::vector<Segment>> ErrorFeedback::SegmentsOf(
     const CompressContext& ctx, int64_t d) {
-  std::vector<Segment> segments;
-  if (ctx.segments.empty()) {
-    Segment whole;
-    whole.name = StateKey(ctx);
-    whole.count = d;
-    segments.push_back(std::move(whole));
-    return segments;
-  }
-  segments.assign(ctx.segments.begin(), ctx.segments.end());
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (const Segment& s : segments) {
-    if (s.offset < 0 || s.count < 0 || s.offset > d || s.count > d - s.offset ||
-        s.tensor_offset < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("segment '", s.name, "' [", s.offset, ", +", s.count,
-                       ") is outside the bucket of ", d, " elements"));
-    }
-    ranges.emplace_back(s.offset, s.offset + s.count);
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) {
-      return absl::InvalidArgumentError("segments overlap");
-    }
-  }
-  return segments;
+  return ResidualStore::SegmentsOf(ctx, d);
 }
 
-absl::StatusOr<std::vector<float>> ErrorFeedback::AddResidual(
-    absl::Span<const float> input, const std::vector<Segment>& segments) {
-  std::vector<float> a(input.begin(), input.end());
-  absl::MutexLock lock(&mu_);
-  for (const Segment& s : segments) {
-    auto it = residuals_.find(KeyOf(s));
-    if (it == residuals_.end()) continue;
-    const float* r = it->second.data();
-    float* out = a.data() + s.offset;
-    for (int64_t i = 0; i < s.count; ++i) out[i] += r[i];
-  }
-  return a;
-}
-
-void ErrorFeedback::StoreResidual(const std::vector<Segment>& segments,
-                                  const std::vector<float>& a,
-                                  const std::vector<float>& decoded) {
-  absl::MutexLock lock(&mu_);
-  for (const Segment& s : segments) {
-    std::vector<float>& r = residuals_[KeyOf(s)];
-    r.resize(s.count);
-    for (int64_t i = 0; i < s.count; ++i) {
-      r[i] = a[s.offset + i] - decoded[s.offset + i];
+std::vector<float> ErrorFeedback::AcquireScratch(int64_t d) {
+  std::vector<float> buffer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!scratch_.empty()) {
+      buffer = std::move(scratch_.back());
+      scratch_.pop_back();
     }
   }
+  buffer.resize(d);
+  return buffer;
+}
+
+void ErrorFeedback::ReleaseScratch(std::vector<float> buffer) {
+  absl::MutexLock lock(&mu_);
+  if (scratch_.size() < kMaxScratch) scratch_.push_back(std::move(buffer));
+}
+
+void ErrorFeedback::AddResidual(absl::Span<const float> input,
+                                const std::vector<Segment>& segments,
+                                std::vector<float>* a) {
+  // The residual of every segment (null: none yet), in offset order.
+  std::vector<const float*> residual(segments.size(), nullptr);
+  absl::MutexLock lock(&mu_);
+  for (size_t j = 0; j < segments.size(); ++j) {
+    auto it = residuals_.find(KeyOf(segments[j]));
+    if (it != residuals_.end()) residual[j] = it->second.data();
+  }
+  const float* in = input.data();
+  float* out = a->data();
+  // One fused pass: out = in (+ the residual where a segment has one).
+  ForChunks(static_cast<int64_t>(input.size()), num_threads_,
+            [&](int64_t lo, int64_t hi) {
+              int64_t pos = lo;
+              for (size_t j = 0; j < segments.size() && pos < hi; ++j) {
+                const Segment& s = segments[j];
+                const int64_t b = std::max(pos, s.offset);
+                const int64_t e = std::min(hi, s.offset + s.count);
+                if (residual[j] == nullptr || b >= e) continue;
+                std::copy(in + pos, in + b, out + pos);
+                const float* r = residual[j] - s.offset;
+                for (int64_t i = b; i < e; ++i) out[i] = in[i] + r[i];
+                pos = e;
+              }
+              if (pos < hi) std::copy(in + pos, in + hi, out + pos);
+            });
+}
+
+void ErrorFeedback::StoreNegatedResidual(const std::vector<Segment>& segments,
+                                         const std::vector<float>& neg) {
+  std::vector<float*> residual(segments.size());
+  absl::MutexLock lock(&mu_);
+  for (size_t j = 0; j < segments.size(); ++j) {
+    std::vector<float>& r = residuals_[KeyOf(segments[j])];
+    r.resize(segments[j].count);
+    residual[j] = r.data();
+  }
+  const float* in = neg.data();
+  ForChunks(static_cast<int64_t>(neg.size()), num_threads_,
+            [&](int64_t lo, int64_t hi) {
+              for (size_t j = 0; j < segments.size(); ++j) {
+                const Segment& s = segments[j];
+                const int64_t b = std::max(lo, s.offset);
+                const int64_t e = std::min(hi, s.offset + s.count);
+                float* r = residual[j] - s.offset;
+                for (int64_t i = b; i < e; ++i) r[i] = -in[i];
+              }
+            });
 }
 
 absl::Status ErrorFeedback::Compress(absl::Span<const float> input,
                                      const CompressContext& ctx,
                                      Payload* payload) {
-  absl::StatusOr<std::vector<Segment>> segments =
-      SegmentsOf(ctx, static_cast<int64_t>(input.size()));
+  const int64_t d = static_cast<int64_t>(input.size());
+  absl::StatusOr<std::vector<Segment>> segments = SegmentsOf(ctx, d);
   if (!segments.ok()) return segments.status();
-  absl::StatusOr<std::vector<float>> a = AddResidual(input, *segments);
-  if (!a.ok()) return a.status();
-  absl::Status st = inner_->Compress(*a, ctx, payload);
-  if (!st.ok()) return st;
-  std::vector<float> decoded(input.size(), 0.0f);
-  st = inner_->AccumulateInto(payload->bytes, absl::MakeSpan(decoded));
-  if (!st.ok()) return st;
-  StoreResidual(*segments, *a, decoded);
-  return absl::OkStatus();
+  std::vector<float> a = AcquireScratch(d);
+  AddResidual(input, *segments, &a);
+  absl::Status st = inner_->Compress(a, ctx, payload);
+  if (st.ok()) {
+    // a -> -a + decode(c) = -(a - decode(c)), without a second buffer.
+    Negate(&a);
+    st = inner_->AccumulateInto(payload->bytes, absl::MakeSpan(a));
+    if (st.ok()) StoreNegatedResidual(*segments, a);
+  }
+  ReleaseScratch(std::move(a));
+  return st;
 }
 
 absl::StatusOr<std::unique_ptr<RoundState>> ErrorFeedback::BeginRounds(
     absl::Span<const float> input, const CompressContext& ctx) {
-  absl::StatusOr<std::vector<Segment>> segments =
-      SegmentsOf(ctx, static_cast<int64_t>(input.size()));
+  const int64_t d = static_cast<int64_t>(input.size());
+  absl::StatusOr<std::vector<Segment>> segments = SegmentsOf(ctx, d);
   if (!segments.ok()) return segments.status();
-  absl::StatusOr<std::vector<float>> a = AddResidual(input, *segments);
-  if (!a.ok()) return a.status();
+  std::vector<float> a = AcquireScratch(d);
+  AddResidual(input, *segments, &a);
   absl::StatusOr<std::unique_ptr<RoundState>> inner =
-      inner_->BeginRounds(*a, ctx);
-  if (!inner.ok()) return inner.status();
+      inner_->BeginRounds(a, ctx);
+  if (!inner.ok()) {
+    ReleaseScratch(std::move(a));
+    return inner.status();
+  }
   return std::unique_ptr<RoundState>(
-      new Rounds(this, std::move(*inner), std::move(*segments), std::move(*a)));
+      new Rounds(this, std::move(*inner), std::move(*segments), std::move(a)));
 }
 
 std::vector<float> ErrorFeedback::Residual(const std::string& name,

@@ -6,8 +6,9 @@
 // where decode(c) is this rank's own contribution: the decoded payload for
 // Protocol A (decoded right after Compress, before any allreduce), or
 // RoundState::AccumulateLocal after the last round for Protocol B. So on
-// every rank, after each step, residual + decode(c) == a exactly in the
-// float arithmetic of the subtraction.
+// every rank, after each step, residual + decode(c) == a up to the rounding
+// of one float subtraction (exactly where decode(c) is a or 0 elementwise,
+// as for top-k and random-k with fp32 values).
 //
 // Residuals are kept per tensor segment, keyed by (name, tensor_offset,
 // count) of CompressContext::segments, so a tensor keeps its residual
@@ -30,12 +31,15 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "compressors/compressor.h"
+#include "compressors/residual_store.h"
 
 namespace terse {
 
 class ErrorFeedback : public Compressor {
  public:
-  explicit ErrorFeedback(std::unique_ptr<Compressor> inner);
+  // num_threads: for the elementwise passes (0 = min(hardware, 8)).
+  explicit ErrorFeedback(std::unique_ptr<Compressor> inner,
+                         int num_threads = 0);
 
   CompressorId id() const override { return inner_->id(); }
   double cf() const override { return inner_->cf(); }
@@ -72,23 +76,31 @@ class ErrorFeedback : public Compressor {
  private:
   class Rounds;  // The Protocol-B wrapper.
 
-  // a = input + residuals of the segments (bucket layout).
-  absl::StatusOr<std::vector<float>> AddResidual(
-      absl::Span<const float> input, const std::vector<Segment>& segments);
-  // residual of each segment = a - decoded.
-  void StoreResidual(const std::vector<Segment>& segments,
-                     const std::vector<float>& a,
-                     const std::vector<float>& decoded);
-  // ctx.segments, or the whole bucket as one segment.
+  // *a = input + residuals of the segments (bucket layout).
+  void AddResidual(absl::Span<const float> input,
+                   const std::vector<Segment>& segments, std::vector<float>* a);
+  // Residual of each segment = a - decoded, given neg = decoded - a
+  // (= -(a - decoded) exactly: float rounding is symmetric).
+  void StoreNegatedResidual(const std::vector<Segment>& segments,
+                            const std::vector<float>& neg);
+  // v = -v, in parallel.
+  void Negate(std::vector<float>* v) const;
+  // ctx.segments (sorted by offset), or the whole bucket as one segment.
   static absl::StatusOr<std::vector<Segment>> SegmentsOf(
       const CompressContext& ctx, int64_t d);
+  // Bucket-sized scratch buffers, reused so that a step does not page-fault
+  // fresh memory (contents unspecified).
+  std::vector<float> AcquireScratch(int64_t d);
+  void ReleaseScratch(std::vector<float> buffer);
 
   static std::string KeyOf(const Segment& s);
 
   const std::unique_ptr<Compressor> inner_;
+  const int num_threads_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::vector<float>> residuals_
       ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<float>> scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace terse

@@ -37,32 +37,5 @@ std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
   return std::make_unique<StaticPolicy>(policy, cf);
 }
 
-bool GlobMatch(const std::string& pattern, const std::string& text) {
-  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p, ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++, mark = t;
-    } else if (star != std::string::npos) {
-      p = star + 1, t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-std::pair<std::string, double> PolicyForTensor(const Config& config,
-                                               const std::string& tensor_name) {
-  for (const CompressionRule& rule : config.compression_rules) {
-    if (GlobMatch(rule.glob, tensor_name)) {
-      return {rule.policy, rule.cf > 0 ? rule.cf : config.cf};
-    }
-  }
-  return {config.compression, config.cf};
-}
-
 }  // namespace gravac
 }  // namespace terse

@@ -22,13 +22,8 @@ namespace gravac {
 std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
                                      const Config& config, int world_size);
 
-// The policy word and CF a tensor gets: the first TERSE_COMPRESSION_RULES
-// glob matching `tensor_name`, else TERSE_COMPRESSION / TERSE_CF.
-std::pair<std::string, double> PolicyForTensor(const Config& config,
-                                               const std::string& tensor_name);
-
-// Shell-style glob: '*' any run, '?' one character.
-bool GlobMatch(const std::string& pattern, const std::string& text);
+// Which word applies to a tensor (TERSE_COMPRESSION_RULES, then
+// TERSE_COMPRESSION) is compressors/registry.h's ChooseCompression.
 
 }  // namespace gravac
 }  // namespace terse

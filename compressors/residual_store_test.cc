@@ -1,0 +1,49 @@
+#include "compressors/residual_store.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace {
+
+std::vector<Segment> Segments(std::initializer_list<Segment> s) { return s; }
+
+TEST(ResidualStoreTest, ResidualFollowsTheTensorAcrossBuckets) {
+  ResidualStore store;
+  // Bucket 1: tensor "w" at offset 2, 3 elements.
+  std::vector<Segment> first = Segments({{"w", 2, 3, 0}});
+  std::vector<float> a = {0, 0, 1, 2, 3}, sent = {0, 0, 1, 0, 3};
+  store.Store(first, a, sent);
+  EXPECT_EQ(store.Residual("w", 0, 3), (std::vector<float>{0, 2, 0}));
+  // Next step "w" sits at offset 0 of another bucket: same residual.
+  std::vector<float> g = {10, 10, 10, 7};
+  store.AddTo(absl::MakeSpan(g), Segments({{"w", 0, 3, 0}}));
+  EXPECT_EQ(g, (std::vector<float>{10, 12, 10, 7}));
+  store.Erase(Segments({{"w", 0, 3, 0}}));
+  EXPECT_EQ(store.size(), 0);
+}
+
+TEST(ResidualStoreTest, ExportImportRoundTrip) {
+  ResidualStore a;
+  a.Store(Segments({{"x", 0, 2, 0}, {"y", 2, 1, 4}}),
+          std::vector<float>{1, 2, 3}, std::vector<float>{0, 0, 0});
+  ResidualStore b;
+  b.Import(a.Export());
+  EXPECT_EQ(b.Residual("x", 0, 2), (std::vector<float>{1, 2}));
+  EXPECT_EQ(b.Residual("y", 4, 1), (std::vector<float>{3}));
+  EXPECT_EQ(b.size(), 2);
+}
+
+TEST(ResidualStoreTest, SegmentsAreValidated) {
+  CompressContext ctx;
+  std::vector<Segment> bad = Segments({{"x", 3, 4, 0}});
+  ctx.segments = bad;
+  EXPECT_FALSE(ResidualStore::SegmentsOf(ctx, 5).ok());
+  std::vector<Segment> overlap = Segments({{"x", 0, 3, 0}, {"y", 2, 2, 0}});
+  ctx.segments = overlap;
+  EXPECT_FALSE(ResidualStore::SegmentsOf(ctx, 5).ok());
+}
+
+}  // namespace
+}  // namespace terse

@@ -1,0 +1,192 @@
+#include "engine/agreement.h"
+
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "collectives/communicator.h"
+#include "collectives/reduce.h"
+#include "common/data_type.h"
+
+namespace terse {
+namespace {
+
+std::string OpName(int op) {
+  switch (op) {
+    case proto::ALLREDUCE:
+      return "allreduce";
+    case proto::ALLGATHER:
+      return "allgather";
+    case proto::BROADCAST:
+      return "broadcast";
+    case proto::JOIN:
+      return "join";
+    case proto::BARRIER:
+      return "barrier";
+  }
+  return absl::StrCat("op#", op);
+}
+
+std::string Dims(const proto::Request& r, int from) {
+  std::vector<int64_t> dims(r.shape().begin() + from, r.shape().end());
+  return "[" + absl::StrJoin(dims, ", ") + "]";
+}
+
+// Groups the ranks by `value(request)`; empty when every present rank
+// agrees, else "<what> A on ranks 0,2 but B on rank 1".
+std::string Disagreement(
+    const std::vector<const proto::Request*>& requests, const std::string& what,
+    const std::function<std::string(const proto::Request&)>& value) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int r = 0; r < static_cast<int>(requests.size()); ++r) {
+    if (requests[r] == nullptr) continue;
+    std::string v = value(*requests[r]);
+    bool found = false;
+    for (auto& g : groups) {
+      if (g.first == v) {
+        g.second.push_back(r);
+        found = true;
+        break;
+      }
+    }
+    if (!found) groups.push_back({std::move(v), {r}});
+  }
+  if (groups.size() <= 1) return "";
+  std::string out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& g = groups[i];
+    absl::StrAppend(&out, i == 0 ? what + " " : (i == 1 ? " but " : " and "),
+                    g.first, g.second.size() == 1 ? " on rank " : " on ranks ",
+                    RankList(g.second));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RankList(const std::vector<int>& ranks) {
+  return absl::StrJoin(ranks, ",");
+}
+
+absl::Status ValidateRequest(const proto::Request& r, int size) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", r.name(), "' from rank ", r.rank(), ": ", why));
+  };
+  if (r.rank() < 0 || r.rank() >= size) return bad("rank out of range");
+  if (!proto::OpType_IsValid(r.op())) return bad("unknown op type");
+  if (r.op() == proto::JOIN || r.op() == proto::BARRIER) {
+    return absl::OkStatus();
+  }
+  if (r.name().empty()) return bad("empty name");
+  if (!IsValidDataType(r.dtype())) return bad("unknown dtype");
+  if (!proto::ReduceOp_IsValid(r.reduce_op())) return bad("unknown reduce op");
+  for (int64_t d : r.shape()) {
+    if (d < 0) return bad("negative dimension");
+  }
+  if (r.op() == proto::ALLGATHER && r.shape_size() == 0) {
+    return bad("allgather needs at least one dimension");
+  }
+  if (r.op() == proto::BROADCAST &&
+      (r.root_rank() < 0 || r.root_rank() >= size)) {
+    return bad(
+        absl::StrCat("root rank ", r.root_rank(), " outside [0, ", size, ")"));
+  }
+  if (r.op() == proto::ALLREDUCE) {
+    absl::Status supported = CheckReduceSupported(
+        static_cast<DataType>(r.dtype()), static_cast<ReduceOp>(r.reduce_op()));
+    if (!supported.ok()) return bad(supported.message());
+  }
+  return absl::OkStatus();
+}
+
+proto::Response BuildResponse(
+    const std::string& name,
+    const std::vector<const proto::Request*>& requests) {
+  proto::Response response;
+  response.add_names(name);
+  const proto::Request* first = nullptr;
+  for (const proto::Request* r : requests) {
+    if (r != nullptr) {
+      first = r;
+      break;
+    }
+  }
+  if (first == nullptr) {
+    response.set_kind(proto::Response::ERROR);
+    response.set_error(absl::StrCat("tensor '", name, "': no rank sent it"));
+    return response;
+  }
+  std::vector<std::string> problems;
+  auto check = [&](const std::string& what,
+                   const std::function<std::string(const proto::Request&)>& f) {
+    std::string d = Disagreement(requests, what, f);
+    if (!d.empty()) problems.push_back(std::move(d));
+  };
+  check("op", [](const proto::Request& r) { return OpName(r.op()); });
+  if (problems.empty()) {
+    check("dtype", [](const proto::Request& r) {
+      return std::string(DataTypeName(static_cast<DataType>(r.dtype())));
+    });
+    check("device", [](const proto::Request& r) {
+      return std::string(r.device() < 0 ? "cpu" : "cuda");
+    });
+    switch (first->op()) {
+      case proto::ALLREDUCE:
+        check("reduce op", [](const proto::Request& r) {
+          return std::string(
+              ReduceOpName(static_cast<ReduceOp>(r.reduce_op())));
+        });
+        check("shape", [](const proto::Request& r) { return Dims(r, 0); });
+        check("prescale", [](const proto::Request& r) {
+          return absl::StrFormat("%.17g", r.prescale());
+        });
+        check("postscale", [](const proto::Request& r) {
+          return absl::StrFormat("%.17g", r.postscale());
+        });
+        break;
+      case proto::BROADCAST:
+        check("shape", [](const proto::Request& r) { return Dims(r, 0); });
+        check("root rank", [](const proto::Request& r) {
+          return absl::StrCat(r.root_rank());
+        });
+        break;
+      case proto::ALLGATHER:
+        check("dimensions after the first",
+              [](const proto::Request& r) { return Dims(r, 1); });
+        break;
+      default:
+        break;
+    }
+  }
+  if (!problems.empty()) {
+    response.set_kind(proto::Response::ERROR);
+    response.set_op(first->op());
+    response.set_error(
+        absl::StrCat("tensor '", name, "': ", absl::StrJoin(problems, "; ")));
+    return response;
+  }
+  response.set_kind(proto::Response::EXECUTE);
+  response.set_op(first->op());
+  response.set_dtype(first->dtype());
+  response.set_device(first->device());
+  response.set_reduce_op(first->reduce_op());
+  *response.mutable_shape() = first->shape();
+  response.set_root_rank(first->root_rank());
+  response.set_prescale(first->prescale());
+  response.set_postscale(first->postscale());
+  if (first->op() == proto::ALLGATHER) {
+    int64_t total_first = 0;
+    for (const proto::Request* r : requests) {
+      const int64_t d = r == nullptr ? 0 : r->shape(0);
+      response.add_tensor_sizes(d);
+      total_first += d;
+    }
+    response.set_shape(0, total_first);
+  }
+  return response;
+}
+
+}  // namespace terse

@@ -1,0 +1,188 @@
+#include "engine/api.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/registry.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "engine/engine.h"
+
+namespace terse {
+namespace {
+
+// The process-wide instance. Callers take a reference to the engine under
+// the mutex and use it outside, so a blocking Wait never holds the mutex;
+// Shutdown drops the instance's references and stops the engine, and the
+// last caller holding a reference destroys it.
+struct Instance {
+  absl::Mutex mu;
+  std::shared_ptr<Engine> engine ABSL_GUARDED_BY(mu);
+};
+
+Instance& TheInstance() {
+  static Instance* instance = new Instance();  // Never destroyed.
+  return *instance;
+}
+
+absl::Status NotInitialized() {
+  return absl::FailedPreconditionError(
+      "terse is not initialised; call init() first");
+}
+
+absl::StatusOr<std::shared_ptr<Engine>> Current() {
+  Instance& instance = TheInstance();
+  absl::MutexLock lock(&instance.mu);
+  if (instance.engine == nullptr) return NotInitialized();
+  return instance.engine;
+}
+
+}  // namespace
+
+absl::Status Init(const Config& config) {
+  Instance& instance = TheInstance();
+  absl::MutexLock lock(&instance.mu);
+  if (instance.engine != nullptr) {
+    return absl::FailedPreconditionError("terse is already initialised");
+  }
+  absl::StatusOr<LogLevel> level = ParseLogLevel(config.log_level);
+  if (level.ok()) SetLogLevel(*level);
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> registry,
+                         CommunicatorRegistry::Create(config));
+  SetLogRank(registry->control()->rank());
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                         Engine::Create(config, registry.get()));
+  if (engine->rank() == 0) {
+    TERSE_LOG(Debug) << "terse initialised on " << engine->size() << " ranks:\n"
+                     << config.Describe();
+  }
+  // The engine uses the registry: the engine's deleter keeps the registry
+  // alive until the engine is gone.
+  std::shared_ptr<CommunicatorRegistry> shared_registry(std::move(registry));
+  instance.engine = std::shared_ptr<Engine>(
+      engine.release(), [shared_registry](Engine* e) { delete e; });
+  return absl::OkStatus();
+}
+
+absl::Status InitFromEnvironment() {
+  TERSE_ASSIGN_OR_RETURN(Config config, Config::FromEnvironment());
+  return Init(config);
+}
+
+absl::Status Shutdown() {
+  std::shared_ptr<Engine> engine;
+  {
+    Instance& instance = TheInstance();
+    absl::MutexLock lock(&instance.mu);
+    engine = std::move(instance.engine);
+    instance.engine = nullptr;
+  }
+  if (engine == nullptr) return absl::OkStatus();
+  return engine->Shutdown();
+}
+
+bool IsInitialized() {
+  Instance& instance = TheInstance();
+  absl::MutexLock lock(&instance.mu);
+  return instance.engine != nullptr;
+}
+
+absl::StatusOr<int> Rank() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->rank();
+}
+
+absl::StatusOr<int> Size() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->size();
+}
+
+absl::StatusOr<int> LocalRank() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->local_rank();
+}
+
+absl::StatusOr<int> LocalSize() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->local_size();
+}
+
+absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
+                                      TensorView out,
+                                      const std::vector<int64_t>& shape,
+                                      ReduceOp op, double prescale,
+                                      double postscale, DoneCallback callback) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->AllreduceAsync(name, in, out, shape, op, prescale, postscale,
+                           std::move(callback));
+}
+
+absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
+                                      const std::vector<int64_t>& shape,
+                                      DoneCallback callback) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->AllgatherAsync(name, in, shape, std::move(callback));
+}
+
+absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
+                                      TensorView buffer,
+                                      const std::vector<int64_t>& shape,
+                                      int root_rank, DoneCallback callback) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->BroadcastAsync(name, buffer, shape, root_rank, std::move(callback));
+}
+
+absl::StatusOr<bool> Poll(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->Poll(handle);
+}
+
+absl::Status Wait(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->Wait(handle);
+}
+
+absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->TakeAllgatherResult(handle);
+}
+
+absl::Status Barrier() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->Barrier();
+}
+
+absl::StatusOr<int> Join() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->Join();
+}
+
+absl::StatusOr<std::vector<BucketReport>> BucketReports() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().Reports();
+}
+
+absl::StatusOr<int64_t> BytesSent() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().bytes_sent();
+}
+
+absl::Status NotifyLearningRateDrop() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  engine->compression().OnLearningRateDrop();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SaveCompressionState() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().SaveState();
+}
+
+absl::Status LoadCompressionState(const std::string& state) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().LoadState(state);
+}
+
+}  // namespace terse

@@ -1,0 +1,96 @@
+// terse's process-wide C++ API (Horovod-style), used by the bindings and by
+// C++ trainers. The one documented process-wide instance lives behind these
+// functions, guarded by a mutex: Init() creates a CommunicatorRegistry (MPI
+// for CPU tensors; initialises MPI if the application has not) and an Engine
+// (engine.h) over it; Shutdown() destroys both.
+//
+// Every function is thread-safe. Ops run on the engine's background thread;
+// callbacks run there too. Buffers passed to an op must stay valid and
+// untouched until its handle completes. See engine.h for the error model.
+//
+// Handles are numbered per Init(): after Shutdown() and a new Init(), old
+// handles are unknown (NotFound).
+#ifndef TERSE_ENGINE_API_H_
+#define TERSE_ENGINE_API_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"  // terse::ReduceOp.
+#include "common/config.h"
+#include "common/tensor_view.h"
+#include "engine/compressed_reducer.h"  // BucketReport.
+#include "engine/types.h"  // Handle, DoneCallback, AllgatherResult.
+
+namespace terse {
+
+// Starts terse: communicators and background thread; sets the log level
+// and log rank. FailedPrecondition if already initialised; the registry's or
+// engine's error otherwise (e.g. a bad TERSE_BACKEND, an unwritable
+// TERSE_TIMELINE).
+absl::Status Init(const Config& config);
+// Init(Config::FromEnvironment()): the error names the bad TERSE_* variable.
+absl::Status InitFromEnvironment();
+// Fails pending handles with "terse was shut down" (or the root-cause error
+// if one occurred), joins the background thread, releases the communicators
+// (MPI is finalised at exit only if terse initialised it). Idempotent; OK
+// when not initialised. Returns the root cause if the engine stopped on one.
+absl::Status Shutdown();
+bool IsInitialized();
+
+// FailedPrecondition("terse is not initialised; call init() first") before
+// Init (and after Shutdown).
+absl::StatusOr<int> Rank();
+absl::StatusOr<int> Size();
+absl::StatusOr<int> LocalRank();
+absl::StatusOr<int> LocalSize();
+
+// Enqueue an op; see Engine for the semantics and errors. Names must be
+// unique among in-flight ops.
+absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
+                                      TensorView out,
+                                      const std::vector<int64_t>& shape,
+                                      ReduceOp op, double prescale = 1.0,
+                                      double postscale = 1.0,
+                                      DoneCallback callback = nullptr);
+absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
+                                      const std::vector<int64_t>& shape,
+                                      DoneCallback callback = nullptr);
+absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
+                                      TensorView buffer,
+                                      const std::vector<int64_t>& shape,
+                                      int root_rank,
+                                      DoneCallback callback = nullptr);
+
+// true when the op has completed (successfully or not). NotFound for an
+// unknown handle.
+absl::StatusOr<bool> Poll(Handle handle);
+// Blocks until completion, returns the op's status, and releases the handle
+// (except a successful allgather's, released by TakeAllgatherResult).
+absl::Status Wait(Handle handle);
+// After Wait(handle) returned OK for an allgather handle; releases it.
+absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
+
+// Collective barrier of all ranks (through the background thread).
+absl::Status Barrier();
+// This rank has no more data: it contributes zeros to allreduces of other
+// ranks until every rank has called Join. Blocks until all ranks joined.
+// Returns the last rank that joined.
+absl::StatusOr<int> Join();
+
+// Compression (engine/compressed_reducer.h): what every bucket did on its
+// last step, the bytes this rank has sent, and the checkpoint of the
+// compression state (policies and error-feedback residuals).
+absl::StatusOr<std::vector<BucketReport>> BucketReports();
+absl::StatusOr<int64_t> BytesSent();
+// The learning rate was just lowered (Accordion switches to its low CF).
+absl::Status NotifyLearningRateDrop();
+absl::StatusOr<std::string> SaveCompressionState();
+absl::Status LoadCompressionState(const std::string& state);
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_API_H_

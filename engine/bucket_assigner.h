@@ -1,0 +1,138 @@
+// BucketAssigner: which allreduce tensors are fused together, decided once
+// and then kept, and when a bucket is ready to run.
+//
+// Assignment (identical on every rank because it only consumes the
+// negotiated responses, which every rank receives in the same order): the
+// first time a tensor is ready on every rank it is appended to the bucket
+// most recently opened in the same negotiation cycle with the same key
+// (dtype, device kind, reduce op, prescale, postscale) if that bucket stays
+// within the fusion threshold; otherwise it opens a new bucket (next fit, so
+// a bucket's members are consecutive in negotiated order among tensors of
+// that key). A tensor of at least `solo_bytes` gets a bucket of its own and
+// leaves the open bucket open: copying a large tensor into a fusion buffer
+// costs more than the one extra collective it saves, and alone it is reduced
+// in place. From then on the bucket keeps its members and order, so
+// per-bucket state (fusion buffer, later compressor state) survives across
+// steps, and a bucket runs once every member is ready on every rank.
+//
+// Exceptions, all driven by negotiated events and so identical everywhere:
+// a tensor whose parameters change, or that fails (ERROR response), leaves
+// its bucket; a bucket that stays partially ready for `stuck_limit`
+// consecutive cycles is split so its ready members run on their own (a
+// tensor that was submitted together with others once and never again must
+// not block them forever).
+//
+// Not thread-safe; used by the engine's background thread only.
+#ifndef TERSE_ENGINE_BUCKET_ASSIGNER_H_
+#define TERSE_ENGINE_BUCKET_ASSIGNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "collectives/communicator.h"
+#include "common/control.pb.h"
+#include "common/data_type.h"
+
+namespace terse {
+
+struct BucketMember {
+  std::string name;
+  int64_t count = 0;  // Elements.
+};
+
+struct Bucket {
+  int id = 0;
+  DataType dtype = DataType::kFloat32;
+  bool cuda = false;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::string group;  // See BucketAssigner's group function.
+  std::vector<BucketMember> members;
+  int64_t count = 0;  // Sum of member counts.
+  int64_t bytes = 0;
+
+  // Readiness in the current round.
+  std::vector<bool> ready;
+  int ready_count = 0;
+  int64_t stuck_cycles = 0;
+
+  bool complete() const {
+    return ready_count == static_cast<int>(members.size());
+  }
+};
+
+class BucketAssigner {
+ public:
+  // `group` maps a tensor name to its group; tensors of different groups
+  // never share a bucket. It must be deterministic and the same on every
+  // rank. Null: one group.
+  using GroupFunction = std::function<std::string(const std::string&)>;
+  // Whether a tensor may get a bucket of its own for its size (e.g. only
+  // uncompressed ones: a compressed bucket copies anyway). Null: all may.
+  using SoloFilter = std::function<bool(const std::string&)>;
+  // `solo_bytes` <= 0: no tensor is put alone because of its size alone
+  // (it still is when larger than the threshold).
+  BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
+                 GroupFunction group = nullptr, SoloFilter solo = nullptr);
+
+  // One cycle's EXECUTE allreduce responses, in negotiated order: assigns
+  // the tensors seen for the first time (or with changed parameters), then
+  // marks every one ready. Returns the buckets that became complete, in the
+  // order they completed.
+  std::vector<int> OnReady(const std::vector<const proto::Response*>& ready);
+
+  // The tensor failed: it leaves its bucket. Returns the bucket id if the
+  // remaining members are now all ready (else nothing).
+  std::vector<int> Remove(const std::string& name);
+
+  // End of a cycle: counts the cycles each bucket stays partially ready and
+  // splits those stuck for `stuck_limit` cycles; returns the new buckets of
+  // ready members (complete).
+  std::vector<int> Tick(int64_t stuck_limit);
+
+  // After a complete bucket ran: clears its readiness for the next round.
+  void Reset(int id);
+
+  // Ids of buckets whose membership changed (or that were deleted) since the
+  // last call, so per-bucket state elsewhere can be dropped.
+  std::vector<int> TakeChanged();
+
+  const Bucket& bucket(int id) const { return buckets_.at(id); }
+  int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
+  // The bucket of `name`, or -1.
+  int BucketOf(const std::string& name) const;
+
+ private:
+  struct Place {
+    int bucket;
+    int index;
+  };
+
+  bool SameKey(const Bucket& b, const proto::Response& r) const;
+  int NewBucket(const proto::Response& r);
+  void Reindex(const Bucket& b);
+  // Removes member `index` of bucket `id`; deletes the bucket when empty.
+  void Erase(int id, int index);
+  // Marks `name` ready; true if its bucket just became complete.
+  bool MarkReady(const std::string& name);
+
+  std::string GroupOf(const std::string& name) const;
+
+  const int64_t threshold_;
+  const int64_t solo_bytes_;
+  const GroupFunction group_;
+  const SoloFilter solo_filter_;
+  int next_id_ = 0;
+  std::map<int, Bucket> buckets_;
+  absl::flat_hash_map<std::string, Place> places_;
+  std::vector<int> changed_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_BUCKET_ASSIGNER_H_

@@ -1,0 +1,85 @@
+#include "engine/bucket_executor.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace terse {
+namespace {
+
+constexpr size_t kMaxNamesInTimeline = 8;
+
+}  // namespace
+
+BucketExecutor::BucketExecutor(Communicator* comm, BucketReducer* reducer,
+                               Timeline* timeline)
+    : comm_(comm), reducer_(reducer), timeline_(timeline) {}
+
+void BucketExecutor::Forget(int bucket_id) {
+  state_.erase(bucket_id);
+  reducer_->Forget(bucket_id);
+}
+
+absl::Status BucketExecutor::Run(const Bucket& bucket,
+                                 const std::vector<const TensorEntry*>& entries,
+                                 Clock::time_point ready_at) {
+  const Clock::time_point start = Clock::now();
+  PerBucket& state = state_[bucket.id];
+  std::vector<FusionMember> members(bucket.members.size());
+  Clock::time_point first_enqueued = ready_at;
+  for (size_t i = 0; i < members.size(); ++i) {
+    members[i].count = bucket.members[i].count;
+    if (const TensorEntry* e = entries[i]) {
+      members[i].in = e->input.data;
+      members[i].out = e->output.data;
+      first_enqueued = std::min(first_enqueued, e->enqueued);
+    }
+  }
+
+  void* region = state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
+  const Clock::time_point fused = Clock::now();
+
+  BucketReduceContext ctx;
+  ctx.bucket = &bucket;
+  ctx.data = region;
+  ctx.op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
+                                                  : bucket.reduce_op;
+  ctx.comm = comm_;
+  ctx.timeline = timeline_;
+  ctx.track = absl::StrCat("bucket ", bucket.id);
+  ctx.step = state.runs++;
+  absl::Status status = reducer_->Reduce(ctx);
+  if (!status.ok()) return status;
+
+  const Clock::time_point unfuse_start = Clock::now();
+  double scale = bucket.postscale;
+  if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  state.buffer.Unfuse(members, bucket.dtype, scale);
+
+  if (timeline_ != nullptr) {
+    const Clock::time_point end = Clock::now();
+    std::vector<std::string> names;
+    for (size_t i = 0; i < bucket.members.size() && i < kMaxNamesInTimeline;
+         ++i) {
+      names.push_back(bucket.members[i].name);
+    }
+    if (bucket.members.size() > kMaxNamesInTimeline) names.push_back("...");
+    const TimelineArgs args = {
+        {"bucket", absl::StrCat(bucket.id)},
+        {"tensors", absl::StrCat(bucket.members.size())},
+        {"bytes", absl::StrCat(bucket.bytes)},
+        {"dtype", std::string(DataTypeName(bucket.dtype))},
+        {"op", std::string(ReduceOpName(bucket.reduce_op))},
+        {"names", absl::StrJoin(names, ",")}};
+    timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at, args);
+    timeline_->Record(ctx.track, "QUEUE", ready_at, start);
+    timeline_->Record(
+        ctx.track, "FUSE", start, fused,
+        {{"in_place", state.buffer.fused_in_outputs() ? "true" : "false"}});
+    timeline_->Record(ctx.track, "UNFUSE", unfuse_start, end);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace terse

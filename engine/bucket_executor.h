@@ -1,0 +1,59 @@
+// BucketExecutor: runs one complete allreduce bucket,
+//   fuse (+ prescale) -> reduce (BucketReducer) -> scale -> unfuse,
+// with a persistent fusion buffer per bucket and the bucket's timeline phases
+// (NEGOTIATE, QUEUE, FUSE, the reducer's phases, UNFUSE).
+//
+// Average is reduced as Sum and divided by the number of ranks in the unfuse
+// step, together with the postscale; Min/Max are passed through.
+//
+// Not thread-safe; used by the engine's background thread only. Every rank
+// runs the same buckets in the same order (the reducer is collective).
+#ifndef TERSE_ENGINE_BUCKET_EXECUTOR_H_
+#define TERSE_ENGINE_BUCKET_EXECUTOR_H_
+
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "collectives/communicator.h"
+#include "engine/bucket_assigner.h"
+#include "engine/bucket_reducer.h"
+#include "engine/fusion_buffer.h"
+#include "engine/tensor_entry.h"
+#include "engine/timeline.h"
+
+namespace terse {
+
+class BucketExecutor {
+ public:
+  // None owned; `timeline` may be null.
+  BucketExecutor(Communicator* comm, BucketReducer* reducer,
+                 Timeline* timeline);
+
+  // Runs `bucket`. entries[i] is this rank's op for member i, or null when
+  // this rank has none (it joined): it contributes zeros and the result is
+  // dropped. `ready_at`: when the bucket became ready on every rank. Does not
+  // complete the entries; the caller does, with the returned status (an
+  // error is from the reducer and fatal).
+  absl::Status Run(const Bucket& bucket,
+                   const std::vector<const TensorEntry*>& entries,
+                   Clock::time_point ready_at);
+
+  // The bucket was dropped or changed: release its buffer and state.
+  void Forget(int bucket_id);
+
+ private:
+  struct PerBucket {
+    FusionBuffer buffer;
+    int64_t runs = 0;
+  };
+
+  Communicator* const comm_;
+  BucketReducer* const reducer_;
+  Timeline* const timeline_;
+  absl::flat_hash_map<int, PerBucket> state_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_BUCKET_EXECUTOR_H_

@@ -1,0 +1,59 @@
+// BucketReducer: the reduction step of a fused bucket, and the seam where
+// compression plugs in.
+//
+// The engine runs every allreduce bucket through one code path:
+//   fuse (+ prescale) -> BucketReducer::Reduce -> scale -> unfuse -> callbacks
+// A reducer replaces the fused region by its reduction over every rank. The
+// first implementation is a dense allreduce; a compressing reducer (issues
+// 5/7) compresses with error feedback, communicates the payload (allreduce or
+// allgather), decompresses and sums, recording COMPRESS / COMMUNICATE /
+// DECOMPRESS on the timeline, and keeps its state per bucket id.
+//
+// A reducer is used by the engine's background thread only; Reduce is
+// collective (every rank calls it for the same bucket in the same order).
+#ifndef TERSE_ENGINE_BUCKET_REDUCER_H_
+#define TERSE_ENGINE_BUCKET_REDUCER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "collectives/communicator.h"
+#include "engine/bucket_assigner.h"
+#include "engine/timeline.h"
+
+namespace terse {
+
+struct BucketReduceContext {
+  const Bucket* bucket = nullptr;  // Membership, dtype, key.
+  // The fused region: bucket->count elements of bucket->dtype holding this
+  // rank's (prescaled) contribution; replaced by the reduction.
+  void* data = nullptr;
+  // Sum, Min or Max. An Average bucket arrives as Sum: the engine divides.
+  ReduceOp op = ReduceOp::kSum;
+  Communicator* comm = nullptr;
+  Timeline* timeline = nullptr;  // Null: no timeline.
+  std::string track;             // The bucket's timeline track.
+  int64_t step = 0;              // Times this bucket ran before.
+};
+
+class BucketReducer {
+ public:
+  virtual ~BucketReducer() = default;
+
+  // Reduces ctx.data in place across ranks. An error is fatal for the engine.
+  virtual absl::Status Reduce(const BucketReduceContext& ctx) = 0;
+
+  // The bucket was dropped or changed membership: forget its state.
+  virtual void Forget(int bucket_id) { (void)bucket_id; }
+};
+
+// Dense allreduce of the whole region (records COMMUNICATE).
+class DenseAllreduceReducer : public BucketReducer {
+ public:
+  absl::Status Reduce(const BucketReduceContext& ctx) override;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_BUCKET_REDUCER_H_

@@ -1,0 +1,513 @@
+#include "engine/compressed_reducer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "compressors/registry.h"
+#include "gravac/policy_factory.h"
+
+namespace terse {
+namespace {
+
+// Statistics exchanged per step: ||a||^2, ||g_min||^2, ||g_c||^2 and the
+// bucket's previous step time.
+constexpr int kNumStats = 4;
+constexpr int64_t kStatsBytes = kNumStats * sizeof(double);
+
+double SquaredNorm(const std::vector<float>& v) {
+  double sum = 0;
+  for (float x : v) sum += static_cast<double>(x) * x;
+  return sum;
+}
+
+// FNV-1a: a bucket identity that is the same on every rank and every run.
+uint64_t StableHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string KeyOf(const Bucket& bucket) {
+  return absl::StrJoin(bucket.members, ",",
+                       [](std::string* out, const BucketMember& m) {
+                         absl::StrAppend(out, m.name);
+                       });
+}
+
+}  // namespace
+
+struct CompressedReducer::BucketState {
+  std::string key;
+  std::unique_ptr<gravac::Policy> policy;
+  bool adaptive = false;  // Needs statistics averaged over ranks.
+  bool accumulates = false;
+  std::map<std::pair<std::string, double>, std::unique_ptr<Compressor>>
+      compressors;
+  std::vector<Segment> segments;
+  std::vector<float> a, level1, level2, accumulator;
+  bool has_pending = false;
+  gravac::Decision pending;
+  double pending_norms[kNumStats] = {0, 0, 0, 0};  // ef, min, cand, accum.
+  bool has_last_start = false;
+  Clock::time_point last_start;
+  double last_own = 0;
+  double own_total_at_last_start = 0;
+  double bytes_total_at_last_start = 0;
+  int64_t bytes = 0;
+};
+
+// What this rank sends for a bucket this step.
+struct CompressedReducer::Sent {
+  bool dense = true;
+  Compressor* compressor = nullptr;
+  Payload payload;
+  std::unique_ptr<RoundState> rounds;   // Protocol B.
+  std::vector<float>* local = nullptr;  // Decoded own contribution.
+  std::string compressor_name = "none";
+  double cf = 1;
+};
+
+CompressedReducer::CompressedReducer(const Config& config, int rank, int size)
+    : config_(config), rank_(rank), size_(size) {}
+
+CompressedReducer::~CompressedReducer() = default;
+
+CompressedReducer::BucketState& CompressedReducer::StateFor(
+    const Bucket& bucket, const std::string& policy, double cf) {
+  std::unique_ptr<BucketState>& slot = buckets_[bucket.id];
+  if (slot != nullptr) return *slot;
+  slot = std::make_unique<BucketState>();
+  BucketState& s = *slot;
+  s.key = KeyOf(bucket);
+  s.policy = gravac::CreatePolicy(policy, cf, config_, size_);
+  s.adaptive = policy == "gravac" || policy == "accordion";
+  s.accumulates = policy == "accordion";
+  s.bytes = bucket.bytes;
+  int64_t offset = 0;
+  for (const BucketMember& m : bucket.members) {
+    Segment seg;
+    seg.name = m.name;
+    seg.offset = offset;
+    seg.count = m.count;
+    s.segments.push_back(seg);
+    offset += m.count;
+  }
+  if (s.accumulates) s.accumulator.assign(bucket.count, 0.0f);
+  auto restored = restored_.find(s.key);
+  if (restored != restored_.end()) {
+    const proto::BucketCompressionState& r = restored->second;
+    absl::Status st = s.policy->RestoreState(r.policy());
+    if (!st.ok()) {
+      TERSE_LOG(Warning) << "bucket " << bucket.id
+                         << ": policy state not restored: " << st;
+    }
+    if (s.accumulates && r.accumulator_size() == bucket.count) {
+      s.accumulator.assign(r.accumulator().begin(), r.accumulator().end());
+    }
+    s.has_pending = r.has_pending();
+    s.pending.compressor = r.pending_compressor();
+    s.pending.send_cf = r.pending_send_cf();
+    s.pending.probe_cf_min = r.pending_probe_cf_min();
+    s.pending.probe_cf_candidate = r.pending_probe_cf_candidate();
+    for (int i = 0; i < kNumStats && i < r.pending_norms_size(); ++i) {
+      s.pending_norms[i] = r.pending_norms(i);
+    }
+    restored_.erase(restored);
+  }
+  return s;
+}
+
+absl::StatusOr<Compressor*> CompressedReducer::CompressorFor(
+    BucketState& state, const std::string& name, double cf) {
+  std::unique_ptr<Compressor>& slot = state.compressors[{name, cf}];
+  if (slot == nullptr) {
+    // Error feedback is the reducer's (it decides what counts as sent).
+    CompressorOptions options = OptionsFromConfig(config_);
+    options.error_feedback = ErrorFeedbackMode::kOff;
+    TERSE_ASSIGN_OR_RETURN(slot, CreateCompressor(name, cf, options));
+  }
+  return slot.get();
+}
+
+double CompressedReducer::PreviousStepSeconds(BucketState& state,
+                                              Clock::time_point now) {
+  double seconds = 0;
+  if (state.has_last_start) {
+    const double period = SecondsBetween(state.last_start, now);
+    const double own = own_seconds_total_ - state.own_total_at_last_start;
+    const double bytes = own_bytes_total_ - state.bytes_total_at_last_start;
+    const double rest = std::max(0.0, period - own);
+    const double share = bytes > 0 ? state.bytes / bytes : 1.0;
+    seconds = state.last_own + rest * share;
+  }
+  state.has_last_start = true;
+  state.last_start = now;
+  state.own_total_at_last_start = own_seconds_total_;
+  state.bytes_total_at_last_start = own_bytes_total_;
+  return seconds;
+}
+
+absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
+  const Bucket& bucket = *ctx.bucket;
+  const CompressionChoice choice =
+      ChooseCompression(bucket.members.front().name, config_);
+  const bool compressible = bucket.dtype == DataType::kFloat32 &&
+                            !bucket.cuda && ctx.op == ReduceOp::kSum &&
+                            choice.name != "none" &&
+                            ShouldCompress(bucket.bytes, config_);
+  const Clock::time_point start = Clock::now();
+  absl::Status status;
+  if (!compressible) {
+    status = dense_.Reduce(ctx);
+    absl::MutexLock lock(&mu_);
+    BucketReport& r = reports_[bucket.id];
+    r = BucketReport{bucket.id,    static_cast<int>(bucket.members.size()),
+                     bucket.bytes, "none",
+                     "none",       1,
+                     bucket.bytes, r.steps + 1};
+    bytes_sent_ += bucket.bytes;
+  } else {
+    absl::MutexLock lock(&mu_);
+    BucketState& state = StateFor(bucket, choice.name, choice.cf);
+    status = ReduceCompressed(ctx, state);
+    state.last_own = SecondsBetween(start, Clock::now());
+  }
+  absl::MutexLock lock(&mu_);
+  own_seconds_total_ += SecondsBetween(start, Clock::now());
+  own_bytes_total_ += static_cast<double>(bucket.bytes);
+  return status;
+}
+
+absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
+                                         BucketState& state,
+                                         const gravac::Decision& decision,
+                                         const CompressContext& cctx,
+                                         Sent* sent) {
+  (void)ctx;
+  const size_t n = state.a.size();
+  if (decision.probe_cf_min > 0) {
+    // GraVAC: level one at theta_min, level two from level one's output.
+    TERSE_ASSIGN_OR_RETURN(
+        Compressor * first,
+        CompressorFor(state, decision.compressor, decision.probe_cf_min));
+    Payload p1;
+    TERSE_RETURN_IF_ERROR(first->Compress(state.a, cctx, &p1));
+    state.level1.assign(n, 0.0f);
+    TERSE_RETURN_IF_ERROR(
+        first->Decompress(p1.bytes, absl::MakeSpan(state.level1)));
+    Compressor* second = first;
+    Payload p2;
+    if (decision.probe_cf_candidate > decision.probe_cf_min) {
+      TERSE_ASSIGN_OR_RETURN(second,
+                             CompressorFor(state, decision.compressor,
+                                           decision.probe_cf_candidate));
+      TERSE_RETURN_IF_ERROR(second->Compress(state.level1, cctx, &p2));
+      state.level2.assign(n, 0.0f);
+      TERSE_RETURN_IF_ERROR(
+          second->Decompress(p2.bytes, absl::MakeSpan(state.level2)));
+    } else {
+      p2 = p1;
+      state.level2 = state.level1;
+    }
+    if (!decision.dense()) {
+      const bool candidate = decision.send_cf == decision.probe_cf_candidate;
+      sent->dense = false;
+      sent->compressor = candidate ? second : first;
+      sent->payload = candidate ? std::move(p2) : std::move(p1);
+      sent->local = candidate ? &state.level2 : &state.level1;
+    }
+  } else if (!decision.dense()) {
+    TERSE_ASSIGN_OR_RETURN(
+        Compressor * c,
+        CompressorFor(state, decision.compressor, decision.send_cf));
+    sent->dense = false;
+    sent->compressor = c;
+    if (c->num_rounds() > 0) {
+      TERSE_ASSIGN_OR_RETURN(sent->rounds, c->BeginRounds(state.a, cctx));
+    } else {
+      TERSE_RETURN_IF_ERROR(c->Compress(state.a, cctx, &sent->payload));
+      state.level1.assign(n, 0.0f);
+      TERSE_RETURN_IF_ERROR(
+          c->Decompress(sent->payload.bytes, absl::MakeSpan(state.level1)));
+      sent->local = &state.level1;
+    }
+  }
+  if (sent->dense) {
+    sent->local = &state.a;
+  } else {
+    sent->compressor_name = sent->compressor->name();
+    sent->cf = decision.send_cf;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
+                                            BucketState& state, Sent* sent,
+                                            std::vector<double>* stats) {
+  Communicator* comm = ctx.comm;
+  const int64_t n = ctx.bucket->count;
+  float* out = static_cast<float*>(ctx.data);
+  bool stats_gathered = false;
+
+  if (sent->dense) {
+    std::memcpy(out, state.a.data(), n * sizeof(float));
+    TERSE_RETURN_IF_ERROR(
+        comm->Allreduce(out, n, DataType::kFloat32, ReduceOp::kSum));
+  } else if (sent->rounds != nullptr) {
+    for (int r = 0; r < sent->rounds->num_rounds(); ++r) {
+      absl::Span<float> buf = sent->rounds->RoundBuffer(r);
+      TERSE_RETURN_IF_ERROR(
+          comm->Allreduce(buf.data(), static_cast<int64_t>(buf.size()),
+                          DataType::kFloat32, ReduceOp::kSum));
+      TERSE_RETURN_IF_ERROR(sent->rounds->EndRound(r));
+    }
+    std::fill(out, out + n, 0.0f);
+    TERSE_RETURN_IF_ERROR(sent->rounds->AccumulateInto(absl::MakeSpan(out, n)));
+    state.level1.assign(n, 0.0f);
+    TERSE_RETURN_IF_ERROR(
+        sent->rounds->AccumulateLocal(absl::MakeSpan(state.level1)));
+    sent->local = &state.level1;
+  } else if (sent->compressor->summable()) {
+    TERSE_ASSIGN_OR_RETURN(SummableRegion region,
+                           sent->compressor->SummableBody(&sent->payload));
+    TERSE_RETURN_IF_ERROR(comm->Allreduce(region.data, region.count,
+                                          region.dtype, ReduceOp::kSum));
+    std::fill(out, out + n, 0.0f);
+    TERSE_RETURN_IF_ERROR(sent->compressor->AccumulateInto(
+        sent->payload.bytes, absl::MakeSpan(out, n)));
+  } else {
+    // Allgather the payloads with the statistics as a trailer.
+    std::vector<uint8_t> message = std::move(sent->payload.bytes);
+    const size_t payload_bytes = message.size();
+    message.resize(payload_bytes + kStatsBytes);
+    std::memcpy(message.data() + payload_bytes, stats->data(), kStatsBytes);
+    std::vector<uint8_t> gathered;
+    std::vector<int64_t> sizes;
+    if (sent->compressor->fixed_size()) {
+      const int64_t each = static_cast<int64_t>(message.size());
+      gathered.resize(each * comm->size());
+      TERSE_RETURN_IF_ERROR(
+          comm->Allgather(message.data(), gathered.data(), each));
+      sizes.assign(comm->size(), each);
+    } else {
+      TERSE_RETURN_IF_ERROR(comm->AllgathervUnknownSizes(
+          message.data(), static_cast<int64_t>(message.size()), &gathered,
+          &sizes));
+    }
+    std::fill(out, out + n, 0.0f);
+    std::vector<double> total(kNumStats, 0.0);
+    size_t at = 0;
+    for (int r = 0; r < comm->size(); ++r) {
+      const int64_t size = sizes[r];
+      if (size < kStatsBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bucket ", ctx.bucket->id, ": rank ", r, " sent ",
+                         size, " bytes, too short for a payload"));
+      }
+      absl::Span<const uint8_t> payload(gathered.data() + at,
+                                        size - kStatsBytes);
+      absl::Status decoded =
+          sent->compressor->AccumulateInto(payload, absl::MakeSpan(out, n));
+      if (!decoded.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "bucket ", ctx.bucket->id, ": the ", sent->compressor_name,
+            " payload from rank ", r, " does not decode: ", decoded.message()));
+      }
+      double theirs[kNumStats];
+      std::memcpy(theirs, gathered.data() + at + size - kStatsBytes,
+                  kStatsBytes);
+      for (int i = 0; i < kNumStats; ++i) total[i] += theirs[i];
+      at += size;
+    }
+    *stats = total;
+    stats_gathered = true;
+  }
+  if (!stats_gathered && state.adaptive) {
+    std::vector<double> all(kNumStats * comm->size());
+    TERSE_RETURN_IF_ERROR(
+        comm->Allgather(stats->data(), all.data(), kStatsBytes));
+    std::vector<double> total(kNumStats, 0.0);
+    for (int r = 0; r < comm->size(); ++r) {  // Rank order: same everywhere.
+      for (int i = 0; i < kNumStats; ++i) total[i] += all[r * kNumStats + i];
+    }
+    *stats = total;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
+                                                 BucketState& state) {
+  const Bucket& bucket = *ctx.bucket;
+  const int64_t n = bucket.count;
+  const Clock::time_point start = Clock::now();
+  const double previous_seconds = PreviousStepSeconds(state, start);
+  const gravac::Decision decision = state.policy->Decide();
+
+  const float* g = static_cast<const float*>(ctx.data);
+  state.a.assign(g, g + n);
+  residuals_.AddTo(absl::MakeSpan(state.a), state.segments);
+
+  CompressContext cctx;
+  cctx.seed = config_.seed;
+  cctx.step = static_cast<uint64_t>(ctx.step);
+  cctx.stream = StableHash(state.key);
+  cctx.rank = rank_;
+  cctx.key = absl::StrCat("bucket:", state.key);
+  cctx.segments = state.segments;
+
+  Sent sent;
+  std::vector<double> stats = {SquaredNorm(state.a), 0, 0, previous_seconds};
+  TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
+  if (decision.probe_cf_min > 0) {
+    stats[1] = SquaredNorm(state.level1);
+    stats[2] = SquaredNorm(state.level2);
+  }
+  const Clock::time_point compressed = Clock::now();
+
+  TERSE_RETURN_IF_ERROR(Communicate(ctx, state, &sent, &stats));
+  const Clock::time_point communicated = Clock::now();
+
+  // Error feedback: what this rank did not send stays for the next step.
+  if (sent.dense || !sent.compressor->lossy()) {
+    residuals_.Erase(state.segments);
+  } else {
+    residuals_.Store(state.segments, state.a, *sent.local);
+  }
+
+  // Statistics: the averages over ranks, fed one step late with the time.
+  double accumulated_norm2 = 0;
+  if (state.accumulates) {
+    const float* reduced = static_cast<const float*>(ctx.data);
+    for (int64_t i = 0; i < n; ++i) state.accumulator[i] += reduced[i];
+    accumulated_norm2 = SquaredNorm(state.accumulator);
+  }
+  if (state.adaptive) {
+    for (double& s : stats) s /= size_;
+    if (state.has_pending) {
+      gravac::StepStats step;
+      step.norm2_ef = state.pending_norms[0];
+      step.norm2_min = state.pending_norms[1];
+      step.norm2_candidate = state.pending_norms[2];
+      step.accumulated_norm2 = state.pending_norms[3];
+      step.seconds = stats[3];
+      state.policy->Observe(state.pending, step);
+    }
+    state.pending = decision;
+    state.pending_norms[0] = stats[0];
+    state.pending_norms[1] = stats[1];
+    state.pending_norms[2] = stats[2];
+    state.pending_norms[3] = accumulated_norm2;
+    state.has_pending = true;
+  } else {
+    state.policy->Observe(decision, gravac::StepStats{});
+  }
+  if (decision.reset_accumulator) {
+    std::fill(state.accumulator.begin(), state.accumulator.end(), 0.0f);
+  }
+
+  const int64_t bytes = sent.dense ? bucket.bytes
+                        : sent.rounds != nullptr
+                            ? 0
+                            : static_cast<int64_t>(sent.payload.bytes.size());
+  BucketReport& r = reports_[bucket.id];
+  r = BucketReport{bucket.id,
+                   static_cast<int>(bucket.members.size()),
+                   bucket.bytes,
+                   state.policy->Describe(),
+                   sent.compressor_name,
+                   sent.cf,
+                   bytes,
+                   r.steps + 1};
+  bytes_sent_ += bytes;
+  TERSE_LOG(Debug) << "bucket " << bucket.id << " step " << ctx.step << ": "
+                   << r.policy << " sent " << r.compressor << " cf " << r.cf;
+  if (ctx.timeline != nullptr) {
+    const TimelineArgs args = {{"compressor", sent.compressor_name},
+                               {"cf", absl::StrCat(sent.cf)},
+                               {"policy", r.policy}};
+    ctx.timeline->Record(ctx.track, "COMPRESS", start, compressed, args);
+    ctx.timeline->Record(ctx.track, "COMMUNICATE", compressed, communicated,
+                         {{"bytes", absl::StrCat(bytes)}});
+    ctx.timeline->Record(ctx.track, "DECOMPRESS", communicated, Clock::now(),
+                         args);
+  }
+  return absl::OkStatus();
+}
+
+void CompressedReducer::Forget(int bucket_id) {
+  absl::MutexLock lock(&mu_);
+  buckets_.erase(bucket_id);
+  reports_.erase(bucket_id);
+}
+
+std::vector<BucketReport> CompressedReducer::Reports() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<BucketReport> out;
+  for (const auto& [id, report] : reports_) out.push_back(report);
+  return out;
+}
+
+int64_t CompressedReducer::bytes_sent() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_sent_;
+}
+
+void CompressedReducer::OnLearningRateDrop() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, state] : buckets_) state->policy->OnLearningRateDrop();
+}
+
+std::string CompressedReducer::SaveState() const {
+  proto::CompressionState out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : buckets_) {
+    proto::BucketCompressionState* b = out.add_buckets();
+    b->set_key(s->key);
+    s->policy->SaveState(b->mutable_policy());
+    for (float v : s->accumulator) b->add_accumulator(v);
+    b->set_has_pending(s->has_pending);
+    b->set_pending_compressor(s->pending.compressor);
+    b->set_pending_send_cf(s->pending.send_cf);
+    b->set_pending_probe_cf_min(s->pending.probe_cf_min);
+    b->set_pending_probe_cf_candidate(s->pending.probe_cf_candidate);
+    for (double v : s->pending_norms) b->add_pending_norms(v);
+  }
+  for (const auto& [key, b] : restored_) *out.add_buckets() = b;
+  for (const ResidualStore::Entry& e : residuals_.Export()) {
+    proto::ResidualState* r = out.add_residuals();
+    r->set_name(e.name);
+    r->set_tensor_offset(e.tensor_offset);
+    for (float v : e.values) r->add_values(v);
+  }
+  out.set_bytes_sent(bytes_sent_);
+  return out.SerializeAsString();
+}
+
+absl::Status CompressedReducer::LoadState(const std::string& bytes) {
+  proto::CompressionState in;
+  if (!in.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(
+        "compression state does not parse (not a terse checkpoint?)");
+  }
+  std::vector<ResidualStore::Entry> entries;
+  for (const proto::ResidualState& r : in.residuals()) {
+    entries.push_back(
+        {r.name(), r.tensor_offset(),
+         std::vector<float>(r.values().begin(), r.values().end())});
+  }
+  absl::MutexLock lock(&mu_);
+  residuals_.Import(entries);
+  buckets_.clear();  // Rebuilt from the restored states on their next step.
+  restored_.clear();
+  for (const proto::BucketCompressionState& b : in.buckets()) {
+    restored_[b.key()] = b;
+  }
+  bytes_sent_ = in.bytes_sent();
+  return absl::OkStatus();
+}
+
+}  // namespace terse

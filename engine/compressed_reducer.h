@@ -1,0 +1,132 @@
+// CompressedReducer: the BucketReducer that compresses (DESIGN §2 steps 5-8).
+//
+// Per bucket and step:
+//   decision = policy.Decide()            (static, GraVAC or Accordion)
+//   a = fused gradient + residual         (per tensor,
+//   compressors/residual_store) compress a as the decision says      (GraVAC:
+//   two levels, theta_min then
+//                                          the candidate, both probed)
+//   residual = a - what this rank sent   (dropped on a dense send)
+//   communicate: dense -> allreduce; summable payloads -> allreduce of their
+//     body; others -> allgatherv, every rank decoding every rank's payload in
+//     rank order (so every rank ends with bitwise-identical sums); PowerSGD
+//     -> its allreduce rounds
+//   policy.Observe(previous decision, statistics averaged over ranks)
+// Statistics ride on the step's own allgather (a trailer behind each
+// payload); on allreduce paths they take one tiny allgather, and only for the
+// adaptive policies. Observe lags one step because a step's time is known
+// only once the step is over; the time measured is the bucket's compress +
+// communicate + decompress time plus its share (by bytes) of the rest of the
+// step.
+//
+// Buckets that are not fp32 CPU Sum buckets, that are smaller than
+// TERSE_MIN_COMPRESS_BYTES, or whose tensors' policy is "none" go dense
+// through DenseAllreduceReducer. A payload from a peer that fails to decode
+// is an InvalidArgument error naming the rank and the bucket, on every rank.
+//
+// Reduce and Forget run on the engine's background thread; Reports,
+// bytes_sent, OnLearningRateDrop, SaveState and LoadState may be called from
+// any thread (one mutex guards the state).
+#ifndef TERSE_ENGINE_COMPRESSED_REDUCER_H_
+#define TERSE_ENGINE_COMPRESSED_REDUCER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/config.h"
+#include "compressors/compressor.h"
+#include "compressors/residual_store.h"
+#include "engine/bucket_reducer.h"
+#include "engine/compression_state.pb.h"
+#include "gravac/policy.h"
+
+namespace terse {
+
+// What a bucket did on its last step, for progress prints and bindings.
+struct BucketReport {
+  int bucket = 0;
+  int tensors = 0;
+  int64_t bytes = 0;       // Dense bytes of the bucket.
+  std::string policy;      // Describe() of its policy, or "none".
+  std::string compressor;  // What it sent last step ("none": dense).
+  double cf = 1;           // Compression factor sent last step.
+  int64_t bytes_sent = 0;  // Bytes this rank sent for it last step.
+  int64_t steps = 0;
+};
+
+class CompressedReducer : public BucketReducer {
+ public:
+  CompressedReducer(const Config& config, int rank, int size);
+  ~CompressedReducer() override;
+
+  absl::Status Reduce(const BucketReduceContext& ctx) override;
+  void Forget(int bucket_id) override;
+
+  std::vector<BucketReport> Reports() const;
+  // Bytes this rank has sent through this reducer since it was made.
+  int64_t bytes_sent() const;
+  // This rank's residual of tensor `name` (count elements; zeros if none).
+  std::vector<float> Residual(const std::string& name, int64_t count) const {
+    return residuals_.Residual(name, 0, count);
+  }
+  // Forwards a learning-rate drop to every bucket's policy (Accordion).
+  void OnLearningRateDrop();
+
+  // Serialised proto::CompressionState. LoadState replaces the residuals
+  // and keeps the bucket states until buckets with the same members appear.
+  std::string SaveState() const;
+  absl::Status LoadState(const std::string& bytes);
+
+ private:
+  struct BucketState;
+  struct Sent;
+
+  BucketState& StateFor(const Bucket& bucket, const std::string& policy,
+                        double cf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Compressor*> CompressorFor(BucketState& state,
+                                            const std::string& name, double cf)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReduceCompressed(const BucketReduceContext& ctx,
+                                BucketState& state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Compresses a as `decision` says; fills `sent` and the local norms.
+  absl::Status Compress(const BucketReduceContext& ctx, BucketState& state,
+                        const gravac::Decision& decision,
+                        const CompressContext& cctx, Sent* sent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the bytes and leaves the sum over ranks in ctx.data; `stats` holds
+  // this rank's statistics on entry and their sum over ranks on return.
+  absl::Status Communicate(const BucketReduceContext& ctx, BucketState& state,
+                           Sent* sent, std::vector<double>* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The time of the bucket's previous step (see the header comment).
+  double PreviousStepSeconds(BucketState& state, Clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Config config_;
+  const int rank_;
+  const int size_;
+  DenseAllreduceReducer dense_;
+  ResidualStore residuals_;
+
+  mutable absl::Mutex mu_;
+  std::map<int, std::unique_ptr<BucketState>> buckets_ ABSL_GUARDED_BY(mu_);
+  std::map<int, BucketReport> reports_ ABSL_GUARDED_BY(mu_);
+  // Restored bucket states waiting for their bucket, by key.
+  std::map<std::string, proto::BucketCompressionState> restored_
+      ABSL_GUARDED_BY(mu_);
+  int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  // Running totals of every bucket's own time and bytes (for the share of
+  // the rest of the step).
+  double own_seconds_total_ ABSL_GUARDED_BY(mu_) = 0;
+  double own_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_COMPRESSED_REDUCER_H_

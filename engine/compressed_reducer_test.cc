@@ -1,0 +1,298 @@
+#include "engine/compressed_reducer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "collectives/loopback/loopback.h"
+#include "common/half.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace {
+
+using ::testing::HasSubstr;
+
+Bucket MakeBucket(std::vector<int64_t> counts) {
+  Bucket b;
+  b.id = 7;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    b.members.push_back({absl::StrCat("t", i), counts[i]});
+    b.count += counts[i];
+  }
+  b.bytes = b.count * 4;
+  return b;
+}
+
+Config MakeConfig(std::map<std::string, std::string> values) {
+  values["TERSE_MIN_COMPRESS_BYTES"] = "0";
+  absl::StatusOr<Config> c = Config::FromMap(values);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+// A heavy-tailed gradient: a few large entries, the rest small, so top-k
+// at moderate CFs keeps nearly all the energy.
+std::vector<float> Gradient(int rank, int step, int64_t n) {
+  std::mt19937 rng(1000 * rank + step);
+  std::normal_distribution<float> small(0.0f, 0.001f);
+  std::vector<float> g(n);
+  for (float& x : g) x = small(rng);
+  for (int64_t i = (rank * 7 + step) % 50; i < n; i += 50) {
+    g[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (1.0f + 0.01f * (i % 97));
+  }
+  return g;
+}
+
+// Reference sparsifier: top-k by magnitude (ties: lower index) through a
+// full sort, values rounded to bf16 as the default wire format does.
+std::vector<float> TopKReference(const std::vector<float>& a, int64_t k) {
+  std::vector<int64_t> order(a.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+    return std::fabs(a[x]) > std::fabs(a[y]);
+  });
+  std::vector<float> out(a.size(), 0.0f);
+  for (int64_t j = 0; j < k; ++j) {
+    out[order[j]] = BFloat16ToFloat(FloatToBFloat16(a[order[j]]));
+  }
+  return out;
+}
+
+// Runs `steps` steps of every rank's reducer on loopback; grads(rank, step)
+// gives each rank's bucket. Returns results[step][rank].
+struct RunResult {
+  std::vector<std::vector<std::vector<float>>> results;
+  std::vector<std::vector<std::string>> policies;  // [step][rank]
+};
+
+RunResult RunRanks(
+    int size, const Config& config, const Bucket& bucket, int steps,
+    const std::function<std::vector<float>(int, int)>& grads,
+    std::vector<std::unique_ptr<CompressedReducer>>* reducers,
+    absl::Status* status_out = nullptr,
+    std::function<Communicator*(int, Communicator*)> wrap = nullptr) {
+  RunResult run;
+  run.results.assign(steps, std::vector<std::vector<float>>(size));
+  run.policies.assign(steps, std::vector<std::string>(size));
+  if (reducers->empty()) {
+    for (int r = 0; r < size; ++r) {
+      reducers->push_back(std::make_unique<CompressedReducer>(config, r, size));
+    }
+  }
+  absl::Status status =
+      RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
+        if (wrap) comm = wrap(rank, comm);
+        for (int step = 0; step < steps; ++step) {
+          std::vector<float> data = grads(rank, step);
+          BucketReduceContext ctx;
+          ctx.bucket = &bucket;
+          ctx.data = data.data();
+          ctx.op = ReduceOp::kSum;
+          ctx.comm = comm;
+          ctx.step = step;
+          absl::Status s = (*reducers)[rank]->Reduce(ctx);
+          if (!s.ok()) return s;
+          run.results[step][rank] = data;
+          run.policies[step][rank] =
+              (*reducers)[rank]->Reports().at(0).policy + " sent " +
+              absl::StrCat((*reducers)[rank]->Reports().at(0).cf);
+        }
+        return absl::OkStatus();
+      });
+  if (status_out != nullptr)
+    *status_out = status;
+  else
+    EXPECT_TRUE(status.ok()) << status;
+  return run;
+}
+
+TEST(CompressedReducerTest, StaticTopKEqualsTheSumOfWhatEachRankSelected) {
+  const Bucket bucket = MakeBucket({300, 700});
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  const int size = 4, steps = 3;
+  RunResult run = RunRanks(
+      size, config, bucket, steps,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
+  // Step 0 has no residual: the sum of every rank's top-100, in rank order.
+  std::vector<float> expected(bucket.count, 0.0f);
+  for (int r = 0; r < size; ++r) {
+    std::vector<float> sent = TopKReference(Gradient(r, 0, bucket.count), 100);
+    for (int64_t i = 0; i < bucket.count; ++i) expected[i] += sent[i];
+  }
+  for (int r = 0; r < size; ++r) {
+    EXPECT_EQ(run.results[0][r], expected) << "rank " << r;
+  }
+  // Conservation over all ranks and steps: what was reduced plus what stays
+  // in the residuals is everything that went in.
+  for (int64_t i = 0; i < bucket.count; ++i) {
+    double in = 0, out = 0;
+    for (int s = 0; s < steps; ++s) {
+      out += run.results[s][0][i];
+      for (int r = 0; r < size; ++r) in += Gradient(r, s, bucket.count)[i];
+    }
+    for (int r = 0; r < size; ++r) {
+      const int64_t t = i < 300 ? 0 : 1;
+      const int64_t at = i < 300 ? i : i - 300;
+      out +=
+          reducers[r]->Residual(absl::StrCat("t", t), t == 0 ? 300 : 700)[at];
+    }
+    ASSERT_NEAR(out, in, 1e-4) << i;
+  }
+}
+
+TEST(CompressedReducerTest, GravacDecidesIdenticallyOnEveryRank) {
+  const Bucket bucket = MakeBucket({2000});
+  const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                                    {"TERSE_GRAVAC_WINDOW", "2"},
+                                    {"TERSE_GRAVAC_EPSILON", "0.7"},
+                                    {"TERSE_GRAVAC_EWMA", "0.5"}});
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  RunResult run = RunRanks(
+      4, config, bucket, 16,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
+  std::set<std::string> seen;
+  for (int s = 0; s < 16; ++s) {
+    for (int r = 1; r < 4; ++r) {
+      EXPECT_EQ(run.policies[s][r], run.policies[s][0]) << "step " << s;
+      EXPECT_EQ(run.results[s][r], run.results[s][0]) << "step " << s;
+    }
+    seen.insert(run.policies[s][0]);
+  }
+  EXPECT_GT(seen.size(), 2u) << "the controller explored several CFs";
+  EXPECT_THAT(run.policies[15][0], ::testing::Not(HasSubstr("sent 1")))
+      << "a heavy-tailed gradient compresses";
+}
+
+TEST(CompressedReducerTest, MultiLevelSendsTopKOfTopK) {
+  const Bucket bucket = MakeBucket({1000});
+  // One rank; window 1 so the candidate (20) is explored from step 2 on.
+  const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                                    {"TERSE_GRAVAC_WINDOW", "1"},
+                                    {"TERSE_GRAVAC_EPSILON", "0.5"},
+                                    {"TERSE_GRAVAC_EWMA", "1"}});
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  const std::vector<float> g = Gradient(0, 0, bucket.count);
+  RunResult run = RunRanks(
+      1, config, bucket, 3, [&](int, int) { return g; }, &reducers);
+  ASSERT_THAT(run.policies[2][0], HasSubstr("sent 20"));
+  // The residual entering step 2 is what steps 0 and 1 left: both dense, so
+  // none; level one keeps 100 entries, level two 50 of those.
+  std::vector<float> level1 = TopKReference(g, 100);
+  std::vector<float> level2 = TopKReference(level1, 50);
+  EXPECT_EQ(run.results[2][0], level2);
+}
+
+// Corrupts the payload every rank receives from `victim` (one bit of its
+// header), as a faulty or malicious peer would.
+class CorruptingCommunicator : public Communicator {
+ public:
+  CorruptingCommunicator(Communicator* inner, int victim)
+      : inner_(inner), victim_(victim) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int local_rank() const override { return inner_->local_rank(); }
+  int local_size() const override { return inner_->local_size(); }
+  absl::string_view backend() const override { return "corrupting"; }
+  absl::Status Allreduce(void* b, int64_t n, DataType t, ReduceOp op) override {
+    return inner_->Allreduce(b, n, t, op);
+  }
+  absl::Status Allgather(const void* s, void* r, int64_t n) override {
+    absl::Status st = inner_->Allgather(s, r, n);
+    // Payloads (not the 8-byte size or 32-byte statistics exchanges).
+    if (n > 64) static_cast<uint8_t*>(r)[victim_ * n] ^= 0x40;
+    return st;
+  }
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& sizes) override {
+    absl::Status s = inner_->Allgatherv(send, recv, sizes);
+    int64_t at = 0;
+    for (int r = 0; r < victim_; ++r) at += sizes[r];
+    static_cast<uint8_t*>(recv)[at] ^= 0x40;  // The magic number.
+    return s;
+  }
+  absl::Status Broadcast(void* b, int64_t n, int root) override {
+    return inner_->Broadcast(b, n, root);
+  }
+  absl::Status Barrier() override { return inner_->Barrier(); }
+  absl::Status BitwiseAnd(uint64_t* w, int64_t n) override {
+    return inner_->BitwiseAnd(w, n);
+  }
+  absl::Status BitwiseOr(uint64_t* w, int64_t n) override {
+    return inner_->BitwiseOr(w, n);
+  }
+
+ private:
+  Communicator* const inner_;
+  const int victim_;
+};
+
+TEST(CompressedReducerTest, CorruptPayloadFailsEveryRankNamingTheSender) {
+  const Bucket bucket = MakeBucket({500});
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  std::vector<std::unique_ptr<CorruptingCommunicator>> wrappers(3);
+  std::vector<absl::Status> per_rank(3);
+  absl::Status status;
+  RunRanks(
+      3, config, bucket, 1,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers,
+      &status,
+      [&](int rank, Communicator* comm) {
+        wrappers[rank] = std::make_unique<CorruptingCommunicator>(comm, 2);
+        return wrappers[rank].get();
+      });
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(),
+              HasSubstr("payload from rank 2 does not decode"));
+}
+
+TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
+  const Bucket bucket = MakeBucket({800});
+  // omega = 0: no decision depends on measured wall time (which differs
+  // between any two runs), only on the gains, the window and the residuals.
+  const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                                    {"TERSE_GRAVAC_WINDOW", "2"},
+                                    {"TERSE_GRAVAC_OMEGA", "0"},
+                                    {"TERSE_GRAVAC_EPSILON", "0.7"}});
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> original;
+  RunRanks(2, config, bucket, 7, grads, &original);
+  std::vector<std::unique_ptr<CompressedReducer>> restored;
+  for (int r = 0; r < 2; ++r) {
+    restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    ASSERT_TRUE(restored[r]->LoadState(original[r]->SaveState()).ok());
+  }
+  auto later = [&](int r, int s) { return grads(r, s + 7); };
+  RunResult a = RunRanks(2, config, bucket, 10, later, &original);
+  RunResult b = RunRanks(2, config, bucket, 10, later, &restored);
+  EXPECT_EQ(a.results, b.results);
+  EXPECT_EQ(a.policies, b.policies);
+  EXPECT_FALSE(restored[0]->LoadState("not a checkpoint").ok());
+}
+
+TEST(CompressedReducerTest, SmallOrNoneBucketsGoDense) {
+  const Bucket bucket = MakeBucket({100});
+  absl::StatusOr<Config> c = Config::FromMap(
+      {{"TERSE_COMPRESSION", "topk"}, {"TERSE_MIN_COMPRESS_BYTES", "1000"}});
+  ASSERT_TRUE(c.ok());
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  RunResult run = RunRanks(
+      2, *c, bucket, 1,
+      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
+  std::vector<float> expected = Gradient(0, 0, 100);
+  std::vector<float> other = Gradient(1, 0, 100);
+  for (int i = 0; i < 100; ++i) expected[i] += other[i];
+  EXPECT_EQ(run.results[0][0], expected);
+  EXPECT_EQ(reducers[0]->Reports().at(0).policy, "none");
+}
+
+}  // namespace
+}  // namespace terse

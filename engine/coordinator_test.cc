@@ -1,0 +1,110 @@
+#include "engine/coordinator.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace {
+
+using ::testing::HasSubstr;
+
+proto::RequestList List(int rank, const std::vector<std::string>& names,
+                        proto::OpType op = proto::ALLREDUCE) {
+  proto::RequestList list;
+  list.set_rank(rank);
+  for (const std::string& name : names) {
+    proto::Request* r = list.add_requests();
+    r->set_rank(rank);
+    r->set_name(name);
+    r->set_op(op);
+    r->add_shape(4);
+    r->set_device(-1);
+    r->set_prescale(1);
+    r->set_postscale(1);
+  }
+  return list;
+}
+
+std::vector<std::string> Names(const proto::ResponseList& out) {
+  std::vector<std::string> names;
+  for (const auto& r : out.responses()) {
+    names.push_back(r.names_size() ? r.names(0) : "<join>");
+  }
+  return names;
+}
+
+TEST(CoordinatorTest, CompletesInFirstRequestOrderOnceEveryRankSent) {
+  Coordinator c(2);
+  const auto now = Clock::now();
+  ASSERT_TRUE(c.Add(0, List(0, {"a", "b", "c"}), now).ok());
+  ASSERT_TRUE(c.Add(1, List(1, {"c", "a"}), now).ok());
+  proto::ResponseList out;
+  c.Complete(&out);
+  EXPECT_EQ(Names(out), (std::vector<std::string>{"a", "c"}));
+  ASSERT_EQ(c.PendingOps().size(), 1u);
+  EXPECT_EQ(c.PendingOps()[0].name, "b");
+  EXPECT_EQ(c.PendingOps()[0].submitted, std::vector<int>{0});
+  ASSERT_TRUE(c.Add(1, List(1, {"b"}), now).ok());
+  proto::ResponseList more;
+  c.Complete(&more);
+  EXPECT_EQ(Names(more), std::vector<std::string>{"b"});
+}
+
+TEST(CoordinatorTest, RejectsLiesAndDuplicates) {
+  Coordinator c(2);
+  const auto now = Clock::now();
+  EXPECT_FALSE(c.Add(0, List(1, {"a"}), now).ok());
+  ASSERT_TRUE(c.Add(0, List(0, {"a"}), now).ok());
+  absl::Status twice = c.Add(0, List(0, {"a"}), now);
+  EXPECT_THAT(std::string(twice.message()), HasSubstr("twice"));
+}
+
+TEST(CoordinatorTest, JoinedRanksCountForAllreduceOnly) {
+  Coordinator c(3);
+  const auto now = Clock::now();
+  proto::RequestList join;
+  join.set_rank(2);
+  proto::Request* j = join.add_requests();
+  j->set_rank(2);
+  j->set_op(proto::JOIN);
+  ASSERT_TRUE(c.Add(2, join, now).ok());
+  ASSERT_TRUE(c.Add(0, List(0, {"a"}), now).ok());
+  ASSERT_TRUE(c.Add(1, List(1, {"a"}), now).ok());
+  ASSERT_TRUE(c.Add(0, List(0, {"g"}, proto::ALLGATHER), now).ok());
+  ASSERT_TRUE(c.Add(1, List(1, {"g"}, proto::ALLGATHER), now).ok());
+  proto::ResponseList out;
+  c.Complete(&out);
+  ASSERT_EQ(out.responses_size(), 2);
+  EXPECT_EQ(out.responses(0).kind(), proto::Response::EXECUTE);
+  EXPECT_EQ(out.responses(1).kind(), proto::Response::ERROR);
+  EXPECT_THAT(out.responses(1).error(), HasSubstr("rank 2 has joined"));
+  EXPECT_EQ(c.JoinedRanks(), std::vector<int>{2});
+
+  for (int r = 0; r < 2; ++r) {
+    proto::RequestList l;
+    l.set_rank(r);
+    proto::Request* q = l.add_requests();
+    q->set_rank(r);
+    q->set_op(proto::JOIN);
+    ASSERT_TRUE(c.Add(r, l, now).ok());
+  }
+  proto::ResponseList done;
+  c.Complete(&done);
+  ASSERT_EQ(done.responses_size(), 1);
+  EXPECT_EQ(done.responses(0).op(), proto::JOIN);
+  EXPECT_EQ(done.responses(0).last_joined_rank(), 1);
+  EXPECT_TRUE(c.JoinedRanks().empty());
+}
+
+TEST(CoordinatorTest, AgeComesFromTheOldestRequest) {
+  Coordinator c(2);
+  const auto now = Clock::now();
+  proto::RequestList list = List(1, {"old"});
+  list.mutable_requests(0)->set_queued_seconds(30);
+  ASSERT_TRUE(c.Add(1, list, now).ok());
+  const double age = SecondsBetween(c.PendingOps()[0].since, now);
+  EXPECT_NEAR(age, 30, 1e-6);
+}
+
+}  // namespace
+}  // namespace terse

@@ -1,0 +1,218 @@
+// Engine: terse's core, one instance per rank. Framework threads enqueue
+// collective operations; one background thread negotiates readiness across
+// ranks (negotiator.h), fuses allreduces into stable buckets
+// (bucket_assigner.h), reduces them (bucket_executor.h, bucket_reducer.h),
+// runs allgathers and broadcasts, and completes handles and callbacks.
+//
+// No globals: several engines (one per loopback rank) can run in one
+// process. The process-wide API (api.h) wraps one Engine.
+//
+// Threading: every public method is thread-safe. Only the background thread
+// calls the communicator; other threads validate and enqueue under a mutex.
+// Callbacks run on the background thread.
+//
+// Buffers: an op's input and output must stay valid and untouched until its
+// handle completes; the output may equal the input (in place). Buffers of
+// different ops must not overlap.
+//
+// Errors: a bad argument is an error at enqueue. A disagreement between
+// ranks (dtype, shape, op, root, scales) fails that op on every rank with a
+// message naming the tensor and the ranks on each side. A fatal error (a
+// failed collective, a stall past TERSE_STALL_SHUTDOWN_SECONDS, a malformed
+// peer message) is agreed across ranks (first error wins), fails every
+// pending op with that root cause, and every later enqueue fails fast with
+// it. Shutdown (by any rank) stops every rank's engine; pending ops fail with
+// "terse was shut down".
+#ifndef TERSE_ENGINE_ENGINE_H_
+#define TERSE_ENGINE_ENGINE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/communicator.h"
+#include "collectives/registry.h"
+#include "common/config.h"
+#include "common/tensor_view.h"
+#include "engine/bucket_assigner.h"
+#include "engine/bucket_executor.h"
+#include "engine/bucket_reducer.h"
+#include "engine/compressed_reducer.h"
+#include "engine/handle_table.h"
+#include "engine/negotiator.h"
+#include "engine/tensor_queue.h"
+#include "engine/timeline.h"
+#include "engine/types.h"
+
+namespace terse {
+
+// Counters for tests and benchmarks (a consistent-enough snapshot).
+struct EngineStats {
+  int64_t cycles = 0;
+  int64_t coordinator_rounds = 0;
+  int64_t requests_sent = 0;  // Through the coordinator (cache misses).
+  int64_t buckets = 0;        // Buckets currently assigned.
+  int64_t bucket_runs = 0;    // Bucket executions so far.
+  int64_t cache_entries = 0;
+};
+
+// Engine tunables that are not TERSE_* knobs (tests and benchmarks).
+struct EngineOptions {
+  // A bucket that stays partially ready for this long, counted in cycles of
+  // the configured length, is split (see bucket_assigner.h).
+  double bucket_split_seconds = 2.0;
+  // Tensors of at least this many bytes get a bucket of their own and are
+  // reduced in place (see bucket_assigner.h): above about 1 MiB a fusion copy
+  // in and out costs more than the extra collective call.
+  int64_t solo_bytes = int64_t{1} << 20;
+};
+
+class Engine {
+ public:
+  // Starts an engine for rank control()->rank() of control()->size() of
+  // `registry` (not owned; it must outlive the engine). The control
+  // communicator carries negotiation and CPU tensors; from now on only the
+  // engine's background thread uses the registry's communicators. Every rank
+  // must create its engine with the same fusion threshold, cache capacity
+  // and cycle time. The timeline (config.timeline_path) is written by rank
+  // 0, or by every rank when the path contains "{rank}" (replaced by the
+  // rank). Error: unwritable timeline path.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const Config& config, CommunicatorRegistry* registry,
+      const EngineOptions& options = EngineOptions());
+  // Same over a single communicator for every CPU tensor (tests: a loopback
+  // rank); `comm` is not owned and must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const Config& config, Communicator* comm,
+      const EngineOptions& options = EngineOptions());
+  ~Engine();  // Shutdown().
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  // Sum/Average/Min/Max of `in` over ranks into `out` (may equal `in`).
+  // `shape` is validated across ranks; in.count must equal its product.
+  // prescale/postscale multiply the input before / the result after the
+  // reduction (floating-point types only).
+  absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
+                                        TensorView out,
+                                        const std::vector<int64_t>& shape,
+                                        ReduceOp op, double prescale = 1.0,
+                                        double postscale = 1.0,
+                                        DoneCallback callback = nullptr);
+  // Concatenation of every rank's tensor along dimension 0 (first dims may
+  // differ, the rest must agree); fetched with TakeAllgatherResult.
+  absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
+                                        const std::vector<int64_t>& shape,
+                                        DoneCallback callback = nullptr);
+  // `buffer` of root_rank into every rank's `buffer`.
+  absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
+                                        TensorView buffer,
+                                        const std::vector<int64_t>& shape,
+                                        int root_rank,
+                                        DoneCallback callback = nullptr);
+
+  absl::StatusOr<bool> Poll(Handle handle) const;
+  absl::Status Wait(Handle handle);
+  absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
+
+  // Blocks until every rank has called Barrier.
+  absl::Status Barrier();
+  // This rank has no more data: it contributes zeros to the other ranks'
+  // allreduces until every rank has joined. Blocks until then; returns the
+  // last rank that joined. Allgather/broadcast/barrier fail while a rank is
+  // joined.
+  absl::StatusOr<int> Join();
+
+  // Stops every rank's engine (see above) and joins this one's background
+  // thread. Idempotent. Returns the root-cause error if the engine stopped
+  // because of one, else OK.
+  absl::Status Shutdown();
+
+  // The root cause the engine stopped with (OK while running or after a
+  // clean shutdown).
+  absl::Status fatal_status() const;
+  // Rank 0: the last stall warning logged (empty if none).
+  std::string last_stall_warning() const;
+  EngineStats stats() const;
+  // The compression state of the buckets (reports, checkpoints); the
+  // reducer is thread-safe for these calls.
+  CompressedReducer& compression() { return reducer_; }
+
+ private:
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(
+      const Config& config, CommunicatorRegistry* registry,
+      std::unique_ptr<CommunicatorRegistry> owned_registry,
+      const EngineOptions& options);
+  Engine(const Config& config, const EngineOptions& options,
+         CommunicatorRegistry* registry,
+         std::unique_ptr<CommunicatorRegistry> owned_registry,
+         std::unique_ptr<Timeline> timeline);
+
+  absl::StatusOr<Handle> Enqueue(TensorEntry entry);
+
+  // Background thread.
+  void Loop();
+  void Execute(const std::vector<proto::Response>& responses);
+  void RunBucket(int id, Clock::time_point ready_at);
+  void RunBroadcast(const proto::Response& response,
+                    Clock::time_point ready_at);
+  void RunAllgather(const proto::Response& response,
+                    Clock::time_point ready_at);
+  // Completes and forgets the in-flight op `name` (if this rank has it).
+  void Finish(const std::string& name, const absl::Status& status,
+              AllgatherResult result = {});
+  // Finish() for several ops with one status: one lock each for the queue
+  // and the handles, so waiters wake up once.
+  void FinishAll(const std::vector<std::string>& names,
+                 const absl::Status& status);
+  void Stop(const absl::Status& cause, bool fatal);
+
+  const Config config_;
+  std::unique_ptr<CommunicatorRegistry> owned_registry_;
+  CommunicatorRegistry* const registry_;
+  Communicator* const comm_;  // registry_->control().
+  const int rank_;
+  const int size_;
+  const int local_rank_;
+  const int local_size_;
+  const int64_t stuck_limit_;
+
+  TensorQueue queue_;
+  HandleTable handles_;
+  std::unique_ptr<Timeline> timeline_;
+  std::atomic<int64_t> barrier_seq_{0};
+
+  // Background thread only.
+  Negotiator negotiator_;
+  BucketAssigner buckets_;
+  CompressedReducer reducer_;  // Dense where nothing is to be compressed.
+  BucketExecutor executor_;
+  absl::flat_hash_map<std::string, TensorEntry> in_flight_;
+  absl::Status local_error_;
+
+  mutable absl::Mutex mu_;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  std::string stall_warning_ ABSL_GUARDED_BY(mu_);
+  int last_joined_ ABSL_GUARDED_BY(mu_) = -1;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex shutdown_mu_;  // Serialises Shutdown().
+  std::thread thread_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_ENGINE_H_

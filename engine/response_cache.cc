@@ -1,0 +1,86 @@
+#include "engine/response_cache.h"
+
+#include <algorithm>
+
+namespace terse {
+
+ResponseCache::ResponseCache(int64_t capacity)
+    : capacity_(std::max<int64_t>(capacity, 0)), slots_(capacity_) {
+  for (int64_t i = 0; i < capacity_; ++i) free_.insert(i);
+}
+
+bool ResponseCache::Cacheable(const proto::Response& response) {
+  return response.kind() == proto::Response::EXECUTE &&
+         response.names_size() == 1 &&
+         (response.op() == proto::ALLREDUCE ||
+          response.op() == proto::BROADCAST);
+}
+
+int64_t ResponseCache::Find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+bool ResponseCache::occupied(int64_t slot) const {
+  return slot >= 0 && slot < capacity_ && slots_[slot].occupied;
+}
+
+const proto::Response& ResponseCache::response(int64_t slot) const {
+  return slots_[slot].response;
+}
+
+bool ResponseCache::Matches(int64_t slot, const proto::Request& request) const {
+  if (!occupied(slot)) return false;
+  const proto::Response& r = slots_[slot].response;
+  if (r.op() != request.op() || r.dtype() != request.dtype() ||
+      r.names(0) != request.name() || r.shape_size() != request.shape_size() ||
+      r.prescale() != request.prescale() ||
+      r.postscale() != request.postscale() ||
+      (r.device() < 0) != (request.device() < 0)) {
+    return false;
+  }
+  for (int i = 0; i < r.shape_size(); ++i) {
+    if (r.shape(i) != request.shape(i)) return false;
+  }
+  if (r.op() == proto::ALLREDUCE) return r.reduce_op() == request.reduce_op();
+  return r.root_rank() == request.root_rank();
+}
+
+int64_t ResponseCache::Put(const proto::Response& response, int64_t* evicted) {
+  *evicted = -1;
+  if (capacity_ == 0) return -1;
+  const std::string& name = response.names(0);
+  int64_t slot = Find(name);
+  if (slot < 0) {
+    if (free_.empty()) {
+      slot = lru_.front();
+      Erase(slot);
+      *evicted = slot;
+    }
+    slot = *free_.begin();
+    free_.erase(free_.begin());
+    slots_[slot].occupied = true;
+    slots_[slot].lru = lru_.insert(lru_.end(), slot);
+    by_name_[name] = slot;
+  }
+  slots_[slot].response = response;
+  Touch(slot);
+  return slot;
+}
+
+void ResponseCache::Touch(int64_t slot) {
+  if (!occupied(slot)) return;
+  lru_.splice(lru_.end(), lru_, slots_[slot].lru);
+}
+
+void ResponseCache::Erase(int64_t slot) {
+  if (!occupied(slot)) return;
+  Slot& s = slots_[slot];
+  by_name_.erase(s.response.names(0));
+  lru_.erase(s.lru);
+  s.occupied = false;
+  s.response.Clear();
+  free_.insert(slot);
+}
+
+}  // namespace terse

@@ -1,0 +1,109 @@
+#include "engine/response_cache.h"
+
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace {
+
+proto::Response Allreduce(const std::string& name, int64_t n) {
+  proto::Response r;
+  r.set_kind(proto::Response::EXECUTE);
+  r.set_op(proto::ALLREDUCE);
+  r.add_names(name);
+  r.set_dtype(0);
+  r.set_device(-1);
+  r.set_reduce_op(proto::SUM);
+  r.add_shape(n);
+  r.set_prescale(1);
+  r.set_postscale(1);
+  return r;
+}
+
+proto::Request RequestFor(const proto::Response& r) {
+  proto::Request q;
+  q.set_name(r.names(0));
+  q.set_op(r.op());
+  q.set_dtype(r.dtype());
+  q.set_device(r.device());
+  q.set_reduce_op(r.reduce_op());
+  *q.mutable_shape() = r.shape();
+  q.set_prescale(r.prescale());
+  q.set_postscale(r.postscale());
+  return q;
+}
+
+TEST(ResponseCacheTest, PutFindMatch) {
+  ResponseCache cache(4);
+  int64_t evicted;
+  const int64_t a = cache.Put(Allreduce("a", 3), &evicted);
+  EXPECT_EQ(a, 0);
+  EXPECT_EQ(evicted, -1);
+  EXPECT_EQ(cache.Find("a"), 0);
+  EXPECT_EQ(cache.Find("b"), -1);
+  proto::Request q = RequestFor(Allreduce("a", 3));
+  EXPECT_TRUE(cache.Matches(a, q));
+  q.set_shape(0, 4);
+  EXPECT_FALSE(cache.Matches(a, q));
+  q = RequestFor(Allreduce("a", 3));
+  q.set_reduce_op(proto::MAX);
+  EXPECT_FALSE(cache.Matches(a, q));
+  q = RequestFor(Allreduce("a", 3));
+  q.set_postscale(0.5);
+  EXPECT_FALSE(cache.Matches(a, q));
+  q = RequestFor(Allreduce("a", 3));
+  q.set_device(0);  // CUDA instead of CPU.
+  EXPECT_FALSE(cache.Matches(a, q));
+}
+
+TEST(ResponseCacheTest, OnlyExecutedAllreduceAndBroadcastAreCacheable) {
+  proto::Response r = Allreduce("a", 1);
+  EXPECT_TRUE(ResponseCache::Cacheable(r));
+  r.set_op(proto::BROADCAST);
+  EXPECT_TRUE(ResponseCache::Cacheable(r));
+  r.set_op(proto::ALLGATHER);
+  EXPECT_FALSE(ResponseCache::Cacheable(r));
+  r.set_op(proto::ALLREDUCE);
+  r.set_kind(proto::Response::ERROR);
+  EXPECT_FALSE(ResponseCache::Cacheable(r));
+}
+
+TEST(ResponseCacheTest, EvictsLeastRecentlyUsedAndReusesTheLowestSlot) {
+  ResponseCache cache(3);
+  int64_t evicted;
+  cache.Put(Allreduce("a", 1), &evicted);
+  cache.Put(Allreduce("b", 1), &evicted);
+  cache.Put(Allreduce("c", 1), &evicted);
+  cache.Touch(cache.Find("a"));  // LRU order now b, c, a.
+  const int64_t d = cache.Put(Allreduce("d", 1), &evicted);
+  EXPECT_EQ(evicted, 1);  // b's slot.
+  EXPECT_EQ(d, 1);
+  EXPECT_EQ(cache.Find("b"), -1);
+  EXPECT_EQ(cache.size(), 3);
+  cache.Erase(cache.Find("a"));
+  EXPECT_EQ(cache.Put(Allreduce("e", 1), &evicted), 0);
+  EXPECT_EQ(evicted, -1);
+}
+
+TEST(ResponseCacheTest, TwoCachesFedTheSameHistoryAgree) {
+  ResponseCache x(5), y(5);
+  int64_t ex, ey;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "t" + std::to_string((i * 7) % 11);
+    ASSERT_EQ(x.Put(Allreduce(name, i), &ex), y.Put(Allreduce(name, i), &ey));
+    ASSERT_EQ(ex, ey);
+    if (i % 3 == 0) {
+      x.Touch(i % 5);
+      y.Touch(i % 5);
+    }
+  }
+}
+
+TEST(ResponseCacheTest, ZeroCapacityCachesNothing) {
+  ResponseCache cache(0);
+  int64_t evicted;
+  EXPECT_EQ(cache.Put(Allreduce("a", 1), &evicted), -1);
+  EXPECT_EQ(cache.Find("a"), -1);
+}
+
+}  // namespace
+}  // namespace terse

@@ -1,0 +1,47 @@
+// TensorEntry: one operation a framework thread handed to the engine, from
+// enqueue until its completion callback.
+//
+// Plain value; after enqueue it belongs to the engine's background thread.
+// The buffers it points to are owned by the caller (see engine.h).
+#ifndef TERSE_ENGINE_TENSOR_ENTRY_H_
+#define TERSE_ENGINE_TENSOR_ENTRY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "common/control.pb.h"
+#include "common/tensor_view.h"
+#include "engine/types.h"
+
+namespace terse {
+
+struct TensorEntry {
+  Handle handle = 0;
+  std::string name;
+  proto::OpType op = proto::ALLREDUCE;
+  TensorView input;   // Broadcast: the buffer (in place).
+  TensorView output;  // Allreduce only; may equal input.
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int root_rank = 0;
+  DoneCallback callback;
+  Clock::time_point enqueued;
+};
+
+// The request `rank` sends for `entry`.
+proto::Request MakeRequest(const TensorEntry& entry, int rank);
+
+// Product of `shape` (1 for a scalar); -1 if a dimension is negative or the
+// product overflows int64.
+int64_t ShapeElements(const std::vector<int64_t>& shape);
+
+// "[4, 5]".
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_TENSOR_ENTRY_H_

@@ -1,0 +1,59 @@
+// TensorQueue: where framework threads hand operations to the engine's
+// background thread.
+//
+// Thread-safe: any thread pushes; the background thread drains. The queue
+// also owns the set of names in flight (pushed and not yet released), so a
+// second op with the same name is refused at once. Once closed (shutdown or
+// fatal error), every push fails with the closing status.
+#ifndef TERSE_ENGINE_TENSOR_QUEUE_H_
+#define TERSE_ENGINE_TENSOR_QUEUE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/tensor_entry.h"
+
+namespace terse {
+
+class TensorQueue {
+ public:
+  TensorQueue() = default;
+  TensorQueue(const TensorQueue&) = delete;
+  TensorQueue& operator=(const TensorQueue&) = delete;
+
+  // Queues `entry`. InvalidArgument if an op of the same name is in flight;
+  // the closing status once closed. On error `entry` is left untouched.
+  absl::Status Push(TensorEntry& entry);
+
+  // Appends every queued entry to `out` in push order (background thread).
+  void Drain(std::vector<TensorEntry>* out);
+
+  // The op named `name` completed: the name may be used again.
+  void Release(const std::string& name);
+  // Release() for several names under one lock.
+  void ReleaseAll(const std::vector<std::string>& names);
+
+  // Refuses later pushes with `status` (the first Close wins).
+  void Close(absl::Status status);
+  // OK while open.
+  absl::Status closed_status() const;
+
+  // Shutdown requested by this process (read by the background thread).
+  void RequestShutdown();
+  bool shutdown_requested() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<TensorEntry> queued_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_TENSOR_QUEUE_H_

@@ -1,0 +1,42 @@
+// Small value types shared by the engine's parts and its public API.
+#ifndef TERSE_ENGINE_TYPES_H_
+#define TERSE_ENGINE_TYPES_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/data_type.h"
+
+namespace terse {
+
+// Identifies one enqueued operation of an engine. Positive, never reused by
+// the engine that issued it.
+using Handle = int64_t;
+
+// Completion callback of an operation. Runs on the engine's background
+// thread, before Wait() on the handle returns; it must not block on other
+// terse operations (it may enqueue new ones).
+using DoneCallback = std::function<void(const absl::Status&)>;
+
+// Monotonic clock for every duration the engine measures.
+using Clock = std::chrono::steady_clock;
+
+inline double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The result of an allgather, owned by the caller once taken.
+struct AllgatherResult {
+  std::vector<uint8_t> data;        // Packed, rank-major.
+  std::vector<int64_t> first_dims;  // Per rank.
+  std::vector<int64_t> shape;       // Sum of first dims, rest as the input.
+  DataType dtype = DataType::kFloat32;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_TYPES_H_
