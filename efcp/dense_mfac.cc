@@ -14,6 +14,7 @@ namespace efcp {
 absl::StatusOr<std::unique_ptr<DenseMfac>> DenseMfac::Create(
     const DenseMfacOptions& options) {
   TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckDenseWindowSize(options.dim, options.window));
   TERSE_RETURN_IF_ERROR(CheckPositive(options.damp, "damp (lambda)"));
   if (options.refresh_interval < -1) {
     return absl::InvalidArgumentError(

@@ -46,6 +46,7 @@ struct CudaDenseMfac::Device {
 absl::StatusOr<std::unique_ptr<CudaDenseMfac>> CudaDenseMfac::Create(
     const DenseMfacOptions& options, int device, void* stream) {
   TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckDenseWindowSize(options.dim, options.window));
   TERSE_RETURN_IF_ERROR(CheckPositive(options.damp, "damp (lambda)"));
   if (options.refresh_interval < -1) {
     return absl::InvalidArgumentError(

@@ -101,6 +101,7 @@ int64_t GgtSystem::memory_bytes() const {
 
 absl::StatusOr<std::unique_ptr<Ggt>> Ggt::Create(const GgtOptions& options) {
   TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckDenseWindowSize(options.dim, options.window));
   TERSE_RETURN_IF_ERROR(CheckPositive(options.epsilon, "epsilon"));
   return std::unique_ptr<Ggt>(new Ggt(options));
 }

@@ -1,10 +1,11 @@
 // The EFCP preconditioner interface (DESIGN §3, §6): full-matrix
 // preconditioners over one flat float vector of `dim()` parameters.
 //
-// Implementations: DenseMfac, SparseMfac (EFCP), Ggt, SparseGgt. Each keeps a
-// ring buffer ("window") of recent gradients and turns a gradient into an
-// update direction; OptimizerStep (optimizer_step.h) applies lr, weight decay
-// and momentum to parameters.
+// Implementations: DenseMfac, SparseMfac (EFCP), Ggt, SparseGgt on host
+// memory; CudaDenseMfac and CudaSparseMfac take device pointers (their
+// headers say so). Each keeps a ring buffer ("window") of recent gradients
+// and turns a gradient into an update direction; PreconditionedOptimizer
+// (optimizer_step.h) applies lr, weight decay and momentum to parameters.
 //
 // Errors: a bad argument (wrong length, NaN or Inf in the input, a corrupt
 // state blob) is an InvalidArgument Status and leaves the state exactly as it

@@ -9,6 +9,8 @@ namespace terse {
 namespace efcp {
 namespace {
 
+constexpr int64_t kMaxWindow = 16384;
+
 inline uint32_t NonFiniteFlag(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
@@ -76,9 +78,18 @@ absl::Status CheckShape(int64_t dim, int64_t window) {
     return absl::InvalidArgumentError(
         absl::StrCat("efcp: window (m) must be >= 1, got ", window));
   }
-  if (window > (int64_t{1} << 20) || window * dim > (int64_t{1} << 40)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("efcp: window ", window, " x dim ", dim, " is too large"));
+  if (window > kMaxWindow) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "efcp: window (m) must be <= ", kMaxWindow, ", got ", window));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDenseWindowSize(int64_t dim, int64_t window) {
+  if (window * dim > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat("efcp: a dense window of ",
+                                                   window, " x ", dim,
+                                                   " floats is too large"));
   }
   return absl::OkStatus();
 }

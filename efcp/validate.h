@@ -30,9 +30,11 @@ absl::Status CheckLength(int64_t size, int64_t dim, absl::string_view what);
 absl::Status CheckOutputVector(absl::Span<const float> out, int64_t dim,
                                absl::string_view what);
 
-// The shape checks every preconditioner's Create shares: dim and window
-// >= 1 and their product at most 2^40; a finite positive `damp_name` value.
+// The shape checks every preconditioner's Create shares: 1 <= dim < 2^32 and
+// 1 <= window <= 16384 (the m x m matrices take 2 * 8 * m^2 bytes).
 absl::Status CheckShape(int64_t dim, int64_t window);
+// For dense windows: window * dim <= 2^40 floats.
+absl::Status CheckDenseWindowSize(int64_t dim, int64_t window);
 absl::Status CheckPositive(double value, absl::string_view what);
 // 0 < density <= 1.
 absl::Status CheckDensity(double density);
