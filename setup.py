@@ -1,5 +1,6 @@
 """pip install . — builds terse's extension with Bazel and installs the
-`terse` package (terse, terse.torch) and the `terserun` launcher.
+`terse` package (terse, terse.torch, terse.tensorflow) and the `terserun`
+launcher.
 
 On Debian 12, offline, into the system Python that has torch:
 
@@ -8,7 +9,11 @@ On Debian 12, offline, into the system Python that has torch:
 
 (--no-build-isolation: use the installed setuptools/wheel instead of
 downloading them.) The extension is `bazel build //bindings/python:_terse.so`
-copied into the package as terse/_terse.<abi>.so.
+copied into the package as terse/_terse.<abi>.so, with libterse.so (the
+engine) beside it, and _terse_tf_ops.so when /opt/terse-tf-venv exists. For
+TensorFlow, install from that environment:
+
+    /opt/terse-tf-venv/bin/pip install --no-build-isolation .
 """
 
 import os
@@ -40,7 +45,31 @@ class BazelExtension(Extension):
         self.output = output  # Path under bazel-bin.
 
 
+# Shared libraries installed beside the extension under their own names
+# (no Python ABI suffix): the engine every binding links (libterse.so), and
+# TensorFlow's op library when terse's TensorFlow environment exists
+# (tools/setup_tf.sh), since it builds against that TensorFlow.
+TF_VENV = "/opt/terse-tf-venv"
+LIBRARIES = [("//bindings/c:libterse.so", "bindings/c/libterse.so")]
+if os.path.isdir(TF_VENV) or os.environ.get("TERSE_WITH_TENSORFLOW") == "1":
+    LIBRARIES.append(("//bindings/tensorflow:_terse_tf_ops.so",
+                      "bindings/tensorflow/_terse_tf_ops.so"))
+
+
 class BuildWithBazel(build_ext):
+    def run(self):
+        super().run()
+        bazel = shutil.which("bazel")
+        targets = [target for target, _ in LIBRARIES]
+        subprocess.check_call([bazel, "build"] + targets, cwd=ROOT)
+        package = os.path.join(self.build_lib, "terse")
+        os.makedirs(package, exist_ok=True)
+        for _, output in LIBRARIES:
+            destination = os.path.join(package, os.path.basename(output))
+            shutil.copyfile(os.path.join(ROOT, "bazel-bin", output),
+                            destination)
+            os.chmod(destination, 0o755)
+
     def build_extension(self, ext):
         if not isinstance(ext, BazelExtension):
             return super().build_extension(ext)
@@ -63,7 +92,8 @@ setup(
     description="Horovod-style gradient communication with adaptive "
                 "compression (GraVAC)",
     package_dir={"": PACKAGE_DIR},
-    packages=["terse", "terse.torch"],
+    packages=["terse", "terse.torch", "terse.tensorflow",
+              "terse.tensorflow.keras"],
     ext_modules=[BazelExtension("terse._terse",
                                 "//bindings/python:_terse.so",
                                 os.path.join(PACKAGE_DIR, "_terse.so"))],

@@ -1,13 +1,15 @@
-// _terse: the Python extension module over the engine's C++ API
-// (engine/api.h). The `terse` package (terse/torch, ...) is the public face;
-// this module only moves integers across:
+// _terse: the Python extension module over the engine's C ABI
+// (bindings/c/terse_c.h, libterse.so, linked dynamically so the TensorFlow
+// op library and this module drive the same engine). The `terse` package
+// (terse/torch, terse/tensorflow, ...) is the public face; this module only
+// moves integers across:
 //
 //   * tensors arrive as (data pointer, element count, dtype code, device,
 //     CUDA stream), never as framework objects, so this file compiles without
 //     libtorch or TensorFlow;
 //   * every engine call runs with the GIL released (enqueueing takes the
 //     engine's mutex; wait/join/barrier/shutdown block);
-//   * an error absl::Status becomes a Python `TerseError` (a RuntimeError)
+//   * an error of the C ABI becomes a Python `TerseError` (a RuntimeError)
 //     carrying the engine's message. Exceptions exist only at this boundary,
 //     as pybind11's way of raising Python errors; the C++ below it uses Status.
 //
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -28,15 +31,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bindings/c/terse_c.h"
 #include "bindings/python/build_info.h"
 #include "bindings/python/cuda_stream.h"
-#include "collectives/communicator.h"
 #include "common/config.h"
 #include "common/data_type.h"
 #include "common/status.h"
-#include "common/tensor_view.h"
 #include "common/version.h"
-#include "engine/api.h"
 
 namespace py = pybind11;
 
@@ -46,6 +47,8 @@ namespace {
 // Thrown only to be translated into the Python exception `TerseError`.
 class StatusError : public std::runtime_error {
  public:
+  explicit StatusError(const std::string& message)
+      : std::runtime_error(message) {}
   explicit StatusError(const absl::Status& status)
       : std::runtime_error(std::string(status.message())) {}
 };
@@ -54,97 +57,82 @@ void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) throw StatusError(status);
 }
 
+// Takes ownership of `error` (NULL: success).
+void ThrowIfError(terse_error* error) {
+  if (error == nullptr) return;
+  std::string message = terse_error_message(error);
+  terse_error_free(error);
+  throw StatusError(message);
+}
+
 template <typename T>
 T ValueOrThrow(absl::StatusOr<T> value) {
   if (!value.ok()) throw StatusError(value.status());
   return *std::move(value);
 }
 
-// `device` is -1 for host memory, else the CUDA ordinal.
-absl::StatusOr<TensorView> MakeView(uintptr_t data, int64_t count,
-                                    int32_t dtype, int device) {
-  if (!IsValidDataType(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported dtype code ", dtype));
-  }
-  if (count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("negative element count ", count));
-  }
-  if (device < -1) {
-    return absl::InvalidArgumentError(absl::StrCat("bad device ", device));
-  }
-  if (data == 0 && count > 0) {
-    return absl::InvalidArgumentError("null data pointer");
-  }
-  return TensorView(reinterpret_cast<void*>(data), count,
-                    static_cast<DataType>(dtype),
-                    device < 0 ? Device::Cpu() : Device::Cuda(device));
+// One of the C ABI's int queries (terse_rank, ...).
+int QueryOrThrow(terse_error* (*query)(int*)) {
+  int value = -1;
+  ThrowIfError(query(&value));
+  return value;
 }
 
-absl::StatusOr<ReduceOp> MakeOp(int32_t op) {
-  switch (op) {
-    case static_cast<int32_t>(ReduceOp::kSum):
-    case static_cast<int32_t>(ReduceOp::kAverage):
-    case static_cast<int32_t>(ReduceOp::kMin):
-    case static_cast<int32_t>(ReduceOp::kMax):
-      return static_cast<ReduceOp>(op);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown reduce op code ", op));
-  }
+// The producer of a CUDA tensor may still be running on `stream`; `device`
+// is -1 for host memory, else the CUDA ordinal.
+void OrderStream(int device, uintptr_t stream) {
+  if (device < 0) return;
+  ThrowIfError(SynchronizeStream(device, stream));
 }
 
-// The producer of a CUDA tensor may still be running on `stream`.
-absl::Status OrderStream(const TensorView& view, uintptr_t stream) {
-  if (!view.device.is_cuda()) return absl::OkStatus();
-  return SynchronizeStream(view.device.ordinal, stream);
-}
-
-absl::StatusOr<Handle> EnqueueAllreduce(
-    const std::string& name, uintptr_t in_data, uintptr_t out_data,
-    int64_t count, int32_t dtype, int device, const std::vector<int64_t>& shape,
-    int32_t op, double prescale, double postscale, uintptr_t stream,
-    const std::string& compression) {
-  TERSE_ASSIGN_OR_RETURN(TensorView in,
-                         MakeView(in_data, count, dtype, device));
-  TERSE_ASSIGN_OR_RETURN(TensorView out,
-                         MakeView(out_data, count, dtype, device));
-  TERSE_ASSIGN_OR_RETURN(ReduceOp reduce_op, MakeOp(op));
+int64_t EnqueueAllreduce(const std::string& name, uintptr_t in_data,
+                         uintptr_t out_data, int64_t count, int32_t dtype,
+                         int device, const std::vector<int64_t>& shape,
+                         int32_t op, double prescale, double postscale,
+                         uintptr_t stream, const std::string& compression) {
   // Seam for per-tensor compression: an empty string means "the engine's
   // policy" (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES). The engine API does
   // not take a per-operation choice yet, so a different one is refused rather
   // than silently ignored.
   if (!compression.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
+    throw StatusError(absl::StrCat(
         "tensor '", name, "': per-tensor compression '", compression,
         "' is not wired into the engine yet; select it for the whole process "
         "with TERSE_COMPRESSION=",
         compression, " (or init(compression=...))"));
   }
-  TERSE_RETURN_IF_ERROR(OrderStream(in, stream));
-  return AllreduceAsync(name, in, out, shape, reduce_op, prescale, postscale);
+  OrderStream(device, stream);
+  int64_t handle = 0;
+  ThrowIfError(terse_allreduce_async(
+      name.c_str(), reinterpret_cast<const void*>(in_data),
+      reinterpret_cast<void*>(out_data), count, dtype, device, shape.data(),
+      static_cast<int>(shape.size()), op, prescale, postscale, nullptr, nullptr,
+      &handle));
+  return handle;
 }
 
-absl::StatusOr<Handle> EnqueueAllgather(const std::string& name, uintptr_t data,
-                                        int64_t count, int32_t dtype,
-                                        int device,
-                                        const std::vector<int64_t>& shape,
-                                        uintptr_t stream) {
-  TERSE_ASSIGN_OR_RETURN(TensorView in, MakeView(data, count, dtype, device));
-  TERSE_RETURN_IF_ERROR(OrderStream(in, stream));
-  return AllgatherAsync(name, in, shape);
+int64_t EnqueueAllgather(const std::string& name, uintptr_t data, int64_t count,
+                         int32_t dtype, int device,
+                         const std::vector<int64_t>& shape, uintptr_t stream) {
+  OrderStream(device, stream);
+  int64_t handle = 0;
+  ThrowIfError(terse_allgather_async(
+      name.c_str(), reinterpret_cast<const void*>(data), count, dtype, device,
+      shape.data(), static_cast<int>(shape.size()), nullptr, nullptr, &handle));
+  return handle;
 }
 
-absl::StatusOr<Handle> EnqueueBroadcast(const std::string& name, uintptr_t data,
-                                        int64_t count, int32_t dtype,
-                                        int device,
-                                        const std::vector<int64_t>& shape,
-                                        int root_rank, uintptr_t stream) {
-  TERSE_ASSIGN_OR_RETURN(TensorView buffer,
-                         MakeView(data, count, dtype, device));
-  TERSE_RETURN_IF_ERROR(OrderStream(buffer, stream));
-  return BroadcastAsync(name, buffer, shape, root_rank);
+int64_t EnqueueBroadcast(const std::string& name, uintptr_t data, int64_t count,
+                         int32_t dtype, int device,
+                         const std::vector<int64_t>& shape, int root_rank,
+                         uintptr_t stream) {
+  OrderStream(device, stream);
+  int64_t handle = 0;
+  ThrowIfError(terse_broadcast_async(
+      name.c_str(), reinterpret_cast<void*>(data), count, dtype, device,
+      shape.data(), static_cast<int>(shape.size()), root_rank, nullptr, nullptr,
+      &handle));
+  return handle;
 }
 
 absl::StatusOr<Config> ConfigFromMap(
@@ -152,18 +140,63 @@ absl::StatusOr<Config> ConfigFromMap(
   return Config::FromMap(variables);
 }
 
-// Copies an allgather result into memory the caller allocated.
-void CopyResult(const AllgatherResult& result, uintptr_t dest,
-                int64_t dest_bytes) {
-  if (dest_bytes != static_cast<int64_t>(result.data.size())) {
-    throw StatusError(absl::InvalidArgumentError(
-        absl::StrCat("allgather result is ", result.data.size(),
-                     " bytes, destination ", dest_bytes)));
+void Init(const std::map<std::string, std::string>& variables) {
+  // Parsed here too, so a bad value fails before anything starts.
+  ValueOrThrow(ConfigFromMap(variables));
+  std::vector<const char*> names;
+  std::vector<const char*> values;
+  for (const auto& [name, value] : variables) {
+    names.push_back(name.c_str());
+    values.push_back(value.c_str());
   }
-  if (dest_bytes > 0) {
-    std::memcpy(reinterpret_cast<void*>(dest), result.data.data(),
-                result.data.size());
+  ThrowIfError(terse_init(names.data(), values.data(), names.size()));
+}
+
+// An allgather's result, owned by Python once taken.
+class GatheredTensor {
+ public:
+  explicit GatheredTensor(terse_allgather_result* result) : result_(result) {}
+
+  std::vector<int64_t> shape() const {
+    const int64_t* dims = terse_allgather_result_shape(result_.get());
+    return std::vector<int64_t>(
+        dims, dims + terse_allgather_result_ndim(result_.get()));
   }
+  std::vector<int64_t> first_dims() const {
+    const int64_t* dims = terse_allgather_result_first_dims(result_.get());
+    return std::vector<int64_t>(
+        dims, dims + terse_allgather_result_num_ranks(result_.get()));
+  }
+  int dtype() const { return terse_allgather_result_dtype(result_.get()); }
+  int64_t nbytes() const {
+    return terse_allgather_result_nbytes(result_.get());
+  }
+
+  // Copies the packed result into memory the caller allocated.
+  void CopyTo(uintptr_t dest, int64_t dest_bytes) const {
+    if (dest_bytes != nbytes()) {
+      throw StatusError(absl::StrCat("allgather result is ", nbytes(),
+                                     " bytes, destination ", dest_bytes));
+    }
+    if (dest_bytes > 0) {
+      std::memcpy(reinterpret_cast<void*>(dest),
+                  terse_allgather_result_data(result_.get()), dest_bytes);
+    }
+  }
+
+ private:
+  struct Free {
+    void operator()(terse_allgather_result* r) const {
+      terse_allgather_result_free(r);
+    }
+  };
+  std::unique_ptr<terse_allgather_result, Free> result_;
+};
+
+GatheredTensor TakeAllgather(int64_t handle) {
+  terse_allgather_result* result = nullptr;
+  ThrowIfError(terse_take_allgather(handle, &result));
+  return GatheredTensor(result);
 }
 
 }  // namespace
@@ -175,121 +208,93 @@ PYBIND11_MODULE(_terse, m) {
   using Release = py::call_guard<py::gil_scoped_release>;
 
   m.doc() =
-      "terse's native module. Use the `terse` package (terse.torch); these "
-      "functions take raw pointers and integer codes.";
+      "terse's native module. Use the `terse` package (terse.torch, "
+      "terse.tensorflow); these functions take raw pointers and integer "
+      "codes.";
   m.attr("__version__") = terse::kVersion;
   py::register_exception<terse::StatusError>(m, "TerseError",
                                              PyExc_RuntimeError);
   // Shown as terse.TerseError in tracebacks: the package re-exports it.
   m.attr("TerseError").attr("__module__") = "terse";
 
-  // Codes shared with the Python package (values of the C++ enums).
+  // Codes shared with the Python package (the C ABI's values).
   py::dict dtypes;
   for (int code = 0; code < terse::kNumDataTypes; ++code) {
     std::string name(terse::DataTypeName(static_cast<terse::DataType>(code)));
     dtypes[py::str(name)] = code;
   }
   m.attr("DTYPES") = dtypes;
-  m.attr("OP_SUM") = static_cast<int>(terse::ReduceOp::kSum);
-  m.attr("OP_AVERAGE") = static_cast<int>(terse::ReduceOp::kAverage);
-  m.attr("OP_MIN") = static_cast<int>(terse::ReduceOp::kMin);
-  m.attr("OP_MAX") = static_cast<int>(terse::ReduceOp::kMax);
+  m.attr("OP_SUM") = static_cast<int>(TERSE_OP_SUM);
+  m.attr("OP_AVERAGE") = static_cast<int>(TERSE_OP_AVERAGE);
+  m.attr("OP_MIN") = static_cast<int>(TERSE_OP_MIN);
+  m.attr("OP_MAX") = static_cast<int>(TERSE_OP_MAX);
 
+  m.def("init", &terse::Init, Release(), py::arg("variables"),
+        "Starts the engine with the configuration parsed from `variables` "
+        "(TERSE_* name -> value, e.g. the environment's).");
   m.def(
-      "init",
-      [](const std::map<std::string, std::string>& variables) {
-        terse::Config config = ValueOrThrow(terse::ConfigFromMap(variables));
-        py::gil_scoped_release release;
-        ThrowIfError(terse::Init(config));
-      },
-      py::arg("variables"),
-      "Starts the engine with the configuration parsed from `variables` "
-      "(TERSE_* name -> value, e.g. the environment's).");
-  m.def(
-      "shutdown", [] { ThrowIfError(terse::Shutdown()); }, Release(),
+      "shutdown", [] { ThrowIfError(terse_shutdown()); }, Release(),
       "Stops the engine; pending handles fail. Idempotent.");
-  m.def("is_initialized", &terse::IsInitialized);
+  m.def("is_initialized", [] { return terse_is_initialized() != 0; });
   m.def(
-      "rank", [] { return ValueOrThrow(terse::Rank()); }, Release());
+      "rank", [] { return terse::QueryOrThrow(&terse_rank); }, Release());
   m.def(
-      "size", [] { return ValueOrThrow(terse::Size()); }, Release());
+      "size", [] { return terse::QueryOrThrow(&terse_size); }, Release());
   m.def(
-      "local_rank", [] { return ValueOrThrow(terse::LocalRank()); }, Release());
+      "local_rank", [] { return terse::QueryOrThrow(&terse_local_rank); },
+      Release());
   m.def(
-      "local_size", [] { return ValueOrThrow(terse::LocalSize()); }, Release());
+      "local_size", [] { return terse::QueryOrThrow(&terse_local_size); },
+      Release());
+
+  m.def("allreduce_async", &terse::EnqueueAllreduce, Release(), py::arg("name"),
+        py::arg("in_data"), py::arg("out_data"), py::arg("count"),
+        py::arg("dtype"), py::arg("device"), py::arg("shape"), py::arg("op"),
+        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+        py::arg("stream") = 0, py::arg("compression") = "",
+        "Enqueues an allreduce of `count` elements from in_data into out_data "
+        "(may be equal); returns the handle.");
+  m.def("allgather_async", &terse::EnqueueAllgather, Release(), py::arg("name"),
+        py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
+        py::arg("shape"), py::arg("stream") = 0);
+  m.def("broadcast_async", &terse::EnqueueBroadcast, Release(), py::arg("name"),
+        py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
+        py::arg("shape"), py::arg("root_rank"), py::arg("stream") = 0);
 
   m.def(
-      "allreduce_async",
-      [](const std::string& name, uintptr_t in_data, uintptr_t out_data,
-         int64_t count, int32_t dtype, int device,
-         const std::vector<int64_t>& shape, int32_t op, double prescale,
-         double postscale, uintptr_t stream, const std::string& compression) {
-        return ValueOrThrow(terse::EnqueueAllreduce(
-            name, in_data, out_data, count, dtype, device, shape, op, prescale,
-            postscale, stream, compression));
+      "poll",
+      [](int64_t handle) {
+        int done = 0;
+        ThrowIfError(terse_poll(handle, &done));
+        return done != 0;
       },
-      Release(), py::arg("name"), py::arg("in_data"), py::arg("out_data"),
-      py::arg("count"), py::arg("dtype"), py::arg("device"), py::arg("shape"),
-      py::arg("op"), py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
-      py::arg("stream") = 0, py::arg("compression") = "",
-      "Enqueues an allreduce of `count` elements from in_data into out_data "
-      "(may be equal); returns the handle.");
-  m.def(
-      "allgather_async",
-      [](const std::string& name, uintptr_t data, int64_t count, int32_t dtype,
-         int device, const std::vector<int64_t>& shape, uintptr_t stream) {
-        return ValueOrThrow(terse::EnqueueAllgather(name, data, count, dtype,
-                                                    device, shape, stream));
-      },
-      Release(), py::arg("name"), py::arg("data"), py::arg("count"),
-      py::arg("dtype"), py::arg("device"), py::arg("shape"),
-      py::arg("stream") = 0);
-  m.def(
-      "broadcast_async",
-      [](const std::string& name, uintptr_t data, int64_t count, int32_t dtype,
-         int device, const std::vector<int64_t>& shape, int root_rank,
-         uintptr_t stream) {
-        return ValueOrThrow(terse::EnqueueBroadcast(
-            name, data, count, dtype, device, shape, root_rank, stream));
-      },
-      Release(), py::arg("name"), py::arg("data"), py::arg("count"),
-      py::arg("dtype"), py::arg("device"), py::arg("shape"),
-      py::arg("root_rank"), py::arg("stream") = 0);
-
-  m.def(
-      "poll", [](int64_t handle) { return ValueOrThrow(terse::Poll(handle)); },
       Release(), py::arg("handle"));
   m.def(
-      "wait", [](int64_t handle) { ThrowIfError(terse::Wait(handle)); },
+      "wait", [](int64_t handle) { ThrowIfError(terse_wait(handle)); },
       Release(), py::arg("handle"),
       "Blocks (without the GIL) until the op completes; raises its error.");
 
-  py::class_<terse::AllgatherResult>(m, "AllgatherResult")
-      .def_readonly("shape", &terse::AllgatherResult::shape)
-      .def_readonly("first_dims", &terse::AllgatherResult::first_dims)
-      .def_property_readonly("dtype",
-                             [](const terse::AllgatherResult& r) {
-                               return static_cast<int>(r.dtype);
-                             })
-      .def_property_readonly("nbytes",
-                             [](const terse::AllgatherResult& r) {
-                               return static_cast<int64_t>(r.data.size());
-                             })
-      .def("copy_to", &terse::CopyResult, py::arg("dest"),
+  py::class_<terse::GatheredTensor>(m, "AllgatherResult")
+      .def_property_readonly("shape", &terse::GatheredTensor::shape)
+      .def_property_readonly("first_dims", &terse::GatheredTensor::first_dims)
+      .def_property_readonly("dtype", &terse::GatheredTensor::dtype)
+      .def_property_readonly("nbytes", &terse::GatheredTensor::nbytes)
+      .def("copy_to", &terse::GatheredTensor::CopyTo, py::arg("dest"),
            py::arg("dest_bytes"),
            "Copies the packed rank-major result into dest (host memory).");
-  m.def(
-      "take_allgather",
-      [](int64_t handle) {
-        return ValueOrThrow(terse::TakeAllgatherResult(handle));
-      },
-      Release(), py::arg("handle"),
-      "After wait(handle): the allgather's result; releases the handle.");
+  m.def("take_allgather", &terse::TakeAllgather, Release(), py::arg("handle"),
+        "After wait(handle): the allgather's result; releases the handle.");
 
   m.def(
-      "barrier", [] { ThrowIfError(terse::Barrier()); }, Release());
+      "barrier", [] { ThrowIfError(terse_barrier()); }, Release());
   m.def(
-      "join", [] { return ValueOrThrow(terse::Join()); }, Release(),
+      "join",
+      [] {
+        int last = -1;
+        ThrowIfError(terse_join(&last));
+        return last;
+      },
+      Release(),
       "Contributes zeros until every rank joined; returns the last rank.");
 
   m.def(
