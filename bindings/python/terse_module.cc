@@ -300,22 +300,25 @@ PYBIND11_MODULE(_terse, m) {
   m.def(
       "bucket_reports",
       [] {
-        std::vector<terse::BucketReport> reports;
+        terse_bucket_reports* reports = nullptr;
         {
           py::gil_scoped_release release;
-          reports = ValueOrThrow(terse::BucketReports());
+          ThrowIfError(terse_bucket_reports_get(&reports));
         }
+        std::unique_ptr<terse_bucket_reports,
+                        decltype(&terse_bucket_reports_free)>
+            owned(reports, &terse_bucket_reports_free);
         py::list out;
-        for (const terse::BucketReport& r : reports) {
+        for (int i = 0; i < terse_bucket_reports_count(reports); ++i) {
           py::dict d;
-          d["bucket"] = r.bucket;
-          d["tensors"] = r.tensors;
-          d["bytes"] = r.bytes;
-          d["policy"] = r.policy;
-          d["compressor"] = r.compressor;
-          d["cf"] = r.cf;
-          d["bytes_sent"] = r.bytes_sent;
-          d["steps"] = r.steps;
+          d["bucket"] = terse_bucket_report_bucket(reports, i);
+          d["tensors"] = terse_bucket_report_tensors(reports, i);
+          d["bytes"] = terse_bucket_report_bytes(reports, i);
+          d["policy"] = terse_bucket_report_policy(reports, i);
+          d["compressor"] = terse_bucket_report_compressor(reports, i);
+          d["cf"] = terse_bucket_report_cf(reports, i);
+          d["bytes_sent"] = terse_bucket_report_bytes_sent(reports, i);
+          d["steps"] = terse_bucket_report_steps(reports, i);
           out.append(d);
         }
         return out;
@@ -323,28 +326,35 @@ PYBIND11_MODULE(_terse, m) {
       "What every bucket did on its last step: a list of dicts (bucket, "
       "tensors, bytes, policy, compressor, cf, bytes_sent, steps).");
   m.def(
-      "bytes_sent", [] { return ValueOrThrow(terse::BytesSent()); }, Release(),
-      "Bytes this rank has sent for reductions since init().");
+      "bytes_sent",
+      [] {
+        int64_t bytes = 0;
+        ThrowIfError(terse_bytes_sent(&bytes));
+        return bytes;
+      },
+      Release(), "Bytes this rank has sent for reductions since init().");
   m.def(
       "notify_learning_rate_drop",
-      [] { ThrowIfError(terse::NotifyLearningRateDrop()); }, Release(),
+      [] { ThrowIfError(terse_notify_learning_rate_drop()); }, Release(),
       "The learning rate was just lowered (Accordion's signal).");
   m.def(
       "save_compression_state",
       [] {
-        std::string state;
+        char* data = nullptr;
+        size_t size = 0;
         {
           py::gil_scoped_release release;
-          state = ValueOrThrow(terse::SaveCompressionState());
+          ThrowIfError(terse_save_compression_state(&data, &size));
         }
-        return py::bytes(state);
+        std::unique_ptr<char, decltype(&terse_free)> owned(data, &terse_free);
+        return py::bytes(data, size);
       },
       "This rank's compression state (policies, error-feedback residuals).");
   m.def(
       "load_compression_state",
       [](const std::string& state) {
         py::gil_scoped_release release;
-        ThrowIfError(terse::LoadCompressionState(state));
+        ThrowIfError(terse_load_compression_state(state.data(), state.size()));
       },
       py::arg("state"), "Restores what save_compression_state() returned.");
 

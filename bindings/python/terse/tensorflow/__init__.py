@@ -14,8 +14,10 @@ rank() and the other process-wide calls are terse.basics', shared with
 terse.torch: one engine per process.
 """
 
-from terse.basics import (barrier, build_info, init, is_initialized, join,
-                          local_rank, local_size, rank, shutdown, size)
+from terse.basics import (barrier, bucket_reports, build_info, bytes_sent,
+                          init, is_initialized, join, load_compression_state,
+                          local_rank, local_size, notify_learning_rate_drop,
+                          rank, save_compression_state, shutdown, size)
 from terse.compression import Compression, Compressor
 from terse.tensorflow.functions import broadcast_variables, reduce_gradients
 from terse.tensorflow.gradient_tape import DistributedGradientTape
@@ -33,8 +35,9 @@ def __getattr__(name):
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
-    "local_size", "barrier", "join", "build_info",
-    "Compression", "Compressor", "TerseError",
+    "local_size", "barrier", "join", "build_info", "bucket_reports",
+    "bytes_sent", "notify_learning_rate_drop", "save_compression_state",
+    "load_compression_state", "Compression", "Compressor", "TerseError",
     "Sum", "Average", "Min", "Max", "SUPPORTED_DTYPES",
     "allreduce", "allgather", "broadcast",
     "broadcast_variables", "reduce_gradients", "DistributedGradientTape",
