@@ -7,7 +7,8 @@
                                        # 1 process, no terse: the reference
 
 Each rank trains on its 1/size of the 60,000 training images (batch --batch
-per rank), starting from rank 0's weights (BroadcastGlobalVariablesCallback);
+per rank, Adam, the last epoch at a lower learning rate), starting from rank
+0's weights (BroadcastGlobalVariablesCallback);
 terse's Keras DistributedOptimizer averages the gradients, compressed as the
 TERSE_* variables select (TERSE_COMPRESSION, TERSE_CF, ...). Rank 0 prints
 Keras' progress per epoch (loss and accuracy averaged over the ranks), the
@@ -44,6 +45,21 @@ def make_model():
     ])
 
 
+def FinalEpochLearningRate(args, hvd):
+    """Lowers the learning rate for the last epoch (and tells terse, whose
+    Accordion policy switches to its low compression factor then)."""
+    import tensorflow as tf
+
+    def schedule(epoch, lr):
+        if epoch == args.epochs - 1:
+            if hvd is not None:
+                hvd.notify_learning_rate_drop()
+            return args.lr * args.final_lr_scale
+        return args.lr
+
+    return tf.keras.callbacks.LearningRateScheduler(schedule)
+
+
 def to_nhwc(x):
     """The loader's [N, 1, 28, 28] as Keras' channels-last [N, 28, 28, 1]."""
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
@@ -56,6 +72,8 @@ def parse_args(argv=None):
                         help="images per rank per step")
     parser.add_argument("--lr", type=float, default=2e-3,
                         help="Adam learning rate")
+    parser.add_argument("--final-lr-scale", type=float, default=0.3,
+                        help="the last epoch runs at lr times this (1: off)")
     parser.add_argument("--train-images", type=int, default=0,
                         help="use only the first N training images (0: all)")
     parser.add_argument("--threads", type=int, default=0,
@@ -98,6 +116,8 @@ def main(argv=None):
         optimizer = hvd.DistributedOptimizer(optimizer)
         callbacks = [hvd.BroadcastGlobalVariablesCallback(0),
                      hvd.MetricAverageCallback()]
+    if args.epochs > 1 and args.final_lr_scale != 1.0:
+        callbacks.append(FinalEpochLearningRate(args, hvd))
     model.compile(
         optimizer=optimizer,
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -13,7 +13,9 @@
 #   tools/setup_tf.sh --force  # recreate from scratch
 set -euo pipefail
 
-VENV=/opt/terse-tf-venv
+# TERSE_TF_VENV only for trying the script elsewhere: the build needs
+# /opt/terse-tf-venv.
+VENV=${TERSE_TF_VENV:-/opt/terse-tf-venv}
 TF_VERSION=2.15.1
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REQUIREMENTS="$HERE/tf_requirements.txt"

@@ -11,8 +11,10 @@
 
 from terse.tensorflow import (Average, Compression, Compressor, Max, Min, Sum,
                               allgather, allreduce, barrier, broadcast,
-                              broadcast_variables, init, is_initialized, join,
-                              local_rank, local_size, rank, shutdown, size)
+                              broadcast_variables, bucket_reports, bytes_sent,
+                              init, is_initialized, join, local_rank,
+                              local_size, notify_learning_rate_drop, rank,
+                              shutdown, size)
 from terse.tensorflow.keras import callbacks
 from terse.tensorflow.keras.callbacks import (BroadcastGlobalVariablesCallback,
                                               MetricAverageCallback)
@@ -20,7 +22,8 @@ from terse.tensorflow.keras.optimizer import DistributedOptimizer
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
-    "local_size", "barrier", "join", "Compression", "Compressor",
+    "local_size", "barrier", "join", "bucket_reports", "bytes_sent",
+    "notify_learning_rate_drop", "Compression", "Compressor",
     "Sum", "Average", "Min", "Max", "allreduce", "allgather", "broadcast",
     "broadcast_variables", "DistributedOptimizer",
     "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "callbacks",
