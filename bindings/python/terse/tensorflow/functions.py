@@ -63,7 +63,7 @@ def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
         raise ValueError(f"{len(grads)} gradients for {len(variables)} "
                          "variables")
     if compression is not None:
-        ops._check_compression(compression, prefix)
+        ops.check_compression(compression, prefix)
     names = []
     for i, (grad, var) in enumerate(zip(grads, variables)):
         names.append(f"{prefix}.{i}" if var is None else

@@ -102,7 +102,7 @@ def _check_op(op, average):
     return op
 
 
-def _check_compression(compression, name):
+def check_compression(compression, name):
     """Per-tensor compression other than the engine's is refused (for now)."""
     spec = basics.compression_arg(compression)
     if spec:
@@ -131,7 +131,7 @@ def allreduce(tensor, average=None, op=None, name=None, prescale_factor=1.0,
     _check_dtype(tensor, "allreduce")
     name = _op_name("allreduce", tensor, name)
     if compression is not None:
-        _check_compression(compression, name)
+        check_compression(compression, name)
     return _ops().terse_allreduce(tensor, tensor_name=name, reduce_op=op,
                                   prescale_factor=float(prescale_factor),
                                   postscale_factor=float(postscale_factor))
