@@ -106,8 +106,9 @@ int Run(const Flags& flags) {
   const double ar_factor = 2.0 * (n - 1) / n, ag_factor = (n - 1.0) / n;
   if (root) {
     std::printf(
-        "# terse MPI vs raw MPI, %d ranks, f32 sum; times are medians "
-        "of the slowest rank\n",
+        "# %s, %d ranks, f32 sum; times are medians of the slowest rank\n",
+        flags.raw_vs_raw ? "A/A run: raw MPI (ratio columns: raw/raw)"
+                         : "terse MPI vs raw MPI",
         n);
     std::printf("%-7s %5s | %10s %10s %8s %8s %6s | %10s %10s %8s %8s %6s\n",
                 "size", "iters", "ar_terse", "ar_raw", "busbw_t", "busbw_r",
