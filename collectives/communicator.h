@@ -50,7 +50,9 @@ class Communicator {
   // In place: `buffer` holds `count` elements of this rank's input and
   // receives the reduction over all ranks. Average is Sum divided by size()
   // and is defined for floating-point types only. f16/bf16 are accumulated in
-  // fp32. Unsupported dtype/op pairs are InvalidArgument.
+  // fp32; backends that reduce in several steps (MPI, NCCL) round to 16 bits
+  // after each step (bounds in their headers). Integer sums wrap.
+  // Unsupported dtype/op pairs are InvalidArgument.
   virtual absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
                                  ReduceOp op) = 0;
 

@@ -143,12 +143,15 @@ void DivideInPlace(void* buffer, int64_t count, DataType dtype, int divisor) {
     }
     case DataType::kFloat16:
     case DataType::kBFloat16: {
+      // Blocks through fp32 so the conversions take the bulk (vector) paths.
       uint16_t* p = static_cast<uint16_t*>(buffer);
-      bool half = dtype == DataType::kFloat16;
-      for (int64_t i = 0; i < count; ++i) {
-        float v = (half ? HalfToFloat(p[i]) : BFloat16ToFloat(p[i])) /
-                  static_cast<float>(divisor);
-        p[i] = half ? FloatToHalf(v) : FloatToBFloat16(v);
+      constexpr int64_t kBlock = 1024;
+      float f[kBlock];
+      for (int64_t start = 0; start < count; start += kBlock) {
+        int64_t n = std::min(kBlock, count - start);
+        HalfToFloatInto(p + start, f, n, dtype);
+        for (int64_t i = 0; i < n; ++i) f[i] /= static_cast<float>(divisor);
+        FloatToHalfInto(f, p + start, n, dtype);
       }
       return;
     }

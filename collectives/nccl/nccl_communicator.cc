@@ -357,11 +357,21 @@ absl::Status NcclCommunicator::Bitwise(uint64_t* words, int64_t count,
     return CheckDeviceBuffer(words, count, what);
   }
   TERSE_RETURN_IF_ERROR(Ready(what));
-  if (count == 0 || !CheckDeviceBuffer(words, count * 8, what).ok()) {
+  cudaPointerAttributes attr;
+  bool on_host = count == 0;
+  if (!on_host) {
+    cudaError_t err = cudaPointerGetAttributes(&attr, words);
+    if (err != cudaSuccess) cudaGetLastError();
+    on_host = err != cudaSuccess || attr.type == cudaMemoryTypeUnregistered ||
+              attr.type == cudaMemoryTypeHost;
+  }
+  if (on_host) {
     // Host words (or none): the control plane reduces them directly.
     return is_and ? control_->BitwiseAnd(words, count)
                   : control_->BitwiseOr(words, count);
   }
+  // Device words must be on this communicator's device.
+  TERSE_RETURN_IF_ERROR(CheckDeviceBuffer(words, count * 8, what));
   std::vector<uint64_t> host(count);
   const size_t bytes = static_cast<size_t>(count) * 8;
   TERSE_RETURN_IF_ERROR(
