@@ -8,6 +8,9 @@ np=$1; shift
 bin=$1; shift
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# More ranks than cores here: a rank waiting in MPI yields its core instead
+# of spinning (the Keras test runs 2.7x faster with it on 2 cores).
+export OMPI_MCA_mpi_yield_when_idle=1
 # Keep Open MPI's session files inside the test's own temp dir.
 export TMPDIR=${TEST_TMPDIR:-${TMPDIR:-/tmp}}
 exec timeout --signal=KILL "${TERSE_MPIRUN_TIMEOUT:-240}" \

@@ -31,3 +31,7 @@ if [ ! -x /usr/local/cuda/bin/nvcc ] || [ ! -e /usr/local/cuda/lib/libnccl.so ];
   echo "setup: /usr/local/cuda with nvcc and NCCL is required (see README)" >&2
   exit 1
 fi
+
+# TensorFlow (the //bindings/tensorflow op library builds against it): a
+# pinned tensorflow-cpu in its own virtual environment, see setup_tf.sh.
+"$(dirname "${BASH_SOURCE[0]}")/setup_tf.sh"
