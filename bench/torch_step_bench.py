@@ -8,7 +8,9 @@ The driver (this script without --worker) launches one `terserun -np N` job
 per mode and round, interleaving the modes round by round so that machine
 noise hits them alike, and reports per mode the median images/s over rounds
 (each round: --warmup steps untimed, then --steps timed) and its ratio to
-DDP. A mode is `ddp` or `terse:<compressor>[:cf]` (the compressor goes to
+DDP, plus the CPU time all ranks spent per step (process time, every
+thread: compute, communication and background threads), which external
+load on a shared machine distorts much less than wall time. A mode is `ddp` or `terse:<compressor>[:cf]` (the compressor goes to
 the engine as TERSE_COMPRESSION / TERSE_CF for that job). The last line is
 one JSON object. Nothing is asserted: this is a measurement, not a test.
 """
@@ -86,16 +88,20 @@ def worker(args):
     for i in range(args.warmup):
         step(i)
     start = time.perf_counter()
+    cpu_start = time.process_time()  # Every thread of this rank.
     for i in range(args.warmup, args.warmup + args.steps):
         loss = step(i)
     loss.item()
     seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    result = {"mode": args.worker, "rank": rank, "ranks": size,
+              "seconds": seconds, "cpu_seconds": cpu}
     if rank == 0:
-        images = args.steps * batch * size
-        print(RESULT_TAG + json.dumps({
-            "mode": args.worker, "ranks": size, "seconds": seconds,
-            "images_per_s": images / seconds,
-            "step_ms": 1000 * seconds / args.steps}), flush=True)
+        result["images_per_s"] = args.steps * batch * size / seconds
+        result["step_ms"] = 1000 * seconds / args.steps
+    # One write per line: mpirun interleaves the ranks' output otherwise.
+    sys.stdout.write(RESULT_TAG + json.dumps(result) + "\n")
+    sys.stdout.flush()
     done()
 
 
@@ -107,6 +113,20 @@ def _pythonpath():
     if os.environ.get("PYTHONPATH"):
         parts.append(os.environ["PYTHONPATH"])
     return os.pathsep.join(parts)
+
+
+def _results(text):
+    """Every JSON object that follows a RESULT_TAG in `text`."""
+    decoder = json.JSONDecoder()
+    out, start = [], text.find(RESULT_TAG)
+    while start >= 0:
+        try:
+            obj, _ = decoder.raw_decode(text, start + len(RESULT_TAG))
+            out.append(obj)
+        except json.JSONDecodeError:
+            pass
+        start = text.find(RESULT_TAG, start + 1)
+    return out
 
 
 def run_mode(args, mode):
@@ -131,39 +151,53 @@ def run_mode(args, mode):
         print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                           timeout=args.timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    raise RuntimeError(f"mode {mode} failed (exit {proc.returncode}):\n"
-                       f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    ranks = _results(proc.stdout)
+    if proc.returncode != 0 or len(ranks) != args.np:
+        raise RuntimeError(f"mode {mode} failed (exit {proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    result = next(r for r in ranks if r["rank"] == 0)
+    # CPU of all ranks per step: what the mode costs, whatever else runs.
+    result["cpu_ms_per_step"] = (1000 * sum(r["cpu_seconds"] for r in ranks)
+                                 / args.steps)
+    return result
 
 
 def driver(args):
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results = {m: [] for m in modes}
+    cpu = {m: [] for m in modes}
     for round_index in range(args.rounds):
         order = modes if round_index % 2 == 0 else list(reversed(modes))
         for mode in order:
             r = run_mode(args, mode)
             results[mode].append(r["images_per_s"])
+            cpu[mode].append(r["cpu_ms_per_step"])
             print(f"round {round_index + 1}/{args.rounds}  {mode:<18} "
                   f"{r['images_per_s']:9.0f} images/s  "
-                  f"{r['step_ms']:7.2f} ms/step", flush=True)
+                  f"{r['step_ms']:7.2f} ms/step  "
+                  f"{r['cpu_ms_per_step']:7.1f} CPU ms/step (all ranks)",
+                  flush=True)
     medians = {m: statistics.median(v) for m, v in results.items()}
+    cpu_medians = {m: statistics.median(v) for m, v in cpu.items()}
     reference = medians.get("ddp")
+    cpu_reference = cpu_medians.get("ddp")
     print()
     print(f"{'mode':<18} {'images/s (median)':>18} {'min':>8} {'max':>8} "
-          f"{'vs ddp':>7}")
+          f"{'vs ddp':>7} {'CPU ms/step':>12} {'vs ddp':>7}")
     for m in modes:
         ratio = medians[m] / reference if reference else float("nan")
+        cpu_ratio = (cpu_medians[m] / cpu_reference if cpu_reference
+                     else float("nan"))
         print(f"{m:<18} {medians[m]:18.0f} {min(results[m]):8.0f} "
-              f"{max(results[m]):8.0f} {ratio:7.2f}")
+              f"{max(results[m]):8.0f} {ratio:7.2f} {cpu_medians[m]:12.1f} "
+              f"{cpu_ratio:7.2f}")
     summary = {
         "bench": "torch_step_bench", "ranks": args.np, "batch": args.batch,
         "steps": args.steps, "rounds": args.rounds,
         "images_per_s": {m: round(v, 1) for m, v in medians.items()},
         "ratio_vs_ddp": ({m: round(v / reference, 3)
                           for m, v in medians.items()} if reference else {}),
+        "cpu_ms_per_step": {m: round(v, 1) for m, v in cpu_medians.items()},
     }
     print(json.dumps(summary), flush=True)
 

@@ -116,6 +116,31 @@ def test_async_handles(_):
     expect_raises(tt.TerseError, ["handle"], tt.poll, 123456789)
 
 
+def test_wait_releases_the_gil(_):
+    # Rank 0 waits for an allreduce the others join 0.5 s late; a Python
+    # thread must keep running meanwhile.
+    import threading
+    counter = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            counter[0] += 1
+
+    if tt.rank() != 0:
+        time.sleep(0.5)
+    thread = threading.Thread(target=spin)
+    thread.start()
+    time.sleep(0.01)
+    before = counter[0]
+    tt.allreduce(torch.ones(4), name="gil", op=tt.Sum)
+    during = counter[0] - before
+    stop.set()
+    thread.join()
+    if tt.rank() == 0:
+        expect(during > 1000, f"only {during} loop iterations while waiting")
+
+
 def test_allgather_every_dtype(_):
     size = tt.size()
     for case, dtype in enumerate(DTYPES, start=400):

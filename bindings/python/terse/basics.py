@@ -186,6 +186,22 @@ def compression_arg(choice):
     return choice.spec()
 
 
+def require_engine_policy(choice, what):
+    """Raises TerseError unless `choice` is None or the engine's policy.
+
+    The engine takes its compression policy at init (TERSE_COMPRESSION,
+    TERSE_COMPRESSION_RULES); it has no per-operation choice yet.
+    """
+    spec = compression_arg(choice)
+    if spec:
+        raise lib().TerseError(
+            f"{what}: compression {spec} differs from the policy the engine "
+            f"was started with ({engine_compression().spec()}); choose it at "
+            f"start-up: init(compression='{spec}'), TERSE_COMPRESSION, or per "
+            "tensor with TERSE_COMPRESSION_RULES (DistributedOptimizer names "
+            "gradients 'grad.<parameter name>', e.g. 'grad.fc*=topk:100')")
+
+
 def build_info(variables=None):
     """What terse_info prints for this build and configuration."""
     if variables is None:
@@ -197,5 +213,6 @@ __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "size", "local_rank", "local_size", "barrier", "join",
            "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
            "save_compression_state", "load_compression_state",
-           "engine_compression", "compression_arg", "build_info",
+           "engine_compression", "compression_arg", "require_engine_policy",
+           "build_info",
            "Compressor"]

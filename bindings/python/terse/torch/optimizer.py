@@ -68,7 +68,8 @@ class _DistributedOptimizer:
         self._terse_compression = (None if compression is None else
                                    Compression.get(compression))
         # Fails now, not in the first backward, if the engine cannot apply it.
-        basics.compression_arg(self._terse_compression)
+        basics.require_engine_policy(self._terse_compression,
+                                     "DistributedOptimizer")
         self._terse_passes = backward_passes_per_step
         self._terse_op = op
         self._terse_predivide = float(gradient_predivide_factor)
@@ -340,8 +341,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     named_parameters: model.named_parameters(); names identify gradients
         across ranks (without it, names follow the optimizer's order).
     compression: None = the process-wide policy (TERSE_COMPRESSION or
-        init(compression=...)); or a terse.Compression member / name for
-        these gradients.
+        init(compression=...)). A terse.Compression member / name must be
+        that policy: the engine takes its policy at start-up, per tensor via
+        TERSE_COMPRESSION_RULES on the names 'grad.<parameter name>'; any
+        other choice raises TerseError saying so.
     backward_passes_per_step, op, gradient_predivide_factor: see the module
         docstring.
     """
