@@ -102,6 +102,7 @@ class BucketAssigner {
   // last call, so per-bucket state elsewhere can be dropped.
   std::vector<int> TakeChanged();
 
+  bool exists(int id) const { return buckets_.count(id) > 0; }
   const Bucket& bucket(int id) const { return buckets_.at(id); }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   // The bucket of `name`, or -1.
