@@ -1,5 +1,6 @@
 #include "common/half.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace terse {
@@ -106,8 +107,14 @@ __attribute__((target("avx2"))) void BFloat16ToFloatAvx2(const uint16_t* in,
 }
 
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") &&
-                          __builtin_cpu_supports("avx");
+  // F16C from CPUID leaf 1 (clang before 16 rejects
+  // __builtin_cpu_supports("f16c")); "avx" also checks that the OS saves
+  // the YMM state.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
+           (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+  }();
   return has;
 }
 

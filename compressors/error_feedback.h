@@ -6,8 +6,9 @@
 // where decode(c) is this rank's own contribution: the decoded payload for
 // Protocol A (decoded right after Compress, before any allreduce), or
 // RoundState::AccumulateLocal after the last round for Protocol B. So on
-// every rank, after each step, residual + decode(c) == a exactly in the
-// float arithmetic of the subtraction.
+// every rank, after each step, residual + decode(c) == a up to the rounding
+// of one float subtraction (exactly where decode(c) is a or 0 elementwise,
+// as for top-k and random-k with fp32 values).
 //
 // Residuals are kept per tensor segment, keyed by (name, tensor_offset,
 // count) of CompressContext::segments, so a tensor keeps its residual
@@ -17,7 +18,7 @@
 // inside the bucket and not overlap (InvalidArgument otherwise).
 //
 // Traits, payload decoding and summable regions are the inner compressor's.
-// Thread-safety: the residual table (ResidualStore) is guarded by a mutex; one segment must
+// Thread-safety: the residual table is guarded by a mutex; one segment must
 // not be in two calls at once (the engine compresses a tensor once a step).
 #ifndef TERSE_COMPRESSORS_ERROR_FEEDBACK_H_
 #define TERSE_COMPRESSORS_ERROR_FEEDBACK_H_
@@ -36,7 +37,9 @@ namespace terse {
 
 class ErrorFeedback : public Compressor {
  public:
-  explicit ErrorFeedback(std::unique_ptr<Compressor> inner);
+  // num_threads: for the elementwise passes (0 = min(hardware, 8)).
+  explicit ErrorFeedback(std::unique_ptr<Compressor> inner,
+                         int num_threads = 0);
 
   CompressorId id() const override { return inner_->id(); }
   double cf() const override { return inner_->cf(); }
@@ -73,8 +76,31 @@ class ErrorFeedback : public Compressor {
  private:
   class Rounds;  // The Protocol-B wrapper.
 
+  // *a = input + residuals of the segments (bucket layout).
+  void AddResidual(absl::Span<const float> input,
+                   const std::vector<Segment>& segments, std::vector<float>* a);
+  // Residual of each segment = a - decoded, given neg = decoded - a
+  // (= -(a - decoded) exactly: float rounding is symmetric).
+  void StoreNegatedResidual(const std::vector<Segment>& segments,
+                            const std::vector<float>& neg);
+  // v = -v, in parallel.
+  void Negate(std::vector<float>* v) const;
+  // ctx.segments (sorted by offset), or the whole bucket as one segment.
+  static absl::StatusOr<std::vector<Segment>> SegmentsOf(
+      const CompressContext& ctx, int64_t d);
+  // Bucket-sized scratch buffers, reused so that a step does not page-fault
+  // fresh memory (contents unspecified).
+  std::vector<float> AcquireScratch(int64_t d);
+  void ReleaseScratch(std::vector<float> buffer);
+
+  static std::string KeyOf(const Segment& s);
+
   const std::unique_ptr<Compressor> inner_;
-  ResidualStore residuals_;
+  const int num_threads_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<float>> residuals_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<float>> scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace terse

@@ -174,7 +174,9 @@ TEST(PayloadTest, FuzzTruncationAndBitFlips) {
         ASSERT_EQ(e->indices.size(), e->values.size());
         for (size_t j = 0; j < e->indices.size(); ++j) {
           ASSERT_LT(e->indices[j], d);
-          if (j > 0) ASSERT_LT(e->indices[j - 1], e->indices[j]);
+          if (j > 0) {
+            ASSERT_LT(e->indices[j - 1], e->indices[j]);
+          }
         }
       };
       for (size_t len = 0; len < p.bytes.size(); ++len) {

@@ -44,7 +44,9 @@ TEST(QsgdCompressorTest, DecodedValuesAreOnTheGridAndSizeIsFixed) {
       EXPECT_LE(std::round(level), 7);
       // Rounded to a neighbour level of |x| / unit.
       EXPECT_LE(std::fabs(std::fabs(out[i]) - std::fabs(x[i])), unit * 1.0001f);
-      if (out[i] != 0) EXPECT_EQ(std::signbit(out[i]), std::signbit(x[i]));
+      if (out[i] != 0) {
+        EXPECT_EQ(std::signbit(out[i]), std::signbit(x[i]));
+      }
     }
   }
 }

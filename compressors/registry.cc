@@ -81,7 +81,9 @@ absl::StatusOr<std::unique_ptr<Compressor>> CreateCompressor(
   const bool feedback =
       options.error_feedback == ErrorFeedbackMode::kOn ||
       (options.error_feedback == ErrorFeedbackMode::kDefault && c->lossy());
-  if (feedback) c = std::make_unique<ErrorFeedback>(std::move(c));
+  if (feedback) {
+    c = std::make_unique<ErrorFeedback>(std::move(c), options.num_threads);
+  }
   return c;
 }
 

@@ -23,7 +23,6 @@ absl::StatusOr<std::vector<Segment>> ResidualStore::SegmentsOf(
     return segments;
   }
   segments.assign(ctx.segments.begin(), ctx.segments.end());
-  std::vector<std::pair<int64_t, int64_t>> ranges;
   for (const Segment& s : segments) {
     if (s.offset < 0 || s.count < 0 || s.offset > d || s.count > d - s.offset ||
         s.tensor_offset < 0) {
@@ -31,11 +30,12 @@ absl::StatusOr<std::vector<Segment>> ResidualStore::SegmentsOf(
           absl::StrCat("segment '", s.name, "' [", s.offset, ", +", s.count,
                        ") is outside the bucket of ", d, " elements"));
     }
-    ranges.emplace_back(s.offset, s.offset + s.count);
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) {
+  std::sort(
+      segments.begin(), segments.end(),
+      [](const Segment& a, const Segment& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < segments.size(); ++i) {
+    if (segments[i].offset < segments[i - 1].offset + segments[i - 1].count) {
       return absl::InvalidArgumentError("segments overlap");
     }
   }

@@ -26,7 +26,8 @@ namespace terse {
 class ResidualStore {
  public:
   // ctx.segments checked against a bucket of d elements (inside, not
-  // overlapping), or the whole bucket as one segment named StateKey(ctx).
+  // overlapping) and sorted by offset, or the whole bucket as one segment
+  // named StateKey(ctx). ErrorFeedback validates its segments with this too.
   static absl::StatusOr<std::vector<Segment>> SegmentsOf(
       const CompressContext& ctx, int64_t d);
 

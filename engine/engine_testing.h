@@ -40,6 +40,8 @@ inline void PrintTo(const Scenario& scenario, std::ostream* os) {
 std::vector<Scenario> CorrectnessScenarios();
 // Mismatches, bad arguments, stalls, shutdown, join, bucket split.
 std::vector<Scenario> ErrorScenarios();
+// The compressing reducer through the engine: conservation, identical sums.
+std::vector<Scenario> CompressionScenarios();
 
 // Defaults with a 1 ms cycle and no timeline, then scenario.configure.
 Config ScenarioConfig(const Scenario& scenario);

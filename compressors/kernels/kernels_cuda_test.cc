@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "common/cuda_probe.h"
+#include "compressors/kernels/randomk.h"
 #include "compressors/kernels/select.h"
+#include "compressors/kernels/select_cuda.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk.h"
@@ -114,6 +116,58 @@ TEST_F(KernelsCudaTest, SelectAtLeastMatchesCpu) {
     EXPECT_EQ(count, n);
     EXPECT_EQ(dout.ToHost(), cpu);
   }
+}
+
+TEST_F(KernelsCudaTest, SampledTopKMatchesCpuBitForBit) {
+  for (int shape = 0; shape < 3; ++shape) {
+    const int64_t d = (1 << 20) + 3;
+    const std::vector<float> x = Inputs(d, shape, 20 + shape);
+    DeviceArray<float> dx(x);
+    for (int64_t k : {int64_t{1}, int64_t{1000}, d / 100, d / 3}) {
+      SampledTopKOptions opt;
+      opt.seed = 99;
+      std::vector<uint32_t> cpu;
+      SampledTopK(x.data(), d, k, opt, &cpu);
+      DeviceArray<uint32_t> dout(static_cast<size_t>(k));
+      int64_t n = -1;
+      ASSERT_EQ(cuda::SampledTopK(dx.get(), d, k, opt, dout.get(), &n, nullptr),
+                0);
+      ASSERT_EQ(n, static_cast<int64_t>(cpu.size()));
+      std::vector<uint32_t> gpu = dout.ToHost();
+      gpu.resize(n);
+      EXPECT_EQ(gpu, cpu) << "shape=" << shape << " k=" << k;
+    }
+  }
+}
+
+TEST_F(KernelsCudaTest, ThresholdSearchWithinBounds) {
+  const int64_t d = (1 << 20) + 3;
+  const std::vector<float> x = Inputs(d, 0, 30);
+  DeviceArray<float> dx(x);
+  for (int64_t k : {int64_t{1}, int64_t{1000}, d / 100}) {
+    DeviceArray<uint32_t> dout(static_cast<size_t>(2 * k));
+    int64_t n = -1;
+    ASSERT_EQ(cuda::ThresholdSearch(dx.get(), d, k, ThresholdSearchOptions(),
+                                    dout.get(), &n, nullptr),
+              0);
+    ASSERT_GE(n, k);
+    ASSERT_LT(n, std::max<int64_t>(2 * k, k + 1));
+    std::vector<uint32_t> gpu = dout.ToHost();
+    gpu.resize(n);
+    std::vector<uint32_t> exact(n);
+    TopK(x.data(), d, n, exact.data());
+    EXPECT_EQ(gpu, exact) << "k=" << k;
+  }
+}
+
+TEST_F(KernelsCudaTest, RandomKMatchesCpu) {
+  std::vector<uint32_t> cpu;
+  RandomKIndices(MixSeed(1, 2, 3), 100000, 1000, &cpu);
+  DeviceArray<uint32_t> dout(1000);
+  ASSERT_EQ(
+      cuda::RandomKIndices(MixSeed(1, 2, 3), 100000, 1000, dout.get(), nullptr),
+      0);
+  EXPECT_EQ(dout.ToHost(), cpu);
 }
 
 TEST_F(KernelsCudaTest, GatherScatterMatchCpu) {

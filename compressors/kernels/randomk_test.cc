@@ -29,7 +29,9 @@ TEST(RandomKTest, AscendingDistinctInRange) {
       ASSERT_EQ(static_cast<int64_t>(idx.size()), k);
       for (size_t j = 0; j < idx.size(); ++j) {
         ASSERT_LT(idx[j], d);
-        if (j > 0) ASSERT_LT(idx[j - 1], idx[j]);
+        if (j > 0) {
+          ASSERT_LT(idx[j - 1], idx[j]);
+        }
       }
     }
   }

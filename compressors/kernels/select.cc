@@ -4,10 +4,11 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "compressors/kernels/parallel.h"
 #include "compressors/kernels/randomk.h"
-#include "compressors/kernels/sparse_ops.h"
+#include "compressors/kernels/scan.h"
 #include "compressors/kernels/topk.h"
 
 namespace terse {
@@ -15,13 +16,6 @@ namespace kernels {
 namespace {
 
 constexpr int64_t kMinPerThread = int64_t{1} << 16;
-constexpr int64_t kExactBelow = int64_t{1} << 16;
-
-inline uint32_t KeyAt(const float* x, int64_t i) {
-  uint32_t bits;
-  std::memcpy(&bits, x + i, sizeof(bits));
-  return bits & 0x7fffffffu;
-}
 
 void ExactTopK(const float* x, int64_t d, int64_t k, int num_threads,
                std::vector<uint32_t>* indices) {
@@ -29,24 +23,76 @@ void ExactTopK(const float* x, int64_t d, int64_t k, int num_threads,
   TopK(x, d, k, indices->data(), num_threads);
 }
 
-// Keeps the k largest of the candidate positions `cand` (ascending), with
-// the same tie rule as TopK (lower index wins: candidates are ascending).
-void TopKOfCandidates(const float* x, int64_t k, std::vector<uint32_t>* cand) {
+// Keeps the k largest of the candidate positions `cand` (ascending) whose
+// magnitude keys are `keys`, with the tie rule of TopK (lower index wins;
+// the candidates are ascending, so the first ties are kept).
+void TopKOfCandidates(int64_t k, std::vector<uint32_t>* cand,
+                      const std::vector<uint32_t>& keys) {
   const int64_t n = static_cast<int64_t>(cand->size());
   if (k >= n) return;
-  std::vector<float> values(n);
-  Gather(x, cand->data(), n, values.data());
-  std::vector<uint32_t> pick(k);
-  TopK(values.data(), n, k, pick.data(), 1);
-  for (int64_t j = 0; j < k; ++j) pick[j] = (*cand)[pick[j]];
-  cand->swap(pick);
+  // A magnitude key read as a float has the same key.
+  const TopKThreshold th =
+      TopKThresholdKey(reinterpret_cast<const float*>(keys.data()), n, k, 1);
+  int64_t ties_left = th.ties_taken;
+  int64_t out = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (keys[j] < th.key) continue;
+    if (keys[j] == th.key) {
+      if (ties_left == 0) continue;
+      --ties_left;
+    }
+    (*cand)[out++] = (*cand)[j];
+  }
+  cand->resize(out);
 }
 
-// The index of the sample key with rank `rank` (1-based, descending).
-uint32_t KthLargestKey(std::vector<uint32_t> keys, int64_t rank) {
-  auto nth = keys.begin() + (rank - 1);
-  std::nth_element(keys.begin(), nth, keys.end(), std::greater<uint32_t>());
-  return *nth;
+// SelectAtLeast, also returning the keys of the selected entries when
+// `keys` is not null.
+int64_t SelectAtLeastImpl(const float* x, int64_t d, uint32_t key, int64_t cap,
+                          std::vector<uint32_t>* indices,
+                          std::vector<uint32_t>* keys, int num_threads) {
+  const int threads = ResolveThreads(num_threads, d, kMinPerThread);
+  std::vector<std::vector<uint32_t>> local(threads), local_keys(threads);
+  std::vector<int64_t> counts(threads, 0);
+  ParallelFor(threads, [&](int t) {
+    const int64_t begin = ChunkBegin(d, threads, t);
+    const int64_t end = ChunkBegin(d, threads, t + 1);
+    std::vector<uint32_t>& out = local[t];
+    std::vector<uint32_t>& out_keys = local_keys[t];
+    int64_t n = 0;
+    ForEachAtLeast(x, begin, end, key, [&](int64_t i, uint32_t k) {
+      if (n < cap) {
+        out.push_back(static_cast<uint32_t>(i));
+        if (keys != nullptr) out_keys.push_back(k);
+      }
+      ++n;
+    });
+    counts[t] = n;
+  });
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  indices->clear();
+  if (keys != nullptr) keys->clear();
+  if (total > cap) return total;
+  indices->reserve(total);
+  for (const auto& part : local) {
+    indices->insert(indices->end(), part.begin(), part.end());
+  }
+  if (keys != nullptr) {
+    keys->reserve(total);
+    for (const auto& part : local_keys) {
+      keys->insert(keys->end(), part.begin(), part.end());
+    }
+  }
+  return total;
+}
+
+// The sample key of rank `rank` (1-based, descending). A magnitude key
+// read as a float has the same key, so the radix select applies.
+uint32_t KthLargestKey(const std::vector<uint32_t>& keys, int64_t rank) {
+  return TopKThresholdKey(reinterpret_cast<const float*>(keys.data()),
+                          static_cast<int64_t>(keys.size()), rank, 1)
+      .key;
 }
 
 }  // namespace
@@ -59,31 +105,7 @@ uint32_t ThresholdKey(float threshold) {
 
 int64_t SelectAtLeast(const float* x, int64_t d, uint32_t key, int64_t cap,
                       std::vector<uint32_t>* indices, int num_threads) {
-  const int threads = ResolveThreads(num_threads, d, kMinPerThread);
-  std::vector<std::vector<uint32_t>> local(threads);
-  std::vector<int64_t> counts(threads, 0);
-  ParallelFor(threads, [&](int t) {
-    const int64_t begin = ChunkBegin(d, threads, t);
-    const int64_t end = ChunkBegin(d, threads, t + 1);
-    std::vector<uint32_t>& out = local[t];
-    int64_t n = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      if (KeyAt(x, i) >= key) {
-        if (n < cap) out.push_back(static_cast<uint32_t>(i));
-        ++n;
-      }
-    }
-    counts[t] = n;
-  });
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  indices->clear();
-  if (total > cap) return total;
-  indices->reserve(total);
-  for (const auto& part : local) {
-    indices->insert(indices->end(), part.begin(), part.end());
-  }
-  return total;
+  return SelectAtLeastImpl(x, d, key, cap, indices, nullptr, num_threads);
 }
 
 int64_t CountAtLeast(const float* x, int64_t d, uint32_t key, int num_threads) {
@@ -93,12 +115,76 @@ int64_t CountAtLeast(const float* x, int64_t d, uint32_t key, int num_threads) {
     const int64_t begin = ChunkBegin(d, threads, t);
     const int64_t end = ChunkBegin(d, threads, t + 1);
     int64_t n = 0;
-    for (int64_t i = begin; i < end; ++i) n += KeyAt(x, i) >= key;
+    ForEachAtLeast(x, begin, end, key, [&](int64_t, uint32_t) { ++n; });
     counts[t] = n;
   });
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   return total;
+}
+
+int64_t SampledTopKPlanner::NumSamples(int64_t d,
+                                       const SampledTopKOptions& options) {
+  int64_t s = static_cast<int64_t>(std::llround(options.sample_fraction * d));
+  s = std::min(d, std::max(s, options.min_sample));
+  return std::max<int64_t>(1, s / kSampleRun) * kSampleRun;
+}
+
+void SampledTopKPlanner::RunStarts(int64_t d, const SampledTopKOptions& options,
+                                   std::vector<int64_t>* starts) {
+  // One random run of kSampleRun consecutive entries in each of s /
+  // kSampleRun equal strata: one cache miss per run, not per sample.
+  const int64_t runs = NumSamples(d, options) / kSampleRun;
+  starts->resize(runs);
+  uint64_t state = options.seed;
+  for (int64_t j = 0; j < runs; ++j) {
+    const int64_t begin =
+        static_cast<int64_t>((static_cast<unsigned __int128>(d) * j) / runs);
+    const int64_t end = static_cast<int64_t>(
+        (static_cast<unsigned __int128>(d) * (j + 1)) / runs);
+    (*starts)[j] =
+        begin +
+        static_cast<int64_t>(UniformBelow(
+            &state, static_cast<uint64_t>(end - begin - kSampleRun + 1)));
+  }
+}
+
+SampledTopKPlanner::SampledTopKPlanner(std::vector<uint32_t> sample_keys,
+                                       int64_t d, int64_t k,
+                                       const SampledTopKOptions& options)
+    : keys_(std::move(sample_keys)),
+      k_(k),
+      max_adjust_(options.max_adjust),
+      target_(options.overshoot * static_cast<double>(k)),
+      lower_(static_cast<int64_t>(
+          std::ceil(options.lower_fraction * static_cast<double>(k)))) {
+  const int64_t s = static_cast<int64_t>(keys_.size());
+  rank_ = std::min<int64_t>(
+      s, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
+                                  target_ * static_cast<double>(s) / d))));
+  key_ = KthLargestKey(keys_, rank_);
+}
+
+SampledTopKPlanner::Step SampledTopKPlanner::Observe(int64_t n) {
+  ++attempts_;
+  if (n <= cap() && n >= k_) return Step::kTrimToK;
+  if (n <= cap() && n >= lower_) return Step::kAccept;
+  const int64_t s = static_cast<int64_t>(keys_.size());
+  if (attempts_ > max_adjust_ || (n < lower_ && rank_ == s) ||
+      (n > cap() && rank_ == 1)) {
+    return Step::kFallback;
+  }
+  // Too few (lower the threshold) or too many (raise it): rescale the
+  // sample rank by how far off the count was.
+  const double scaled = static_cast<double>(rank_) * target_ /
+                        static_cast<double>(std::max<int64_t>(n, 1));
+  const double next = n < lower_
+                          ? std::max(scaled, static_cast<double>(rank_ + 1))
+                          : std::min(scaled, static_cast<double>(rank_ - 1));
+  rank_ =
+      std::min<int64_t>(s, std::max<int64_t>(1, static_cast<int64_t>(next)));
+  key_ = KthLargestKey(keys_, rank_);
+  return Step::kRetry;
 }
 
 void SampledTopK(const float* x, int64_t d, int64_t k,
@@ -110,56 +196,42 @@ void SampledTopK(const float* x, int64_t d, int64_t k,
   *st = SelectStats();
   indices->clear();
   if (k <= 0) return;
-  if (d < kExactBelow || k >= d) {
+  if (!SampledTopKPlanner::Applies(d, k)) {
     st->fell_back_to_exact = true;
     ExactTopK(x, d, k, options.num_threads, indices);
     return;
   }
-  // Stratified sample: one position in each of s equal strata.
-  int64_t s = static_cast<int64_t>(std::llround(options.sample_fraction * d));
-  s = std::min(d, std::max(s, options.min_sample));
-  std::vector<uint32_t> keys(s);
-  uint64_t state = options.seed;
-  for (int64_t j = 0; j < s; ++j) {
-    const int64_t begin =
-        static_cast<int64_t>((static_cast<unsigned __int128>(d) * j) / s);
-    const int64_t end =
-        static_cast<int64_t>((static_cast<unsigned __int128>(d) * (j + 1)) / s);
-    const int64_t pos =
-        begin +
-        static_cast<int64_t>(UniformBelow(
-            &state, static_cast<uint64_t>(std::max<int64_t>(end - begin, 1))));
-    keys[j] = KeyAt(x, pos);
-  }
-  const int64_t cap = 4 * k;
-  const double target = options.overshoot * static_cast<double>(k);
-  const int64_t lower = static_cast<int64_t>(
-      std::ceil(options.lower_fraction * static_cast<double>(k)));
-  // Rank of the threshold inside the sample (1 = the largest sample key).
-  double rank = std::ceil(target * static_cast<double>(s) / d);
-  for (int attempt = 0; attempt <= options.max_adjust; ++attempt) {
-    const int64_t r =
-        std::min<int64_t>(s, std::max<int64_t>(1, static_cast<int64_t>(rank)));
-    const uint32_t key = KthLargestKey(keys, r);
-    st->threshold_key = key;
-    const int64_t n =
-        SelectAtLeast(x, d, key, cap, indices, options.num_threads);
-    ++st->passes;
-    if (n <= cap && n >= k) {
-      TopKOfCandidates(x, k, indices);
-      return;
+  std::vector<int64_t> starts;
+  SampledTopKPlanner::RunStarts(d, options, &starts);
+  constexpr int64_t kRun = SampledTopKPlanner::kSampleRun;
+  std::vector<uint32_t> keys(starts.size() * kRun);
+  for (size_t j = 0; j < starts.size(); ++j) {
+    for (int64_t r = 0; r < kRun; ++r) {
+      keys[j * kRun + r] = KeyOf(x, starts[j] + r);
     }
-    if (n <= cap && n >= lower) return;
-    // Too few (lower the threshold) or too many (raise it): rescale the
-    // sample rank by how far off the count was.
-    if ((n < lower && r == s) || (n > cap && r == 1)) break;
-    const double scaled = static_cast<double>(r) * target /
-                          static_cast<double>(std::max<int64_t>(n, 1));
-    rank = n < lower ? std::max(scaled, static_cast<double>(r + 1))
-                     : std::min(scaled, static_cast<double>(r - 1));
   }
-  st->fell_back_to_exact = true;
-  ExactTopK(x, d, k, options.num_threads, indices);
+  SampledTopKPlanner planner(std::move(keys), d, k, options);
+  std::vector<uint32_t> cand_keys;
+  while (true) {
+    st->threshold_key = planner.key();
+    const int64_t n =
+        SelectAtLeastImpl(x, d, planner.key(), planner.cap(), indices,
+                          &cand_keys, options.num_threads);
+    ++st->passes;
+    switch (planner.Observe(n)) {
+      case SampledTopKPlanner::Step::kTrimToK:
+        TopKOfCandidates(k, indices, cand_keys);
+        return;
+      case SampledTopKPlanner::Step::kAccept:
+        return;
+      case SampledTopKPlanner::Step::kRetry:
+        continue;
+      case SampledTopKPlanner::Step::kFallback:
+        st->fell_back_to_exact = true;
+        ExactTopK(x, d, k, options.num_threads, indices);
+        return;
+    }
+  }
 }
 
 void ThresholdSearch(const float* x, int64_t d, int64_t k,
@@ -202,27 +274,50 @@ void ThresholdSearch(const float* x, int64_t d, int64_t k,
     sum += sums[t];
     max = std::max(max, maxima[t]);
   }
-  const double mean = sum / static_cast<double>(d);
-  bool ok = std::isfinite(mean) && std::isfinite(max);
-  double lo = 0.0, hi = 1.0;
-  for (int it = 0; ok && it < options.max_iterations; ++it) {
-    const double r = it == 0 ? 0.0 : 0.5 * (lo + hi);
-    const float threshold = static_cast<float>(mean + r * (max - mean));
-    const uint32_t key = ThresholdKey(threshold);
-    st->threshold_key = key;
-    const int64_t n =
-        SelectAtLeast(x, d, key, 2 * k - 1, indices, options.num_threads);
+  ThresholdSearchPlanner planner(sum / static_cast<double>(d), max, k, options);
+  while (planner.usable()) {
+    st->threshold_key = planner.key();
+    const int64_t n = SelectAtLeast(x, d, planner.key(), planner.cap(), indices,
+                                    options.num_threads);
     ++st->passes;
-    if (n >= k && n < 2 * k) return;
-    if (n < k) {
-      if (it == 0) break;  // Even the mean keeps fewer than k.
-      hi = r;
-    } else {
-      lo = r;
-    }
+    const ThresholdSearchPlanner::Step step = planner.Observe(n);
+    if (step == ThresholdSearchPlanner::Step::kAccept) return;
+    if (step == ThresholdSearchPlanner::Step::kFallback) break;
   }
   st->fell_back_to_exact = true;
   ExactTopK(x, d, k, options.num_threads, indices);
+}
+
+ThresholdSearchPlanner::ThresholdSearchPlanner(
+    double mean, float max, int64_t k, const ThresholdSearchOptions& options)
+    : mean_(mean),
+      max_(max),
+      k_(k),
+      max_iterations_(options.max_iterations),
+      usable_(std::isfinite(mean) && std::isfinite(max) && k > 0 &&
+              options.max_iterations > 0) {
+  key_ = ThresholdKey(static_cast<float>(mean_));
+}
+
+ThresholdSearchPlanner::Step ThresholdSearchPlanner::Observe(int64_t n) {
+  ++iterations_;
+  if (n >= k_ && n < 2 * k_) return Step::kAccept;
+  if (n < k_) {
+    if (iterations_ == 1) {  // Even the mean keeps fewer than k.
+      usable_ = false;
+      return Step::kFallback;
+    }
+    hi_ = r_;
+  } else {
+    lo_ = r_;
+  }
+  if (iterations_ >= max_iterations_) {
+    usable_ = false;
+    return Step::kFallback;
+  }
+  r_ = 0.5 * (lo_ + hi_);
+  key_ = ThresholdKey(static_cast<float>(mean_ + r_ * (max_ - mean_)));
+  return Step::kRetry;
 }
 
 }  // namespace kernels

@@ -66,9 +66,83 @@ void SampledTopK(const float* x, int64_t d, int64_t k,
                  const SampledTopKOptions& options,
                  std::vector<uint32_t>* indices, SelectStats* stats = nullptr);
 
+// The control logic of SampledTopK, shared with the CUDA version so that
+// both select the same entries: where to sample, which threshold to try,
+// and what to do with the count it gives. Not thread-safe (one per call).
+class SampledTopKPlanner {
+ public:
+  // Consecutive entries per sample run (one 64-byte cache line).
+  static constexpr int64_t kSampleRun = 16;
+  // Inputs below this size (or k >= d) go to the exact TopK directly.
+  static constexpr int64_t kExactBelow = int64_t{1} << 16;
+  static bool Applies(int64_t d, int64_t k) {
+    return d >= kExactBelow && k > 0 && k < d;
+  }
+  // The sample size (a multiple of kSampleRun) and the first index of every
+  // run: one uniformly placed run in each of NumSamples / kSampleRun equal
+  // strata, drawn from options.seed. Requires Applies(d, k).
+  static int64_t NumSamples(int64_t d, const SampledTopKOptions& options);
+  static void RunStarts(int64_t d, const SampledTopKOptions& options,
+                        std::vector<int64_t>* starts);
+
+  // sample_keys: the magnitude keys at the runs, in run order.
+  SampledTopKPlanner(std::vector<uint32_t> sample_keys, int64_t d, int64_t k,
+                     const SampledTopKOptions& options);
+  // The threshold key to try next, and how many selected entries to hold at
+  // most (4k).
+  uint32_t key() const { return key_; }
+  int64_t cap() const { return 4 * k_; }
+  enum class Step {
+    kTrimToK,   // Between k and cap selected: keep the exact top-k of them.
+    kAccept,    // Between lower_fraction * k and k: keep them all.
+    kRetry,     // key() was re-derived: select again.
+    kFallback,  // Out of adjustments: use the exact TopK.
+  };
+  // n: how many entries have a key >= key().
+  Step Observe(int64_t n);
+
+ private:
+  const std::vector<uint32_t> keys_;
+  const int64_t k_;
+  const int max_adjust_;
+  const double target_;
+  const int64_t lower_;
+  int64_t rank_ = 1;  // Of the threshold among the sample keys (1 = max).
+  uint32_t key_ = 0;
+  int attempts_ = 0;
+};
+
 struct ThresholdSearchOptions {
   int max_iterations = 30;  // Binary-search steps before the fallback.
   int num_threads = 0;
+};
+
+// The control logic of ThresholdSearch, shared with the CUDA version: from
+// the mean and max of |x|, the thresholds mean + r * (max - mean) to try
+// (r = 0 first, then bisection of [0, 1]) and what to do with each count.
+// Not thread-safe (one per call).
+class ThresholdSearchPlanner {
+ public:
+  ThresholdSearchPlanner(double mean, float max, int64_t k,
+                         const ThresholdSearchOptions& options);
+  // False when the search cannot run (non-finite mean/max) or has given up.
+  bool usable() const { return usable_; }
+  uint32_t key() const { return key_; }
+  // Selected entries to hold at most (2k - 1).
+  int64_t cap() const { return 2 * k_ - 1; }
+  enum class Step { kAccept, kRetry, kFallback };
+  // n: how many entries have a key >= key().
+  Step Observe(int64_t n);
+
+ private:
+  const double mean_;
+  const double max_;
+  const int64_t k_;
+  const int max_iterations_;
+  bool usable_;
+  double lo_ = 0.0, hi_ = 1.0, r_ = 0.0;
+  uint32_t key_ = 0;
+  int iterations_ = 0;
 };
 
 // Redsync's threshold search: with mean and max of |x|, binary search of r

@@ -146,7 +146,9 @@ TEST_P(SelectShapeTest, ThresholdSearchWithinBoundsAndIsATopSet) {
     const int64_t n = static_cast<int64_t>(got.size());
     ASSERT_GE(n, k) << "k=" << k;
     ASSERT_LT(n, std::max<int64_t>(2 * k, k + 1)) << "k=" << k;
-    if (stats.fell_back_to_exact) ASSERT_EQ(n, k);
+    if (stats.fell_back_to_exact) {
+      ASSERT_EQ(n, k);
+    }
     ASSERT_EQ(got, Exact(x, n)) << "k=" << k;
   }
 }

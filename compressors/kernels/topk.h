@@ -1,20 +1,26 @@
 // Exact top-k by magnitude over a float array (CPU).
 //
 // The selection is a multithreaded radix select on the 31-bit magnitude keys
-// (the float bit pattern with the sign cleared): up to three histogram passes
-// (11, 10 and 10 bits, each thread counting its own contiguous chunk) fix the
-// k-th largest key T, then one pass writes the chosen indices in ascending
-// order, every thread at an offset known from the histograms. Ordering of
-// keys is the ordering of |x| for every non-NaN float; NaN keys are above
-// +inf, so NaN counts as larger than every number (NaNs with different
-// payloads order by payload bits). -0 and +0 are equal.
+// (the float bit pattern with the sign cleared). A first histogram pass
+// (top 11 bits, each thread counting its own contiguous chunk) finds the bin
+// holding the k-th largest key. When that bin is small (<= d / 8 entries,
+// the usual case for gradients) one more pass gathers the entries above it
+// and the bin's candidates, the rest of the selection runs on the
+// candidates alone, and two ascending lists are merged: two passes over x.
+// Otherwise two more histogram passes (10 + 10 bits) fix the k-th largest
+// key T and one pass writes the indices, every thread at an offset known
+// from the histograms: four passes. Ordering of keys is the ordering of |x|
+// for every non-NaN float; NaN keys are above +inf, so NaN counts as larger
+// than every number (NaNs with different payloads order by payload bits).
+// -0 and +0 are equal.
 //
 // Ties: among entries whose key equals T, the lowest indices are taken, so
 // the result is a function of the input only (not of the thread count) and is
 // identical on every run and every rank.
 //
 // Thread-safety: reentrant; the call blocks until the threads it starts have
-// joined. It allocates only small per-thread histograms.
+// joined. It allocates per-thread histograms and, on the two-pass path,
+// 4 bytes per entry above the bin plus 8 per candidate.
 #ifndef TERSE_COMPRESSORS_KERNELS_TOPK_H_
 #define TERSE_COMPRESSORS_KERNELS_TOPK_H_
 

@@ -125,6 +125,23 @@ TEST(TopKTest, LargeTieBlockAcrossThreads) {
   }
 }
 
+TEST(TopKTest, TiesAtTheThresholdInASmallBin) {
+  // Gaussian data (the candidate path: the threshold bin is small) with
+  // 3000 planted copies of 2.6 and k cutting through them.
+  const int64_t d = 400000;
+  std::vector<float> x = Gaussian(d, 7);
+  for (int64_t j = 0; j < 3000; ++j) x[(j * 7919) % d] = (j & 1) ? 2.6f : -2.6f;
+  int64_t above = 0;
+  for (float v : x) above += std::fabs(v) > 2.6f;
+  for (int64_t k : {above + 1, above + 1500, above + 2999, above + 3000}) {
+    const std::vector<uint32_t> expected = SortReference(x, k);
+    for (int threads : {1, 2, 3}) {
+      EXPECT_EQ(RunTopK(x, k, threads), expected)
+          << "k=" << k << " threads=" << threads;
+    }
+  }
+}
+
 TEST(TopKTest, ThresholdKeyIsKthLargest) {
   const std::vector<float> x = Gaussian(200000, 5);
   for (int64_t k : {1, 1000, 199999}) {

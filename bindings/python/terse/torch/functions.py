@@ -1,0 +1,134 @@
+"""Whole-model helpers: broadcast parameters, optimizer state and objects.
+
+Call them on every rank, in the same order, after init():
+
+    terse.broadcast_parameters(model.state_dict(), root_rank=0)
+    terse.broadcast_optimizer_state(optimizer, root_rank=0)
+    epoch = terse.broadcast_object(epoch, root_rank=0)
+"""
+
+import io
+import pickle
+
+import torch
+
+from terse import basics
+from terse.torch import ops
+
+
+def broadcast_parameters(params, root_rank=0, prefix="broadcast.param"):
+    """Overwrites every tensor of `params` with `root_rank`'s, in place.
+
+    params: a state_dict-like mapping name -> tensor (buffers included), or an
+    iterable of (name, tensor) pairs such as model.named_parameters().
+    Enqueues all broadcasts before waiting for any.
+    """
+    basics.check_initialized("broadcast_parameters()")
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+        for item in items:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise ValueError(
+                    "params must be a dict or (name, tensor) pairs, e.g. "
+                    "model.named_parameters(); got an element " +
+                    repr(type(item).__name__))
+        items.sort(key=lambda kv: kv[0])
+    names = [name for name, _ in items]
+    if len(set(names)) != len(names):
+        raise ValueError("params holds a name twice")
+    handles = []
+    for name, tensor in items:
+        if tensor is None:
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"params[{name!r}] is {type(tensor).__name__}, "
+                            "not a tensor")
+        handles.append(ops.broadcast_async_(tensor.data, root_rank,
+                                            name=f"{prefix}.{name}"))
+    _synchronize_all(handles)
+
+
+def _synchronize_all(handles):
+    """Waits for every handle; raises the first error after all finished."""
+    first_error = None
+    for handle in handles:
+        try:
+            ops.synchronize(handle)
+        except Exception as e:  # noqa: BLE001 - re-raised below.
+            if first_error is None:
+                first_error = e
+    if first_error is not None:
+        raise first_error
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Makes every rank's optimizer state (and hyperparameters) root's.
+
+    Sends root's optimizer.state_dict() as one object, so state that exists
+    only on root (before the first step elsewhere) and non-tensor entries
+    arrive too. For a terse DistributedOptimizer its 'terse' settings travel
+    with it, and so do every rank's engine states when root has just loaded
+    them from a checkpoint saved with state_dict(all_ranks=True): each rank
+    restores its own.
+    """
+    basics.check_initialized("broadcast_optimizer_state()")
+    state = None
+    if basics.rank() == root_rank:
+        # A DistributedOptimizer sends every rank's engine state when it has
+        # just loaded them from a checkpoint, else none.
+        export = getattr(optimizer, "_terse_broadcast_state", None)
+        state = export() if export else optimizer.state_dict()
+    state = broadcast_object(state, root_rank,
+                             name="broadcast.optimizer_state")
+    if basics.rank() != root_rank:
+        optimizer.load_state_dict(state)
+
+
+def _dumps(obj):
+    buffer = io.BytesIO()
+    # torch.save pickles tensors by value and maps devices on load.
+    torch.save(obj, buffer, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    return buffer.getvalue()
+
+
+def _loads(data):
+    return torch.load(io.BytesIO(data), map_location="cpu")
+
+
+def broadcast_object(obj, root_rank=0, name="broadcast_object"):
+    """`root_rank`'s `obj` on every rank (pickled: size, then bytes)."""
+    basics.check_initialized("broadcast_object()")
+    is_root = basics.rank() == root_rank
+    if is_root:
+        payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+    else:
+        length = torch.zeros(1, dtype=torch.int64)
+    ops.broadcast_(length, root_rank, name=f"{name}.size")
+    if not is_root:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    ops.broadcast_(payload, root_rank, name=f"{name}.data")
+    if is_root:
+        return obj
+    return _loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name="allgather_object"):
+    """A list of every rank's `obj`, in rank order."""
+    basics.check_initialized("allgather_object()")
+    data = _dumps(obj)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    lengths = ops.allgather(torch.tensor([len(data)], dtype=torch.int64),
+                            name=f"{name}.size")
+    gathered = ops.allgather(payload, name=f"{name}.data").numpy()
+    out, offset = [], 0
+    for length in lengths.tolist():
+        out.append(_loads(gathered[offset:offset + length].tobytes()))
+        offset += length
+    return out
+
+
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state",
+           "broadcast_object", "allgather_object"]

@@ -1,0 +1,242 @@
+#include "efcp/ggt.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "Eigen/Eigenvalues"
+#include "common/status.h"
+#include "compressors/kernels/sparse_ops.h"
+#include "efcp/validate.h"
+#include "efcp/window_state.h"
+
+namespace terse {
+namespace efcp {
+
+GgtSystem::GgtSystem(int64_t r, double epsilon)
+    : r_(r),
+      epsilon_(epsilon),
+      gram_(Eigen::MatrixXd::Zero(r, r)),
+      vectors_(Eigen::MatrixXd::Identity(r, r)),
+      sigma_(Eigen::VectorXd::Zero(r)) {}
+
+void GgtSystem::Decompose() {
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(gram_);
+  vectors_ = eig.eigenvectors();
+  const Eigen::VectorXd& lambda = eig.eigenvalues();
+  const double cutoff = std::max(lambda.maxCoeff(), 0.0) *
+                        static_cast<double>(std::max<int64_t>(r_, 1)) * 16.0 *
+                        DBL_EPSILON;
+  for (int64_t j = 0; j < r_; ++j) {
+    sigma_[j] = lambda[j] > cutoff ? std::sqrt(lambda[j]) : 0.0;
+  }
+}
+
+void GgtSystem::ReplaceRow(int64_t slot, const double* dots) {
+  for (int64_t i = 0; i < r_; ++i) {
+    gram_(i, slot) = dots[i];
+    gram_(slot, i) = dots[i];
+  }
+  Decompose();
+}
+
+void GgtSystem::Apply(const GradientWindow& window, const double* dots,
+                      float* x) const {
+  // u = x/eps + G^T V diag(f) V^T p, f = (1/(s+eps) - 1/eps) / s^2
+  //   = -1 / (eps s (s + eps)); computed as (x + G^T (eps * coeffs)) / eps.
+  Eigen::Map<const Eigen::VectorXd> p(dots, r_);
+  Eigen::VectorXd projected = vectors_.transpose() * p;
+  for (int64_t j = 0; j < r_; ++j) {
+    const double s = sigma_[j];
+    projected[j] = s > 0 ? -projected[j] / (s * (s + epsilon_)) : 0.0;
+  }
+  Eigen::VectorXd coeffs = vectors_ * projected;
+  window.AddLinearCombination(coeffs.data(), x);
+  const float inv_eps = static_cast<float>(1.0 / epsilon_);
+  for (int64_t j = 0; j < window.dim(); ++j) x[j] *= inv_eps;
+}
+
+void GgtSystem::ApplyToRow(const GradientWindow& window, int64_t slot,
+                           float* out) const {
+  // With x = G^T e_slot: U^T x = S V^T e_slot and x - U U^T x = 0, so
+  // u = G^T V diag(1/(s+eps)) V^T e_slot.
+  Eigen::VectorXd weights(r_);
+  for (int64_t j = 0; j < r_; ++j) {
+    const double s = sigma_[j];
+    weights[j] = s > 0 ? vectors_(slot, j) / (s + epsilon_) : 0.0;
+  }
+  Eigen::VectorXd coeffs = vectors_ * weights;
+  std::fill(out, out + window.dim(), 0.0f);
+  window.AddLinearCombination(coeffs.data(), out);
+}
+
+absl::Status GgtSystem::SetGram(const Eigen::MatrixXd& gram) {
+  if (gram.rows() != r_ || gram.cols() != r_) {
+    return absl::InvalidArgumentError("efcp: Gram matrix has the wrong shape");
+  }
+  if (!gram.allFinite()) {
+    return absl::InvalidArgumentError("efcp: Gram matrix is not finite");
+  }
+  if (gram != gram.transpose()) {
+    return absl::InvalidArgumentError("efcp: Gram matrix is not symmetric");
+  }
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(gram,
+                                                     Eigen::EigenvaluesOnly);
+  const double top = std::max(eig.eigenvalues().maxCoeff(), 0.0);
+  if (eig.eigenvalues().minCoeff() < -1e-10 * top) {
+    return absl::InvalidArgumentError(
+        "efcp: Gram matrix is not positive semi-definite");
+  }
+  gram_ = gram;
+  Decompose();
+  return absl::OkStatus();
+}
+
+int64_t GgtSystem::memory_bytes() const {
+  return static_cast<int64_t>(sizeof(double)) * (2 * r_ * r_ + r_);
+}
+
+// ---------------------------------------------------------------- Ggt
+
+absl::StatusOr<std::unique_ptr<Ggt>> Ggt::Create(const GgtOptions& options) {
+  TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckDenseWindowSize(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckPositive(options.epsilon, "epsilon"));
+  return std::unique_ptr<Ggt>(new Ggt(options));
+}
+
+Ggt::Ggt(const GgtOptions& options)
+    : options_(options),
+      window_(options.window, options.dim, options.num_threads),
+      system_(options.window, options.epsilon) {}
+
+absl::Status Ggt::Step(absl::Span<const float> grad, absl::Span<float> update) {
+  TERSE_RETURN_IF_ERROR(CheckFiniteVector(grad, dim(), "gradient"));
+  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
+  const int64_t slot = steps_ % options_.window;
+  window_.SetRow(slot, grad.data());
+  std::vector<double> dots(options_.window);
+  window_.Dots(grad.data(), dots.data());
+  system_.ReplaceRow(slot, dots.data());
+  system_.ApplyToRow(window_, slot, update.data());
+  ++steps_;
+  return absl::OkStatus();
+}
+
+absl::Status Ggt::Apply(absl::Span<const float> x,
+                        absl::Span<float> out) const {
+  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
+  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
+  std::vector<double> dots(options_.window);
+  window_.Dots(x.data(), dots.data());
+  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
+  system_.Apply(window_, dots.data(), out.data());
+  return absl::OkStatus();
+}
+
+MemoryUsage Ggt::memory() const {
+  MemoryUsage usage;
+  usage.window = window_.memory_bytes();
+  usage.small = system_.memory_bytes();
+  return usage;
+}
+
+std::string Ggt::SaveState() const {
+  return SaveDenseHistory(name(), dim(), options_.window, steps_,
+                          window_.row(0), system_.gram());
+}
+
+absl::Status Ggt::RestoreState(absl::string_view blob) {
+  TERSE_ASSIGN_OR_RETURN(
+      DenseHistoryState state,
+      ParseDenseHistory(blob, name(), dim(), options_.window));
+  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
+  steps_ = state.steps;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- SparseGgt
+
+absl::StatusOr<std::unique_ptr<SparseGgt>> SparseGgt::Create(
+    const SparseGgtOptions& options) {
+  TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
+  TERSE_RETURN_IF_ERROR(CheckPositive(options.epsilon, "epsilon"));
+  TERSE_RETURN_IF_ERROR(CheckDensity(options.density));
+  if (options.storage != WindowStorage::kIndex32Fp32 &&
+      options.storage != WindowStorage::kBlock16Bf16) {
+    return absl::InvalidArgumentError("efcp: unknown window storage");
+  }
+  return std::unique_ptr<SparseGgt>(new SparseGgt(options));
+}
+
+SparseGgt::SparseGgt(const SparseGgtOptions& options)
+    : options_(options),
+      feedback_(options.dim,
+                ErrorFeedbackTopK::KeptEntries(options.density, options.dim),
+                options.storage == WindowStorage::kBlock16Bf16,
+                options.num_threads),
+      window_(options.window, options.dim, feedback_.k(), options.storage,
+              options.num_threads),
+      system_(options.window, options.epsilon),
+      indices_(feedback_.k()),
+      values_(feedback_.k()) {}
+
+absl::Status SparseGgt::Step(absl::Span<const float> grad,
+                             absl::Span<float> update) {
+  TERSE_RETURN_IF_ERROR(feedback_.Check(grad));
+  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
+  const int64_t slot = steps_ % options_.window;
+  const int64_t k = feedback_.k();
+  feedback_.Compress(grad.data(), indices_.data(), values_.data());
+  window_.SetRow(slot, indices_.data(), values_.data(), k);
+  std::fill(update.begin(), update.end(), 0.0f);
+  kernels::ScatterAdd(indices_.data(), values_.data(), k, update.data());
+  std::vector<double> dots(options_.window);
+  window_.Dots(update.data(), dots.data());
+  system_.ReplaceRow(slot, dots.data());
+  system_.ApplyToRow(window_, slot, update.data());
+  ++steps_;
+  return absl::OkStatus();
+}
+
+absl::Status SparseGgt::Apply(absl::Span<const float> x,
+                              absl::Span<float> out) const {
+  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
+  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
+  std::vector<double> dots(options_.window);
+  window_.Dots(x.data(), dots.data());
+  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
+  system_.Apply(window_, dots.data(), out.data());
+  return absl::OkStatus();
+}
+
+MemoryUsage SparseGgt::memory() const {
+  MemoryUsage usage;
+  usage.window = window_.memory_bytes();
+  usage.error = static_cast<int64_t>(error().size() * sizeof(float));
+  usage.small = system_.memory_bytes();
+  usage.scratch = window_.bookkeeping_bytes() +
+                  static_cast<int64_t>(indices_.size() * sizeof(uint32_t) +
+                                       values_.size() * sizeof(float));
+  return usage;
+}
+
+std::string SparseGgt::SaveState() const {
+  return SaveSparseHistory(name(), window_, steps_, error().data(),
+                           system_.gram());
+}
+
+absl::Status SparseGgt::RestoreState(absl::string_view blob) {
+  TERSE_ASSIGN_OR_RETURN(SparseHistoryState state,
+                         ParseSparseHistory(blob, name(), window_));
+  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  CommitSparseRows(state.rows, &window_);
+  *feedback_.mutable_error() = std::move(state.error);
+  steps_ = state.steps;
+  return absl::OkStatus();
+}
+
+}  // namespace efcp
+}  // namespace terse

@@ -1,0 +1,74 @@
+"""pip install . — builds terse's extension with Bazel and installs the
+`terse` package (terse, terse.torch) and the `terserun` launcher.
+
+On Debian 12, offline, into the system Python that has torch:
+
+    /usr/bin/python3 -m pip install --no-build-isolation \
+        --break-system-packages .
+
+(--no-build-isolation: use the installed setuptools/wheel instead of
+downloading them.) The extension is `bazel build //bindings/python:_terse.so`
+copied into the package as terse/_terse.<abi>.so.
+"""
+
+import os
+import shutil
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.join("bindings", "python")
+
+
+def _version():
+    scope = {}
+    with open(os.path.join(ROOT, PACKAGE_DIR, "terse", "__init__.py")) as f:
+        for line in f:
+            if line.startswith("__version__"):
+                exec(line, scope)  # noqa: S102 - our own one-line constant.
+    return scope["__version__"]
+
+
+class BazelExtension(Extension):
+    """An extension module that a Bazel target builds."""
+
+    def __init__(self, name, target, output):
+        super().__init__(name, sources=[])
+        self.target = target
+        self.output = output  # Path under bazel-bin.
+
+
+class BuildWithBazel(build_ext):
+    def build_extension(self, ext):
+        if not isinstance(ext, BazelExtension):
+            return super().build_extension(ext)
+        bazel = shutil.which("bazel")
+        if bazel is None:
+            raise RuntimeError("bazel is not installed (Debian: "
+                               "bazel-bootstrap; see tools/setup.sh)")
+        subprocess.check_call([bazel, "build", ext.target], cwd=ROOT)
+        built = os.path.join(ROOT, "bazel-bin", ext.output)
+        destination = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        # Bazel's outputs are read-only; the copy must not be.
+        shutil.copyfile(built, destination)
+        os.chmod(destination, 0o755)
+
+
+setup(
+    name="terse",
+    version=_version(),
+    description="Horovod-style gradient communication with adaptive "
+                "compression (GraVAC)",
+    package_dir={"": PACKAGE_DIR},
+    packages=["terse", "terse.torch"],
+    ext_modules=[BazelExtension("terse._terse",
+                                "//bindings/python:_terse.so",
+                                os.path.join(PACKAGE_DIR, "_terse.so"))],
+    cmdclass={"build_ext": BuildWithBazel},
+    scripts=["tools/terserun"],
+    python_requires=">=3.9",
+    zip_safe=False,
+)
