@@ -293,16 +293,19 @@ absl::StatusOr<int> Engine::Join() {
 }
 
 absl::Status Engine::Shutdown() {
-  absl::MutexLock serial(&shutdown_mu_);
-  queue_.RequestShutdown();
-  if (thread_.joinable()) thread_.join();
-  if (timeline_ != nullptr) timeline_->Close().IgnoreError();
+  // Idempotent; a concurrent caller waits for the first. (call_once rather
+  // than a mutex held across the queue's: no nested lock.)
+  std::call_once(shutdown_once_, [this] {
+    queue_.RequestShutdown();
+    if (thread_.joinable()) thread_.join();
+    if (timeline_ != nullptr) timeline_->Close().IgnoreError();
+  });
   return fatal_status();
 }
 
 absl::Status Engine::fatal_status() const {
   absl::MutexLock lock(&mu_);
-  return fatal_;
+  return Detached(fatal_);
 }
 
 std::string Engine::last_stall_warning() const {
@@ -600,7 +603,7 @@ void Engine::Stop(const absl::Status& cause, bool fatal) {
     enqueue_error = pending_error;
     TERSE_LOG(Error) << pending_error.message();
     absl::MutexLock lock(&mu_);
-    fatal_ = cause;
+    fatal_ = Detached(cause);
   } else {
     pending_error = cause;
     enqueue_error = absl::FailedPreconditionError("terse was shut down");
