@@ -83,8 +83,13 @@ absl::Status ValidateRequest(const proto::Request& r, int size) {
   if (r.name().empty()) return bad("empty name");
   if (!IsValidDataType(r.dtype())) return bad("unknown dtype");
   if (!proto::ReduceOp_IsValid(r.reduce_op())) return bad("unknown reduce op");
+  int64_t elements = 1;
   for (int64_t d : r.shape()) {
     if (d < 0) return bad("negative dimension");
+    if (d != 0 && elements > (int64_t{1} << 40) / d) {
+      return bad("shape too large");
+    }
+    elements *= d;
   }
   if (r.op() == proto::ALLGATHER && r.shape_size() == 0) {
     return bad("allgather needs at least one dimension");

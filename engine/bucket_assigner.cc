@@ -1,5 +1,6 @@
 #include "engine/bucket_assigner.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "engine/tensor_entry.h"
@@ -8,8 +9,12 @@ namespace terse {
 namespace {
 
 int64_t ResponseCount(const proto::Response& r) {
-  std::vector<int64_t> shape(r.shape().begin(), r.shape().end());
-  return ShapeElements(shape);
+  int64_t n = 1;
+  for (int64_t d : r.shape()) {
+    if (d < 0 || (d != 0 && n > INT64_MAX / d)) return -1;
+    n *= d;
+  }
+  return n;
 }
 
 }  // namespace

@@ -5,15 +5,16 @@
 // negotiated responses, which every rank receives in the same order): the
 // first time a tensor is ready on every rank it is appended to the bucket
 // most recently opened in the same negotiation cycle with the same key
-// (dtype, device kind, reduce op, prescale, postscale) if that bucket stays
-// within the fusion threshold; otherwise it opens a new bucket (next fit, so
-// a bucket's members are consecutive in negotiated order among tensors of
-// that key). A tensor of at least `solo_bytes` gets a bucket of its own and
-// leaves the open bucket open: copying a large tensor into a fusion buffer
-// costs more than the one extra collective it saves, and alone it is reduced
-// in place. From then on the bucket keeps its members and order, so
-// per-bucket state (fusion buffer, later compressor state) survives across
-// steps, and a bucket runs once every member is ready on every rank.
+// (dtype, device kind, reduce op, prescale, postscale, group -- the
+// compression policy) if that bucket stays within the fusion threshold;
+// otherwise it opens a new bucket (next fit, so a bucket's members are
+// consecutive in negotiated order among tensors of that key). A tensor of at
+// least `solo_bytes` that the solo filter allows (uncompressed ones) gets a
+// bucket of its own and leaves the open bucket open: copying a large tensor
+// into a fusion buffer costs more than the one extra collective it saves,
+// and alone it is reduced in place. From then on the bucket keeps its members
+// and order, so per-bucket state (fusion buffer, compressor state) survives
+// across steps, and a bucket runs once every member is ready on every rank.
 //
 // Exceptions, all driven by negotiated events and so identical everywhere:
 // a tensor whose parameters change, or that fails (ERROR response), leaves
@@ -102,6 +103,7 @@ class BucketAssigner {
   // last call, so per-bucket state elsewhere can be dropped.
   std::vector<int> TakeChanged();
 
+  bool exists(int id) const { return buckets_.count(id) > 0; }
   const Bucket& bucket(int id) const { return buckets_.at(id); }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   // The bucket of `name`, or -1.

@@ -33,9 +33,9 @@ absl::Status Reduce(Engine& engine, const std::string& name,
   TensorView view(values->data(), static_cast<int64_t>(values->size()),
                   DataType::kFloat32);
   TERSE_ASSIGN_OR_RETURN(
-      Handle h, engine.AllreduceAsync(name, view, view,
-                                      {static_cast<int64_t>(values->size())},
-                                      op));
+      Handle h,
+      engine.AllreduceAsync(name, view, view,
+                            {static_cast<int64_t>(values->size())}, op));
   return engine.Wait(h);
 }
 

@@ -293,16 +293,19 @@ absl::StatusOr<int> Engine::Join() {
 }
 
 absl::Status Engine::Shutdown() {
-  absl::MutexLock serial(&shutdown_mu_);
-  queue_.RequestShutdown();
-  if (thread_.joinable()) thread_.join();
-  if (timeline_ != nullptr) timeline_->Close().IgnoreError();
+  // Idempotent; a concurrent caller waits for the first. (call_once rather
+  // than a mutex held across the queue's: no nested lock.)
+  std::call_once(shutdown_once_, [this] {
+    queue_.RequestShutdown();
+    if (thread_.joinable()) thread_.join();
+    if (timeline_ != nullptr) timeline_->Close().IgnoreError();
+  });
   return fatal_status();
 }
 
 absl::Status Engine::fatal_status() const {
   absl::MutexLock lock(&mu_);
-  return fatal_;
+  return Detached(fatal_);
 }
 
 std::string Engine::last_stall_warning() const {
@@ -330,8 +333,8 @@ void Engine::Loop() {
     std::vector<TensorEntry> fresh;
     queue_.Drain(&fresh);
     for (TensorEntry& e : fresh) {
-      proto::Request request = MakeRequest(e, rank_);
-      absl::Status submitted = negotiator_.Submit(request, e.enqueued);
+      absl::Status submitted =
+          negotiator_.Submit(MakeRequest(e, rank_), e.enqueued);
       const std::string name = e.name;
       in_flight_[name] = std::move(e);
       if (!submitted.ok()) Finish(name, submitted);
@@ -365,12 +368,28 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
   std::vector<const proto::Response*> others;
   std::vector<int> complete;
   for (const proto::Response& r : responses) {
+    if (r.op() != proto::JOIN && r.names_size() != 1) {
+      // Every response this engine's coordinator builds names one op.
+      if (local_error_.ok()) {
+        local_error_ = absl::DataLossError(
+            "negotiation: a response from rank 0 does not name one op");
+      }
+      continue;
+    }
     if (r.kind() == proto::Response::ERROR) {
       for (const std::string& name : r.names()) {
         Finish(name, absl::InvalidArgumentError(r.error()));
         for (int id : buckets_.Remove(name)) complete.push_back(id);
       }
     } else if (r.op() == proto::ALLREDUCE) {
+      std::vector<int64_t> shape(r.shape().begin(), r.shape().end());
+      if (ShapeElements(shape) < 0 || !IsValidDataType(r.dtype())) {
+        if (local_error_.ok()) {
+          local_error_ = absl::DataLossError(
+              "negotiation: malformed allreduce response from rank 0");
+        }
+        continue;
+      }
       ready.push_back(&r);
     } else {
       others.push_back(&r);
@@ -387,9 +406,18 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
     stats_.requests_sent = negotiator_.requests_sent();
     stats_.buckets = buckets_.num_buckets();
     stats_.cache_entries = negotiator_.cache().size();
-    stats_.bucket_runs += static_cast<int64_t>(complete.size());
   }
-  for (int id : complete) RunBucket(id, ready_at);
+  std::vector<int> seen;
+  for (int id : complete) {
+    // A bucket may be reported twice (a member failed, then the rest became
+    // ready) or have changed since; run each complete bucket once.
+    if (std::find(seen.begin(), seen.end(), id) != seen.end() ||
+        !buckets_.exists(id) || !buckets_.bucket(id).complete()) {
+      continue;
+    }
+    seen.push_back(id);
+    RunBucket(id, ready_at);
+  }
   for (const proto::Response* r : others) {
     switch (r->op()) {
       case proto::BROADCAST:
@@ -416,6 +444,10 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
 }
 
 void Engine::RunBucket(int id, Clock::time_point ready_at) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.bucket_runs;  // Before the ops complete (see Execute).
+  }
   const Bucket& bucket = buckets_.bucket(id);
   std::vector<const TensorEntry*> entries(bucket.members.size(), nullptr);
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -571,7 +603,7 @@ void Engine::Stop(const absl::Status& cause, bool fatal) {
     enqueue_error = pending_error;
     TERSE_LOG(Error) << pending_error.message();
     absl::MutexLock lock(&mu_);
-    fatal_ = cause;
+    fatal_ = Detached(cause);
   } else {
     pending_error = cause;
     enqueue_error = absl::FailedPreconditionError("terse was shut down");

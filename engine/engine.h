@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -209,7 +210,7 @@ class Engine {
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 
-  absl::Mutex shutdown_mu_;  // Serialises Shutdown().
+  std::once_flag shutdown_once_;
   std::thread thread_;
 };
 

@@ -36,7 +36,7 @@ void HandleTable::Complete(Handle handle, absl::Status status,
   if (it == states_.end() || it->second->done) return;
   State& state = *it->second;
   state.done = true;
-  state.status = std::move(status);
+  state.status = Detached(status);
   state.result = std::move(result);
 }
 
@@ -47,7 +47,7 @@ void HandleTable::CompleteAll(const std::vector<Handle>& handles,
     auto it = states_.find(handle);
     if (it == states_.end() || it->second->done) continue;
     it->second->done = true;
-    it->second->status = status;
+    it->second->status = Detached(status);
   }
 }
 
@@ -65,7 +65,7 @@ absl::Status HandleTable::Wait(Handle handle) {
   // Shared ownership: a second waiter may release the handle meanwhile.
   std::shared_ptr<State> state = it->second;
   mu_.Await(absl::Condition(&state->done));
-  absl::Status status = state->status;
+  absl::Status status = Detached(state->status);
   it = states_.find(handle);
   if (it != states_.end() && !(state->is_allgather && status.ok())) {
     states_.erase(it);
@@ -88,7 +88,7 @@ absl::StatusOr<AllgatherResult> HandleTable::TakeAllgatherResult(
         absl::StrCat("allgather handle ", handle, " has not completed"));
   }
   if (!state.status.ok()) {
-    absl::Status status = state.status;
+    absl::Status status = Detached(state.status);
     states_.erase(it);
     return status;
   }

@@ -159,6 +159,7 @@ absl::StatusOr<CycleOutcome> Negotiator::RunCycle(
       cache_.Erase(slot);
     }
   }
+  outcome.responses.reserve(slot_owner_.size());
   if ((words[0] & kJoined) == 0) {  // Not every rank has joined.
     for (int64_t w = 0; w < words_; ++w) {
       uint64_t bits = ready[w] & valid[w];

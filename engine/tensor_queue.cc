@@ -8,7 +8,7 @@ namespace terse {
 
 absl::Status TensorQueue::Push(TensorEntry& entry) {
   absl::MutexLock lock(&mu_);
-  if (!closed_.ok()) return closed_;
+  if (!closed_.ok()) return Detached(closed_);
   if (!in_flight_.insert(entry.name).second) {
     return absl::InvalidArgumentError(absl::StrCat(
         "an operation named '", entry.name,
@@ -36,12 +36,12 @@ void TensorQueue::ReleaseAll(const std::vector<std::string>& names) {
 
 void TensorQueue::Close(absl::Status status) {
   absl::MutexLock lock(&mu_);
-  if (closed_.ok()) closed_ = std::move(status);
+  if (closed_.ok()) closed_ = Detached(status);
 }
 
 absl::Status TensorQueue::closed_status() const {
   absl::MutexLock lock(&mu_);
-  return closed_;
+  return Detached(closed_);
 }
 
 void TensorQueue::RequestShutdown() {

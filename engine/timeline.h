@@ -79,6 +79,7 @@ class Timeline {
   absl::Mutex mu_;
   std::vector<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool has_work_ ABSL_GUARDED_BY(mu_) = false;  // Queue non-empty or closing.
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 
   // Writer thread only.

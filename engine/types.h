@@ -29,6 +29,14 @@ inline double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// A copy of `s` that shares nothing with it. absl::Status shares its
+// message between copies through a reference count inside the (for
+// ThreadSanitizer, uninstrumented) absl library; a status handed from one
+// thread to another is detached so no two threads ever share one.
+inline absl::Status Detached(const absl::Status& s) {
+  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), s.message());
+}
+
 // The result of an allgather, owned by the caller once taken.
 struct AllgatherResult {
   std::vector<uint8_t> data;        // Packed, rank-major.
