@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "compressors/registry.h"
+#include "engine/fault_injection.h"
 #include "gravac/policy_factory.h"
 
 namespace terse {
@@ -285,6 +286,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     const size_t payload_bytes = message.size();
     message.resize(payload_bytes + kStatsBytes);
     std::memcpy(message.data() + payload_bytes, stats->data(), kStatsBytes);
+    MaybeCorruptPayloadForTest(rank_, message.data(), payload_bytes);
     std::vector<uint8_t> gathered;
     std::vector<int64_t> sizes;
     if (sent->compressor->fixed_size()) {

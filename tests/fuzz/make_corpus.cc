@@ -133,7 +133,10 @@ std::string Records(uint8_t head, const std::vector<std::string>& messages) {
 }
 
 uint8_t RequestHead(int size) { return static_cast<uint8_t>((size - 1) << 1); }
-constexpr uint8_t kResponseHead = 1;
+// Worker view with a response cache of `capacity` slots.
+uint8_t ResponseHead(int capacity) {
+  return static_cast<uint8_t>(1 | (capacity << 1));
+}
 
 proto::Request MakeRequest(int rank, const std::string& name, proto::OpType op,
                            int dtype, std::vector<int64_t> shape) {
@@ -190,8 +193,21 @@ void ControlSeeds(const fs::path& dir) {
                     b->set_root_rank(size - 1);
                     if (r == 0) {
                       *l->add_requests() =
-                          MakeRequest(r, "join", proto::JOIN, 0, {});
+                          MakeRequest(r, "__terse.join", proto::JOIN, 0, {});
                     }
+                  })));
+    Write(dir / absl::StrCat("requests_allgather_np", size),
+          Records(RequestHead(size),
+                  RankLists(size, [](int r, proto::RequestList* l) {
+                    *l->add_requests() = MakeRequest(
+                        r, "embeddings", proto::ALLGATHER, 4, {r + 1, 8});
+                  })));
+    // Rank size-1 never sends layer1.bias: a stall after two cycles.
+    Write(dir / absl::StrCat("requests_stalled_np", size),
+          Records(RequestHead(size),
+                  RankLists(size, [size](int r, proto::RequestList* l) {
+                    l->mutable_requests(0)->set_queued_seconds(0.5);
+                    if (r == size - 1) l->mutable_requests()->RemoveLast();
                   })));
     Write(dir / absl::StrCat("requests_error_shutdown_np", size),
           Records(RequestHead(size),
@@ -222,10 +238,26 @@ void ControlSeeds(const fs::path& dir) {
   proto::ResponseList down;
   down.set_shutdown(true);
   down.set_error("rank 2: lost");
+  proto::ResponseList cacheable;
+  for (const char* name : {"a", "b", "c", "a"}) {
+    proto::Response* c = cacheable.add_responses();
+    c->set_kind(proto::Response::EXECUTE);
+    c->set_op(proto::ALLREDUCE);
+    c->add_names(name);
+    c->set_dtype(0);
+    c->set_device(-1);
+    c->add_shape(16);
+    c->set_reduce_op(proto::SUM);
+    c->set_prescale(1);
+    c->set_postscale(0.25);
+  }
   Write(dir / "responses_execute",
-        Records(kResponseHead, {ok.SerializeAsString()}));
+        Records(ResponseHead(4), {ok.SerializeAsString()}));
+  Write(dir / "responses_cache_evicts",
+        Records(ResponseHead(2), {cacheable.SerializeAsString(),
+                                  cacheable.SerializeAsString()}));
   Write(dir / "responses_error_then_shutdown",
-        Records(kResponseHead,
+        Records(ResponseHead(1),
                 {failed.SerializeAsString(), down.SerializeAsString()}));
   Write(dir / "empty", "");
 }
