@@ -1,6 +1,6 @@
 """pip install . — builds terse's extension with Bazel and installs the
-`terse` package (terse, terse.torch, terse.tensorflow) and the `terserun`
-launcher.
+`terse` package (terse, terse.torch, terse.tensorflow, terse.optim) and the
+`terserun` launcher.
 
 On Debian 12, offline, into the system Python that has torch:
 
@@ -9,7 +9,8 @@ On Debian 12, offline, into the system Python that has torch:
 
 (--no-build-isolation: use the installed setuptools/wheel instead of
 downloading them.) The extension is `bazel build //bindings/python:_terse.so`
-copied into the package as terse/_terse.<abi>.so, with libterse.so (the
+copied into the package as terse/_terse.<abi>.so (and _efcp.so, terse.optim's
+preconditioners, as terse/_efcp.<abi>.so), with libterse.so (the
 engine) beside it, and _terse_tf_ops.so when /opt/terse-tf-venv exists. For
 TensorFlow, install from that environment:
 
@@ -96,7 +97,10 @@ setup(
               "terse.tensorflow.keras"],
     ext_modules=[BazelExtension("terse._terse",
                                 "//bindings/python:_terse.so",
-                                os.path.join(PACKAGE_DIR, "_terse.so"))],
+                                os.path.join(PACKAGE_DIR, "_terse.so")),
+                 BazelExtension("terse._efcp",
+                                "//bindings/python:_efcp.so",
+                                os.path.join(PACKAGE_DIR, "_efcp.so"))],
     cmdclass={"build_ext": BuildWithBazel},
     scripts=["tools/terserun"],
     python_requires=">=3.9",

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "Eigen/Eigenvalues"
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "efcp/validate.h"
@@ -13,16 +14,45 @@
 
 namespace terse {
 namespace efcp {
+namespace {
 
-GgtSystem::GgtSystem(int64_t r, double epsilon)
+absl::Status CheckBeta2(double beta2) {
+  if (!(beta2 >= 0.0 && beta2 <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("efcp: beta2 = ", beta2, " (accepted: [0, 1])"));
+  }
+  return absl::OkStatus();
+}
+
+// The slot the last of `steps` steps wrote (0 before the first).
+int64_t NewestSlot(int64_t steps, int64_t window) {
+  return steps > 0 ? (steps - 1) % window : 0;
+}
+
+}  // namespace
+
+GgtSystem::GgtSystem(int64_t r, double epsilon, double beta2)
     : r_(r),
       epsilon_(epsilon),
+      beta2_(beta2),
+      scale_(Eigen::VectorXd::Ones(r)),
       gram_(Eigen::MatrixXd::Zero(r, r)),
       vectors_(Eigen::MatrixXd::Identity(r, r)),
       sigma_(Eigen::VectorXd::Zero(r)) {}
 
 void GgtSystem::Decompose() {
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(gram_);
+  if (beta2_ == 1.0) {
+    scale_.setOnes();
+  } else {
+    for (int64_t i = 0; i < r_; ++i) {
+      const int64_t age = (newest_ - i + r_) % r_;
+      scale_[i] = std::pow(beta2_, static_cast<double>(age));
+    }
+  }
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(
+      beta2_ == 1.0
+          ? gram_
+          : Eigen::MatrixXd(scale_.asDiagonal() * gram_ * scale_.asDiagonal()));
   vectors_ = eig.eigenvectors();
   const Eigen::VectorXd& lambda = eig.eigenvalues();
   const double cutoff = std::max(lambda.maxCoeff(), 0.0) *
@@ -38,6 +68,7 @@ void GgtSystem::ReplaceRow(int64_t slot, const double* dots) {
     gram_(i, slot) = dots[i];
     gram_(slot, i) = dots[i];
   }
+  newest_ = slot;
   Decompose();
 }
 
@@ -45,13 +76,15 @@ void GgtSystem::Apply(const GradientWindow& window, const double* dots,
                       float* x) const {
   // u = x/eps + G^T V diag(f) V^T p, f = (1/(s+eps) - 1/eps) / s^2
   //   = -1 / (eps s (s + eps)); computed as (x + G^T (eps * coeffs)) / eps.
-  Eigen::Map<const Eigen::VectorXd> p(dots, r_);
+  // G is the weighted D G_raw: p = D (G_raw x), and G^T c = G_raw^T (D c).
+  Eigen::Map<const Eigen::VectorXd> dots_raw(dots, r_);
+  const Eigen::VectorXd p = scale_.cwiseProduct(dots_raw);
   Eigen::VectorXd projected = vectors_.transpose() * p;
   for (int64_t j = 0; j < r_; ++j) {
     const double s = sigma_[j];
     projected[j] = s > 0 ? -projected[j] / (s * (s + epsilon_)) : 0.0;
   }
-  Eigen::VectorXd coeffs = vectors_ * projected;
+  const Eigen::VectorXd coeffs = scale_.cwiseProduct(vectors_ * projected);
   window.AddLinearCombination(coeffs.data(), x);
   const float inv_eps = static_cast<float>(1.0 / epsilon_);
   for (int64_t j = 0; j < window.dim(); ++j) x[j] *= inv_eps;
@@ -60,20 +93,26 @@ void GgtSystem::Apply(const GradientWindow& window, const double* dots,
 void GgtSystem::ApplyToRow(const GradientWindow& window, int64_t slot,
                            float* out) const {
   // With x = G^T e_slot: U^T x = S V^T e_slot and x - U U^T x = 0, so
-  // u = G^T V diag(1/(s+eps)) V^T e_slot.
+  // u = G^T V diag(1/(s+eps)) V^T e_slot. The raw row is G^T e_slot / D_slot
+  // (D_slot = 1 for the newest row), and G^T c = G_raw^T (D c).
   Eigen::VectorXd weights(r_);
   for (int64_t j = 0; j < r_; ++j) {
     const double s = sigma_[j];
     weights[j] = s > 0 ? vectors_(slot, j) / (s + epsilon_) : 0.0;
   }
-  Eigen::VectorXd coeffs = vectors_ * weights;
+  const Eigen::VectorXd coeffs =
+      scale_.cwiseProduct(vectors_ * weights) / scale_[slot];
   std::fill(out, out + window.dim(), 0.0f);
   window.AddLinearCombination(coeffs.data(), out);
 }
 
-absl::Status GgtSystem::SetGram(const Eigen::MatrixXd& gram) {
+absl::Status GgtSystem::SetGram(const Eigen::MatrixXd& gram,
+                                int64_t newest_slot) {
   if (gram.rows() != r_ || gram.cols() != r_) {
     return absl::InvalidArgumentError("efcp: Gram matrix has the wrong shape");
+  }
+  if (newest_slot < 0 || newest_slot >= r_) {
+    return absl::InvalidArgumentError("efcp: newest slot out of range");
   }
   if (!gram.allFinite()) {
     return absl::InvalidArgumentError("efcp: Gram matrix is not finite");
@@ -89,12 +128,13 @@ absl::Status GgtSystem::SetGram(const Eigen::MatrixXd& gram) {
         "efcp: Gram matrix is not positive semi-definite");
   }
   gram_ = gram;
+  newest_ = newest_slot;
   Decompose();
   return absl::OkStatus();
 }
 
 int64_t GgtSystem::memory_bytes() const {
-  return static_cast<int64_t>(sizeof(double)) * (2 * r_ * r_ + r_);
+  return static_cast<int64_t>(sizeof(double)) * (2 * r_ * r_ + 2 * r_);
 }
 
 // ---------------------------------------------------------------- Ggt
@@ -103,13 +143,14 @@ absl::StatusOr<std::unique_ptr<Ggt>> Ggt::Create(const GgtOptions& options) {
   TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
   TERSE_RETURN_IF_ERROR(CheckDenseWindowSize(options.dim, options.window));
   TERSE_RETURN_IF_ERROR(CheckPositive(options.epsilon, "epsilon"));
+  TERSE_RETURN_IF_ERROR(CheckBeta2(options.beta2));
   return std::unique_ptr<Ggt>(new Ggt(options));
 }
 
 Ggt::Ggt(const GgtOptions& options)
     : options_(options),
       window_(options.window, options.dim, options.num_threads),
-      system_(options.window, options.epsilon) {}
+      system_(options.window, options.epsilon, options.beta2) {}
 
 absl::Status Ggt::Step(absl::Span<const float> grad, absl::Span<float> update) {
   TERSE_RETURN_IF_ERROR(CheckFiniteVector(grad, dim(), "gradient"));
@@ -151,7 +192,8 @@ absl::Status Ggt::RestoreState(absl::string_view blob) {
   TERSE_ASSIGN_OR_RETURN(
       DenseHistoryState state,
       ParseDenseHistory(blob, name(), dim(), options_.window));
-  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  TERSE_RETURN_IF_ERROR(
+      system_.SetGram(state.gram, NewestSlot(state.steps, options_.window)));
   CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
   steps_ = state.steps;
   return absl::OkStatus();
@@ -163,6 +205,7 @@ absl::StatusOr<std::unique_ptr<SparseGgt>> SparseGgt::Create(
     const SparseGgtOptions& options) {
   TERSE_RETURN_IF_ERROR(CheckShape(options.dim, options.window));
   TERSE_RETURN_IF_ERROR(CheckPositive(options.epsilon, "epsilon"));
+  TERSE_RETURN_IF_ERROR(CheckBeta2(options.beta2));
   TERSE_RETURN_IF_ERROR(CheckDensity(options.density));
   if (options.storage != WindowStorage::kIndex32Fp32 &&
       options.storage != WindowStorage::kBlock16Bf16) {
@@ -179,7 +222,7 @@ SparseGgt::SparseGgt(const SparseGgtOptions& options)
                 options.num_threads),
       window_(options.window, options.dim, feedback_.k(), options.storage,
               options.num_threads),
-      system_(options.window, options.epsilon),
+      system_(options.window, options.epsilon, options.beta2),
       indices_(feedback_.k()),
       values_(feedback_.k()) {}
 
@@ -231,7 +274,8 @@ std::string SparseGgt::SaveState() const {
 absl::Status SparseGgt::RestoreState(absl::string_view blob) {
   TERSE_ASSIGN_OR_RETURN(SparseHistoryState state,
                          ParseSparseHistory(blob, name(), window_));
-  TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
+  TERSE_RETURN_IF_ERROR(
+      system_.SetGram(state.gram, NewestSlot(state.steps, options_.window)));
   CommitSparseRows(state.rows, &window_);
   *feedback_.mutable_error() = std::move(state.error);
   steps_ = state.steps;

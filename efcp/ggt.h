@@ -11,6 +11,12 @@
 // cancellation). Eigen-directions with s^2 <= r * 16 * 2^-52 * s_max^2 are
 // rounding noise of zero and count as outside the span.
 //
+// beta2 < 1 (the paper's decay) weights the row written `a` steps ago by
+// beta2^a: G becomes D G with D = diag(beta2^age), so the eigendecomposition
+// is of D (G G^T) D and the products with G carry D. The raw rows and their
+// exact Gram matrix are what is stored; the ages follow from the step count,
+// so the state blobs do not change.
+//
 // Ggt keeps the window dense (r*d*4 bytes). SparseGgt keeps it like
 // SparseMfac: error feedback, top-k at a density, SparseWindow storage, and
 // preconditions the kept part c (Step returns (eps*I + (G^T G)^{1/2})^-1 c).
@@ -37,22 +43,25 @@ namespace efcp {
 // The r x r part: the exact Gram matrix and its eigendecomposition.
 class GgtSystem {
  public:
-  // r >= 1, epsilon > 0 and finite (checked by the owners' Create).
-  GgtSystem(int64_t r, double epsilon);
+  // r >= 1, epsilon > 0 and finite, 0 <= beta2 <= 1 (checked by the
+  // owners' Create).
+  GgtSystem(int64_t r, double epsilon, double beta2 = 1.0);
 
   int64_t r() const { return r_; }
 
   // Row `slot` now holds a new vector: dots[i] = <new row, row i>. Updates
-  // the Gram matrix and recomputes the eigendecomposition.
+  // the Gram matrix, makes `slot` the newest row (age 0) and recomputes the
+  // eigendecomposition.
   void ReplaceRow(int64_t slot, const double* dots);
   // x <- (eps I + (G^T G)^{1/2})^-1 x given dots = G x.
   void Apply(const GradientWindow& window, const double* dots, float* x) const;
   // out <- the same applied to row `slot` of the window (overwrites out).
   void ApplyToRow(const GradientWindow& window, int64_t slot, float* out) const;
 
-  // Replaces the Gram matrix; InvalidArgument (old state kept) unless it is
-  // r x r, finite, symmetric and positive semi-definite up to rounding.
-  absl::Status SetGram(const Eigen::MatrixXd& gram);
+  // Replaces the Gram matrix, with `newest_slot` the row of age 0;
+  // InvalidArgument (old state kept) unless it is r x r, finite, symmetric
+  // and positive semi-definite up to rounding, and 0 <= newest_slot < r.
+  absl::Status SetGram(const Eigen::MatrixXd& gram, int64_t newest_slot);
   const Eigen::MatrixXd& gram() const { return gram_; }
   int64_t memory_bytes() const;
 
@@ -61,8 +70,11 @@ class GgtSystem {
 
   int64_t r_;
   double epsilon_;
-  Eigen::MatrixXd gram_;     // G G^T, exact
-  Eigen::MatrixXd vectors_;  // V
+  double beta2_;
+  int64_t newest_ = 0;       // slot of age 0
+  Eigen::VectorXd scale_;    // D: beta2^age per slot
+  Eigen::MatrixXd gram_;     // G G^T of the raw rows, exact
+  Eigen::MatrixXd vectors_;  // V, of D G G^T D
   Eigen::VectorXd sigma_;    // s (0 for directions outside the span)
 };
 
@@ -70,6 +82,7 @@ struct GgtOptions {
   int64_t dim = 0;        // d >= 1, < 2^32
   int64_t window = 100;   // r >= 1
   double epsilon = 1e-4;  // > 0
+  double beta2 = 1.0;     // [0, 1]: weight beta2^age of older rows
   int num_threads = 0;    // 0: min(hardware, 8)
 };
 
@@ -77,6 +90,7 @@ struct SparseGgtOptions {
   int64_t dim = 0;
   int64_t window = 100;
   double epsilon = 1e-4;
+  double beta2 = 1.0;
   double density = 0.01;  // 0 < density <= 1
   WindowStorage storage = WindowStorage::kIndex32Fp32;
   int num_threads = 0;

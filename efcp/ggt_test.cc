@@ -228,6 +228,74 @@ TEST(GgtTest, SaveRestoreContinuesIdentically) {
   EXPECT_FALSE(b->RestoreState(good + "!").ok());
 }
 
+// The last rows of `ring` (oldest first) weighted by beta2^age.
+DoubleRows Decayed(const RingReference& ring, double beta2) {
+  DoubleRows rows = ring.rows();
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = std::pow(beta2, static_cast<double>(n - 1 - i));
+    for (double& v : rows[i]) v *= w;
+  }
+  return rows;
+}
+
+// beta2 < 1: the oracle on rows weighted by beta2^age, through wrap-around,
+// for Step and Apply, dense and sparse, and across a save/restore.
+TEST(GgtTest, Beta2DecaysOlderRows) {
+  const double eps = 0.05;
+  for (double beta2 : {0.0, 0.6, 0.95}) {
+    std::mt19937 rng(56);
+    GgtOptions options;
+    options.dim = kDim;
+    options.window = kWindow;
+    options.epsilon = eps;
+    options.beta2 = beta2;
+    auto ggt = *Ggt::Create(options);
+    SparseGgtOptions sparse_options;
+    sparse_options.dim = kDim;
+    sparse_options.window = kWindow;
+    sparse_options.epsilon = eps;
+    sparse_options.beta2 = beta2;
+    sparse_options.density = 0.2;
+    auto sparse = *SparseGgt::Create(sparse_options);
+    RingReference ring(kWindow), sparse_ring(kWindow);
+    std::vector<float> u(kDim);
+    for (int step = 0; step < 2 * kWindow + 3; ++step) {
+      const std::vector<float> g = RandomVector(kDim, &rng, 1.0 + step % 3);
+      ASSERT_TRUE(ggt->Step(g, absl::MakeSpan(u)).ok());
+      ring.Push(g);
+      EXPECT_LT(RelativeError(
+                    u, GgtReference(Decayed(ring, beta2), eps, ToDouble(g))),
+                2e-6)
+          << "beta2 " << beta2 << " step " << step;
+      ASSERT_TRUE(sparse->Step(g, absl::MakeSpan(u)).ok());
+      const std::vector<double> c = DenseRow(sparse->window(), step % kWindow);
+      sparse_ring.Push(c);
+      EXPECT_LT(
+          RelativeError(u, GgtReference(Decayed(sparse_ring, beta2), eps, c)),
+          2e-6)
+          << "sparse, beta2 " << beta2 << " step " << step;
+      if (step == 3 || step == kWindow + 5) {
+        const std::vector<float> x = RandomVector(kDim, &rng);
+        ASSERT_TRUE(ggt->Apply(x, absl::MakeSpan(u)).ok());
+        EXPECT_LT(RelativeError(
+                      u, GgtReference(Decayed(ring, beta2), eps, ToDouble(x))),
+                  1e-5);
+      }
+    }
+    // A restored copy weights the rows the same way.
+    auto copy = *Ggt::Create(options);
+    ASSERT_TRUE(copy->RestoreState(ggt->SaveState()).ok());
+    std::vector<float> v(kDim);
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> g = RandomVector(kDim, &rng);
+      ASSERT_TRUE(ggt->Step(g, absl::MakeSpan(u)).ok());
+      ASSERT_TRUE(copy->Step(g, absl::MakeSpan(v)).ok());
+      EXPECT_EQ(u, v);
+    }
+  }
+}
+
 TEST(GgtTest, CreateRejectsBadOptions) {
   GgtOptions options;
   options.dim = 0;
@@ -247,6 +315,17 @@ TEST(GgtTest, CreateRejectsBadOptions) {
     sparse.density = density;
     EXPECT_FALSE(SparseGgt::Create(sparse).ok());
   }
+  sparse.density = 0.5;
+  options.epsilon = 1.0;
+  for (double beta2 : {-0.1, 1.5, std::nan("")}) {
+    options.beta2 = beta2;
+    sparse.beta2 = beta2;
+    EXPECT_EQ(Ggt::Create(options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(SparseGgt::Create(sparse).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  options.beta2 = 1.0;
   auto ggt = MakeDense(1.0);
   std::vector<float> g(kDim, 1.0f), u(kDim);
   g[7] = std::numeric_limits<float>::infinity();
