@@ -1,7 +1,6 @@
 #include "efcp/sparse_window.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/half.h"
 
@@ -78,8 +77,11 @@ void SparseWindow::SetRow(int64_t slot, const uint32_t* indices,
   kernels::SparseRow& view = views_[slot];
   const int64_t base = slot * capacity_;
   if (storage_ == WindowStorage::kIndex32Fp32) {
-    std::memcpy(index32_.data() + base, indices, sizeof(uint32_t) * nnz);
-    std::memcpy(value32_.data() + base, values, sizeof(float) * nnz);
+    // copy_n, not memcpy: an empty row may come with null pointers (an
+    // empty vector's data()), which memcpy must not be given even for 0
+    // bytes (UBSan: "null pointer passed as argument 2").
+    std::copy_n(indices, nnz, index32_.data() + base);
+    std::copy_n(values, nnz, value32_.data() + base);
   } else {
     kernels::EncodeBlock16BF16(indices, values, nnz, dim_,
                                index16_.data() + base, value16_.data() + base,

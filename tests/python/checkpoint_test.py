@@ -1,18 +1,26 @@
 """Checkpoint and restore with DistributedOptimizer across process groups.
 
-    --phase full    train TOTAL steps; rank 0 writes the parameters
-    --phase save    train SAVE_AT steps; rank 0 writes model + optimizer
+    --phase full    train --total steps; rank 0 writes the parameters
+    --phase save    train --save-at steps; rank 0 writes model + optimizer.
+                    With --kill-at K it trains on and the last rank kills
+                    itself with SIGKILL before step K (mpirun ends the job).
     --phase resume  a NEW mpirun: rank 0 loads the checkpoint, broadcasts it,
-                    trains to TOTAL and compares with 'full': identical.
+                    trains to --total and compares with 'full': identical.
+    --phase resume_without_state
+                    the same, but the checkpoint's engine state (residuals,
+                    policy state) is dropped: the parameters must differ
+                    from 'full' (the control showing that state matters).
 
 Runs with the process-wide compression policy (TERSE_COMPRESSION; the test
-script runs none and topk). With top-k the error-feedback residuals differ
-per rank: the checkpoint is written with state_dict(all_ranks=True) and
-broadcast_optimizer_state hands each rank its own back.
+scripts run none, topk and gravac). With compression the error-feedback
+residuals differ per rank: the checkpoint is written with
+state_dict(all_ranks=True) and broadcast_optimizer_state hands each rank its
+own back, policy state (GraVAC's gains, ladder, pending decision) included.
 """
 
 import argparse
 import os
+import signal
 
 import torch
 import torch.nn.functional as F
@@ -21,11 +29,13 @@ import terse.torch as tt
 from mpi_testlib import expect
 from optimizer_test import Model, global_batch, local_slice
 
-TOTAL = 8
-SAVE_AT = 3
+def make_optimizer(kind, params):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    return torch.optim.Adam(params, lr=0.01)
 
 
-def train(model, optimizer, steps):
+def train(model, optimizer, steps, kill_at=None, sent=None):
     """Gradients by autograd.grad (no accumulation hooks fire), so step()
     hands all of them to the engine at once: with a long TERSE_CYCLE_TIME_MS
     the engine then fuses them into the same buckets in every process group.
@@ -33,12 +43,19 @@ def train(model, optimizer, steps):
     selects per bucket.)"""
     params = list(model.parameters())
     for step in steps:
+        if step == kill_at and tt.rank() == tt.size() - 1:
+            print(f"rank {tt.rank()}: killing itself with SIGKILL before "
+                  f"step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         x, y = global_batch(step)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(local_slice(x)), local_slice(y))
         for p, g in zip(params, torch.autograd.grad(loss, params)):
             p.grad = g
         optimizer.step()
+        if sent is not None:
+            sent.update((r["compressor"], r["cf"])
+                        for r in tt.bucket_reports())
 
 
 def check_compression_and_agreement(model):
@@ -48,8 +65,13 @@ def check_compression_and_agreement(model):
     reports = tt.bucket_reports()
     expect([r["tensors"] for r in reports] == [len(list(model.parameters()))],
            f"one bucket of every gradient: {reports}")
-    used = {r["compressor"] for r in reports}
-    expect(used == {want}, f"buckets sent {used}, policy is {want}")
+    if want == "gravac":
+        # The controller's choice: dense or its sparsifier, at a varying CF.
+        policies = {r["policy"].split(" ")[0] for r in reports}
+        expect(policies == {"gravac"}, f"bucket policies {policies}")
+    else:
+        used = {r["compressor"] for r in reports}
+        expect(used == {want}, f"buckets sent {used}, policy is {want}")
     if want == "none":
         expect(tt.bytes_sent() > 0, "bytes sent")
     elif tt.bytes_sent() == 0 and tt.rank() == 0:
@@ -65,19 +87,29 @@ def check_compression_and_agreement(model):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--phase", choices=["full", "save", "resume"])
+    parser.add_argument("--phase", choices=["full", "save", "resume",
+                                            "resume_without_state"])
     parser.add_argument("--dir", required=True)
+    parser.add_argument("--optimizer", choices=["adam", "sgd"],
+                        default="adam")
+    parser.add_argument("--total", type=int, default=8)
+    parser.add_argument("--save-at", type=int, default=3)
+    parser.add_argument("--kill-at", type=int, default=None)
     args = parser.parse_args()
+    total, save_at = args.total, args.save_at
+    resume = args.phase.startswith("resume")
     tt.init()
     torch.manual_seed(0)
     model = Model()
     optimizer = tt.DistributedOptimizer(
-        torch.optim.Adam(model.parameters(), lr=0.01),
+        make_optimizer(args.optimizer, model.parameters()),
         named_parameters=model.named_parameters())
     first = 0
-    if args.phase == "resume":
+    if resume:
         if tt.rank() == 0:
             checkpoint = torch.load(os.path.join(args.dir, "checkpoint.pt"))
+            if args.phase == "resume_without_state":
+                checkpoint["optimizer"]["terse"]["engine"] = None
             model.load_state_dict(checkpoint["model"])
             optimizer.load_state_dict(checkpoint["optimizer"])
             first = checkpoint["step"]
@@ -88,12 +120,16 @@ def main():
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
         tt.broadcast_optimizer_state(optimizer, root_rank=0)
         first = tt.broadcast_object(first, root_rank=0)
-        expect(first == SAVE_AT, f"resumed at step {first}")
-        expect(optimizer.terse_steps == SAVE_AT,
+        expect(first == save_at, f"resumed at step {first}")
+        expect(optimizer.terse_steps == save_at,
                f"terse state restored: {optimizer.terse_steps}")
-    last = SAVE_AT if args.phase == "save" else TOTAL
-    train(model, optimizer, range(first, last))
+    last = save_at if args.phase == "save" else total
+    sent = set()
+    train(model, optimizer, range(first, last), sent=sent)
     check_compression_and_agreement(model)
+    if tt.rank() == 0:
+        print(f"phase {args.phase}: steps {first}..{last - 1} sent "
+              f"(compressor, cf) {sorted(sent)}", flush=True)
     if args.phase == "save":
         state = optimizer.state_dict(all_ranks=True)  # Collective.
         engine = state["terse"]["engine"]
@@ -101,19 +137,37 @@ def main():
                f"every rank's engine state: {sorted(engine['states'])}")
     if tt.rank() == 0:
         if args.phase == "save":
+            # Written whole, then renamed: a kill can never leave half a file.
+            path = os.path.join(args.dir, "checkpoint.pt")
             torch.save({"model": model.state_dict(), "optimizer": state,
-                        "step": last},
-                       os.path.join(args.dir, "checkpoint.pt"))
+                        "step": last}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+            print(f"checkpoint written after step {last - 1}", flush=True)
         elif args.phase == "full":
             torch.save(model.state_dict(), os.path.join(args.dir, "full.pt"))
         else:
             full = torch.load(os.path.join(args.dir, "full.pt"))
-            for name, value in model.state_dict().items():
-                diff = (value - full[name]).abs().max().item()
-                expect(torch.equal(value, full[name]),
-                       f"{name} differs from the uninterrupted run by {diff}")
-            print("resumed run identical to the uninterrupted one",
-                  flush=True)
+            same = {name: torch.equal(value, full[name])
+                    for name, value in model.state_dict().items()}
+            if args.phase == "resume":
+                for name, value in model.state_dict().items():
+                    diff = (value - full[name]).abs().max().item()
+                    expect(same[name], f"{name} differs from the "
+                           f"uninterrupted run by {diff}")
+                print("resumed run identical to the uninterrupted one",
+                      flush=True)
+            else:
+                expect(not all(same.values()),
+                       "without the engine state the resumed run still "
+                       "matches the uninterrupted one: the test does not "
+                       "exercise compression state")
+                print("without engine state the resumed run differs from "
+                      "the uninterrupted one (as it must)", flush=True)
+    if args.phase == "save" and args.kill_at is not None:
+        # Train on past the checkpoint; the last rank dies before kill_at
+        # (every rank got past the save: step `last` reduces after it).
+        train(model, optimizer, range(last, total), kill_at=args.kill_at)
+        expect(False, f"rank {tt.rank()} trained past the kill")
     tt.shutdown()
 
 
