@@ -8,7 +8,7 @@
 #      and the fuzz corpus replays.
 #   3. TSan (--config=tsan): //tests:tsan, the threaded engine, collectives
 #      and kernel tests.
-#   4. every libFuzzer target for TERSE_FUZZ_SECONDS (default 30) seconds.
+#   4. every libFuzzer target for TERSE_FUZZ_SECONDS (default 20) seconds.
 # Stages 2-4 build in their own Bazel output bases (suffixes -asan, -tsan,
 # -fuzz beside the default one), so none invalidates another's cache.
 # Counts: each Bazel test target of each stage and each fuzz target run is
@@ -21,7 +21,7 @@ tools/setup.sh || exit 1
 # left out for time).
 ASAN_SCOPE=(//tests:asan)
 TSAN_SCOPE=(//tests:tsan)
-FUZZ_SECONDS=${TERSE_FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${TERSE_FUZZ_SECONDS:-20}
 
 passed=0
 failed=0
