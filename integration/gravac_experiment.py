@@ -8,8 +8,10 @@ accuracy minus 0.5 points), final accuracy, bytes sent per step, step time and
 the CF per bucket over time, then writes docs/results/gravac.md and the PNG
 plots (integration/plot_gravac.py). Needs root; cleans up the namespaces.
 
-    sudo /usr/bin/python3 integration/gravac_experiment.py --rate 100mbit --epochs 3
-    ... --only dense,gravac-topk      # a subset
+    sudo /usr/bin/python3 integration/gravac_experiment.py --rate 100mbit --epochs 2
+    ... --only dense,gravac-topk      # a subset; results of other configs stay
+    ... --rate none --max-steps 200   # the unlimited-rate check
+The commands behind docs/results/gravac.md are listed in gravac_notes.md.
 """
 
 import argparse
@@ -213,7 +215,8 @@ def main():
     if not args.no_report:
         subprocess.run([sys.executable, os.path.join(HERE, "plot_gravac.py"),
                         "--results", args.out,
-                        "--preamble", os.path.join(HERE, "gravac_notes.md")], check=True)
+                        "--preamble", os.path.join(HERE, "gravac_notes.md"),
+                        "--epilogue", os.path.join(HERE, "gravac_reading.md")], check=True)
 
 if __name__ == "__main__":
     main()
