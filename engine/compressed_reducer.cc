@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/data_type.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "compressors/registry.h"
@@ -70,6 +71,8 @@ struct CompressedReducer::Sent {
   std::vector<float>* local = nullptr;  // Decoded own contribution.
   std::string compressor_name = "none";
   double cf = 1;
+  // Bytes this rank put on the wire for the bucket (filled by Communicate).
+  int64_t bytes = 0;
 };
 
 CompressedReducer::CompressedReducer(const Config& config, int rank, int size)
@@ -255,12 +258,14 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
   bool stats_gathered = false;
 
   if (sent->dense) {
+    sent->bytes = n * static_cast<int64_t>(sizeof(float));
     std::memcpy(out, state.a.data(), n * sizeof(float));
     TERSE_RETURN_IF_ERROR(
         comm->Allreduce(out, n, DataType::kFloat32, ReduceOp::kSum));
   } else if (sent->rounds != nullptr) {
     for (int r = 0; r < sent->rounds->num_rounds(); ++r) {
       absl::Span<float> buf = sent->rounds->RoundBuffer(r);
+      sent->bytes += static_cast<int64_t>(buf.size() * sizeof(float));
       TERSE_RETURN_IF_ERROR(
           comm->Allreduce(buf.data(), static_cast<int64_t>(buf.size()),
                           DataType::kFloat32, ReduceOp::kSum));
@@ -275,6 +280,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
   } else if (sent->compressor->summable()) {
     TERSE_ASSIGN_OR_RETURN(SummableRegion region,
                            sent->compressor->SummableBody(&sent->payload));
+    sent->bytes = region.count * DataTypeSize(region.dtype);
     TERSE_RETURN_IF_ERROR(comm->Allreduce(region.data, region.count,
                                           region.dtype, ReduceOp::kSum));
     std::fill(out, out + n, 0.0f);
@@ -284,6 +290,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     // Allgather the payloads with the statistics as a trailer.
     std::vector<uint8_t> message = std::move(sent->payload.bytes);
     const size_t payload_bytes = message.size();
+    sent->bytes = static_cast<int64_t>(payload_bytes);
     message.resize(payload_bytes + kStatsBytes);
     std::memcpy(message.data() + payload_bytes, stats->data(), kStatsBytes);
     MaybeCorruptPayloadForTest(rank_, message.data(), payload_bytes);
@@ -411,10 +418,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     std::fill(state.accumulator.begin(), state.accumulator.end(), 0.0f);
   }
 
-  const int64_t bytes = sent.dense ? bucket.bytes
-                        : sent.rounds != nullptr
-                            ? 0
-                            : static_cast<int64_t>(sent.payload.bytes.size());
+  // Payloads were moved into the message by Communicate: count what it sent.
+  const int64_t bytes = sent.bytes;
   BucketReport& r = reports_[bucket.id];
   r = BucketReport{bucket.id,
                    static_cast<int>(bucket.members.size()),

@@ -89,8 +89,8 @@ void GravacPolicy::AtWindowBoundary() {
       settled_ = true;
       theta_ideal_ = std::min(by_throughput[0].second, by_throughput[1].second);
       theta_min_ = std::min(theta_min_, std::max(1.0, theta_ideal_));
-      TERSE_LOG(Debug) << "gravac: settled on cf " << theta_ideal_
-                       << " (T_c " << best << " vs " << second << ")";
+      TERSE_LOG(Debug) << "gravac: settled on cf " << theta_ideal_ << " (T_c "
+                       << best << " vs " << second << ")";
       return;
     }
   }
@@ -106,10 +106,17 @@ void GravacPolicy::AtWindowBoundary() {
 }
 
 std::string GravacPolicy::Describe() const {
+  std::string throughputs;
+  for (const auto& [cf, t] : throughput_) {
+    absl::StrAppend(&throughputs, throughputs.empty() ? "" : ",", cf, ":",
+                    absl::SixDigits(t.mean()));
+  }
   return absl::StrCat("gravac ", options_.compressor,
-                      " cf=", last_decision_.send_cf,
-                      " min=", theta_min_, " cand=", candidate_cf(),
-                      settled_ ? " settled" : "");
+                      " cf=", last_decision_.send_cf, " min=", theta_min_,
+                      " cand=", candidate_cf(),
+                      " gain_min=", absl::SixDigits(delta_min_),
+                      " gain_cand=", absl::SixDigits(delta_candidate_),
+                      " T_c=[", throughputs, "]", settled_ ? " settled" : "");
 }
 
 void GravacPolicy::SaveState(proto::PolicyState* state) const {
@@ -136,7 +143,8 @@ absl::Status GravacPolicy::RestoreState(const proto::PolicyState& state) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot restore a '", state.kind(), "' policy state into gravac"));
   }
-  if (state.step() < 0 || !(state.theta_min() >= 1) || !(state.theta_s() >= 1)) {
+  if (state.step() < 0 || !(state.theta_min() >= 1) ||
+      !(state.theta_s() >= 1)) {
     return absl::InvalidArgumentError("gravac policy state is inconsistent");
   }
   step_ = state.step();

@@ -7,7 +7,8 @@ Launched by integration/gravac_experiment.py under mpirun (rank and size come
 from Open MPI's environment for the DDP modes). Rank 0 appends one JSON object
 per evaluation to --metrics-out:
   {"epoch", "step", "wall", "train_loss", "test_accuracy", "step_time",
-   "bytes_sent_per_step", "policy"}
+   "bytes_sent_per_step", "bytes_sent_total", "policy", "cf_changes"}
+"wall" is training time on rank 0 (evaluation excluded).
 """
 
 import argparse
@@ -72,8 +73,11 @@ class DdpRunner:
     def policy(self):
         return "ddp"
 
-    def bytes_sent_last_step(self):
-        return self.bytes_per_step
+    def bytes_sent_total(self, steps):
+        return self.bytes_per_step * steps
+
+    def cf_now(self):
+        return {}
 
     def shutdown(self):
         import torch.distributed as dist
@@ -93,15 +97,16 @@ class TerseRunner:
             optimizer, named_parameters=model.named_parameters())
 
     def policy(self):
-        stats = getattr(self.tt, "bucket_stats", None)
-        if stats is None:
-            return os.environ.get("TERSE_COMPRESSION", "none")
-        return [{"bucket": s.get("bucket"), "policy": s.get("policy"),
-                 "cf": s.get("cf")} for s in stats()]
+        return [{"bucket": r["bucket"], "policy": r["policy"],
+                 "compressor": r["compressor"], "cf": r["cf"],
+                 "bytes": r["bytes"], "bytes_sent": r["bytes_sent"]}
+                for r in self.tt.bucket_reports()]
 
-    def bytes_sent_last_step(self):
-        counter = getattr(self.tt, "bytes_sent", None)
-        return counter() if counter else None
+    def bytes_sent_total(self, steps):
+        return self.tt.bytes_sent()
+
+    def cf_now(self):
+        return {r["bucket"]: r["cf"] for r in self.tt.bucket_reports()}
 
     def shutdown(self):
         self.tt.shutdown()
@@ -140,6 +145,8 @@ def main():
     start = time.time()
     eval_seconds = 0.0  # Excluded from "wall": time to accuracy is training time.
     step_times, losses = [], []
+    bytes_at_eval, step_at_eval = runner.bytes_sent_total(0), 0
+    cf_last, cf_changes = {}, []  # [step, bucket, cf] whenever a bucket's CF changes.
     order = torch.randperm(len(x), generator=generator)
     for step in range(total_steps):
         i = step % steps_per_epoch
@@ -153,21 +160,35 @@ def main():
         runner.optimizer.step()
         step_times.append(time.time() - t0)
         losses.append(loss.item())
+        if runner.rank == 0:
+            for bucket, cf in runner.cf_now().items():
+                if cf_last.get(bucket) != cf:
+                    cf_changes.append([step + 1, bucket, cf])
+                    cf_last[bucket] = cf
         last = step == total_steps - 1
         if (step + 1) % args.eval_every == 0 or last:
             if runner.rank == 0:
+                wall = time.time() - start - eval_seconds
                 eval_start = time.time()
                 accuracy = evaluate(model, test_x, test_y)
                 eval_seconds += time.time() - eval_start
+                sent = runner.bytes_sent_total(step + 1)
+                window = step + 1 - step_at_eval
                 record = {
                     "epoch": (step + 1) / steps_per_epoch, "step": step + 1,
-                    "wall": time.time() - start - eval_seconds,
-                    "train_loss": float(np.mean(losses[-args.eval_every:])),
+                    "wall": wall,
+                    "train_loss": float(np.mean(losses[-window:])),
                     "test_accuracy": accuracy,
-                    "step_time": float(np.median(step_times[-args.eval_every:])),
-                    "bytes_sent_per_step": runner.bytes_sent_last_step(),
+                    # Median over the steps since the last evaluation.
+                    "step_time": float(np.median(step_times[-window:])),
+                    # This rank's payload bytes (what it contributes to the
+                    # reductions, before the collective's own fan-out).
+                    "bytes_sent_per_step": (sent - bytes_at_eval) / window,
+                    "bytes_sent_total": sent,
                     "policy": runner.policy(),
+                    "cf_changes": cf_changes,
                 }
+                bytes_at_eval, step_at_eval, cf_changes = sent, step + 1, []
                 print(json.dumps(record), flush=True)
                 if out:
                     out.write(json.dumps(record) + "\n")

@@ -18,7 +18,19 @@ STATE=/run/terse-netns.hosts
 address() { echo "$SUBNET.$(( $1 + 1 ))"; }
 
 down() {
-  for ns in $(ip netns list | awk '{print $1}' | grep "^${PREFIX}" || true); do
+  local namespaces
+  namespaces=$(ip netns list | awk '{print $1}' | grep "^${PREFIX}" || true)
+  # Processes a failed run left inside these namespaces (only ours live
+  # there) would keep them alive after `ip netns delete`.
+  for sig in TERM KILL; do
+    local pids=""
+    for ns in $namespaces; do pids="$pids $(ip netns pids "$ns" 2>/dev/null || true)"; done
+    pids=$(echo $pids)
+    [ -n "$pids" ] || break
+    kill -s "$sig" $pids 2>/dev/null || true
+    sleep 2
+  done
+  for ns in $namespaces; do
     ip netns delete "$ns" 2>/dev/null || true
   done
   rm -f "$STATE"
