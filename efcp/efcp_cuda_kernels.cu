@@ -44,7 +44,13 @@ __device__ __forceinline__ float RoundBf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) {
     x = (x | 0x00400000u) & 0xffff0000u;  // quiet NaN, sign kept
   } else {
+    const uint32_t finite = x;
     x = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+    // Saturate as kernels::ToBlock16Value does: a finite value never
+    // rounds to Inf (a marker pattern in the block16 window).
+    if ((x & 0x7f800000u) == 0x7f800000u && (finite & 0x7f800000u) != 0x7f800000u) {
+      x = (finite & 0x80000000u) | 0x7f7f0000u;
+    }
   }
   return __uint_as_float(x);
 }

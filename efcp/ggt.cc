@@ -231,8 +231,12 @@ absl::Status SparseGgt::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(feedback_.Check(grad));
   TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
   const int64_t slot = steps_ % options_.window;
-  const int64_t k = feedback_.k();
-  feedback_.Compress(grad.data(), indices_.data(), values_.data());
+  // The entries the window cannot hold stay in the error buffer.
+  const int64_t k = feedback_.Compress(
+      grad.data(), indices_.data(), values_.data(),
+      [this](uint32_t* indices, float* values, int64_t n) {
+        return window_.Fit(indices, values, n);
+      });
   window_.SetRow(slot, indices_.data(), values_.data(), k);
   std::fill(update.begin(), update.end(), 0.0f);
   kernels::ScatterAdd(indices_.data(), values_.data(), k, update.data());

@@ -47,8 +47,12 @@ absl::Status SparseMfac::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(feedback_.Check(grad));
   TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
   const int64_t slot = steps_ % options_.window;
-  const int64_t k = feedback_.k();
-  feedback_.Compress(grad.data(), indices_.data(), values_.data());
+  // The entries the window cannot hold stay in the error buffer.
+  const int64_t k = feedback_.Compress(
+      grad.data(), indices_.data(), values_.data(),
+      [this](uint32_t* indices, float* values, int64_t n) {
+        return window_.Fit(indices, values, n);
+      });
   window_.SetRow(slot, indices_.data(), values_.data(), k);
   // G c through the dense scatter of c (in the output buffer).
   std::fill(update.begin(), update.end(), 0.0f);
