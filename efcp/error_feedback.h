@@ -40,8 +40,7 @@ class ErrorFeedbackTopK {
   // One step on a gradient that passed Check: selects the top k of e + g,
   // lets `fit` trim them, writes the n kept indices (ascending) and values
   // (rounded), subtracts exactly those from e, and returns n.
-  int64_t Compress(const float* g, uint32_t* indices, float* values,
-                   FitFn fit);
+  int64_t Compress(const float* g, uint32_t* indices, float* values, FitFn fit);
 
   const std::vector<float>& error() const { return error_; }
   std::vector<float>* mutable_error() { return &error_; }

@@ -51,9 +51,9 @@ TEST(ErrorFeedbackTest, ConservesAndKeepsTheLargest) {
       ASSERT_TRUE(feedback.Check(g).ok());
       std::vector<float> a(d);
       for (int64_t i = 0; i < d; ++i) a[i] = feedback.error()[i] + g[i];
-      ASSERT_EQ(feedback.Compress(g.data(), indices.data(), values.data(),
-                                  KeepAll),
-                k);
+      ASSERT_EQ(
+          feedback.Compress(g.data(), indices.data(), values.data(), KeepAll),
+          k);
       EXPECT_EQ(indices, SortTopK(a, k)) << "step " << step;
       for (int64_t j = 0; j < k; ++j) {
         const float want = bf16
@@ -87,16 +87,16 @@ TEST(ErrorFeedbackTest, DroppedEntriesStayInTheError) {
     std::vector<float> a(d);
     for (int64_t i = 0; i < d; ++i) a[i] = feedback.error()[i] + g[i];
     // Keep every other entry.
-    const int64_t n = feedback.Compress(
-        g.data(), indices.data(), values.data(),
-        [](uint32_t* idx, float* val, int64_t count) {
-          int64_t kept = 0;
-          for (int64_t j = 0; j < count; j += 2, ++kept) {
-            idx[kept] = idx[j];
-            val[kept] = val[j];
-          }
-          return kept;
-        });
+    const int64_t n =
+        feedback.Compress(g.data(), indices.data(), values.data(),
+                          [](uint32_t* idx, float* val, int64_t count) {
+                            int64_t kept = 0;
+                            for (int64_t j = 0; j < count; j += 2, ++kept) {
+                              idx[kept] = idx[j];
+                              val[kept] = val[j];
+                            }
+                            return kept;
+                          });
     ASSERT_EQ(n, k / 2);
     std::vector<float> want = a;
     for (int64_t j = 0; j < n; ++j) {

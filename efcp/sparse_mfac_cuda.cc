@@ -235,11 +235,13 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(Check(
       kernels::cuda::Gather(dev.error, dev.indices, k_, dev.values, stream),
       "Gather"));
-  TERSE_RETURN_IF_ERROR(Check(
-      cuda::RoundAndNegate(
-          dev.values, dev.negated, k_,
-          options_.storage == WindowStorage::kBlock16Bf16 ? 1 : 0, stream),
-      "round"));
+  // Rounds the first n values to the storage and writes their negation.
+  const int bf16 = options_.storage == WindowStorage::kBlock16Bf16 ? 1 : 0;
+  auto round_and_negate = [&](int64_t n) {
+    return Check(cuda::RoundAndNegate(dev.values, dev.negated, n, bf16, stream),
+                 "round");
+  };
+  TERSE_RETURN_IF_ERROR(round_and_negate(k_));
   // The host trims the row to what the window holds (block16 markers may
   // take slots); only the kept entries leave the error buffer.
   TERSE_RETURN_IF_ERROR(Check(
@@ -251,27 +253,21 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
                             cudaMemcpyDeviceToHost, dev.stream),
             "download row"));
   TERSE_RETURN_IF_ERROR(dev.Sync());
-  const int64_t n =
-      mirror_.Fit(host_indices_.data(), host_values_.data(), k_);
+  const int64_t n = mirror_.Fit(host_indices_.data(), host_values_.data(), k_);
   if (n < k_) {
     TERSE_RETURN_IF_ERROR(Check(
         cudaMemcpyAsync(dev.indices, host_indices_.data(), sizeof(uint32_t) * n,
                         cudaMemcpyHostToDevice, dev.stream),
         "upload kept row"));
-    TERSE_RETURN_IF_ERROR(
-        Check(cudaMemcpyAsync(dev.values, host_values_.data(), sizeof(float) * n,
-                              cudaMemcpyHostToDevice, dev.stream),
-              "upload kept row"));
     TERSE_RETURN_IF_ERROR(Check(
-        cuda::RoundAndNegate(
-            dev.values, dev.negated, n,
-            options_.storage == WindowStorage::kBlock16Bf16 ? 1 : 0, stream),
-        "round"));
+        cudaMemcpyAsync(dev.values, host_values_.data(), sizeof(float) * n,
+                        cudaMemcpyHostToDevice, dev.stream),
+        "upload kept row"));
+    TERSE_RETURN_IF_ERROR(round_and_negate(n));
   }
-  TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::ScatterAdd(dev.indices, dev.negated, n, dev.error,
-                                      stream),
-            "e -= c"));
+  TERSE_RETURN_IF_ERROR(Check(
+      kernels::cuda::ScatterAdd(dev.indices, dev.negated, n, dev.error, stream),
+      "e -= c"));
   mirror_.SetRow(slot, host_indices_.data(), host_values_.data(), n);
   TERSE_RETURN_IF_ERROR(UploadRow(slot));
   // G c through the dense scatter of c in the output buffer.
@@ -279,8 +275,8 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
       Check(cudaMemsetAsync(update.data(), 0, sizeof(float) * d, dev.stream),
             "memset"));
   TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::ScatterAdd(dev.indices, dev.values, n,
-                                      update.data(), stream),
+      Check(kernels::cuda::ScatterAdd(dev.indices, dev.values, n, update.data(),
+                                      stream),
             "scatter c"));
   TERSE_RETURN_IF_ERROR(
       Check(kernels::cuda::SparseDenseDots(rows_.data(), m, update.data(),

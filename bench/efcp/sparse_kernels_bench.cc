@@ -54,8 +54,8 @@ Window MakeWindow(int64_t d, int64_t m, int64_t k) {
     w.value32[r].resize(k);
     for (float& v : w.value32[r]) v = uniform(rng);
     // k slots, as in the window: a row that needs markers drops entries.
-    const int64_t kept = FitBlock16(w.index32[r].data(), w.value32[r].data(),
-                                    k, k);
+    const int64_t kept =
+        FitBlock16(w.index32[r].data(), w.value32[r].data(), k, k);
     w.index16[r].resize(k);
     w.value16[r].resize(k);
     const int64_t slots =

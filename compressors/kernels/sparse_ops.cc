@@ -247,8 +247,7 @@ int64_t Block16Slots(const uint32_t* indices, int64_t n) {
   return slots;
 }
 
-int64_t FitBlock16(uint32_t* indices, float* values, int64_t n,
-                   int64_t slots) {
+int64_t FitBlock16(uint32_t* indices, float* values, int64_t n, int64_t slots) {
   if (n <= 0 || Block16Slots(indices, n) <= slots) return n;
   // Entries as a doubly linked list in index order; need[j] = 1 when entry
   // j needs a jump marker after its current predecessor.

@@ -163,8 +163,7 @@ TEST(SparseOpsTest, FitBlock16DropsSmallestUntilItFits) {
   for (int trial = 0; trial < 200; ++trial) {
     const int64_t blocks = 1 + trial % 7;
     const int64_t n = 1 + trial % 23;
-    std::vector<uint32_t> ix =
-        RandomAscending(blocks * kBlock16Size, n, &rng);
+    std::vector<uint32_t> ix = RandomAscending(blocks * kBlock16Size, n, &rng);
     // Cluster the relative indices so that boundaries are rarely descents.
     for (uint32_t& i : ix) i = (i / b) * b + (i % 97);
     std::sort(ix.begin(), ix.end());
@@ -214,11 +213,10 @@ TestRows MakeRows(int64_t m, int64_t d, int64_t nnz, std::mt19937* rng) {
       if (i == 3) {
         // Leave block 1 empty: a jump marker mid-row.
         auto& ix = t.idx[i];
-        ix.erase(std::remove_if(ix.begin(), ix.end(),
-                                [](uint32_t x) {
-                                  return x / kBlock16Size == 1;
-                                }),
-                 ix.end());
+        ix.erase(
+            std::remove_if(ix.begin(), ix.end(),
+                           [](uint32_t x) { return x / kBlock16Size == 1; }),
+            ix.end());
         t.val[i].resize(ix.size());
       }
       t.encoded[i] = Encode(t.idx[i], t.val[i], d, /*extra=*/i % 4 == 1);
