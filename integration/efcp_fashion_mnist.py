@@ -16,7 +16,9 @@ process, and writes
 initial weights and the batch order both change with the seed) and reports
 the mean and the spread over them for every optimizer alike; the default is
 5, as the gaps at stake (half a point) are of the size of the seed-to-seed
-noise of one run. The last line printed is a JSON summary. --quick (one
+noise of one run. The last line printed is a JSON summary; --json PATH keeps every result
+(curves included), and --report-from PATH rewrites the report and plot from
+such a file without training. --quick (one
 epoch on 30,000 images, no report) is for trying settings; --only NAME,...
 runs a subset; --lr NAME=VALUE and --damp NAME=VALUE override a learning
 rate or an M-FAC damping.
@@ -310,11 +312,13 @@ def write_report(agg, args, wall_s, path):
         def versus(points):
             return (f"{abs(points):.2f} points "
                     f"{'below' if points > 0 else 'above'} MFAC")
+        within = sum(1 for x in gaps if x <= 0.5)
         lines.append(
             f"* {sparse['label']}: mean final accuracy {versus(gap)} "
             "(SparseMFAC minus MFAC per seed: " +
             ", ".join(f"{-x:+.2f}" for x in gaps) +
-            f"; mean of the last 3 evaluations: {versus(tail_gap)}), window "
+            f"; {within} of {len(gaps)} seeds within 0.5 points; mean of "
+            f"the last 3 evaluations: {versus(tail_gap)}), window "
             f"{100 * ratio:.4f}% of MFAC's "
             f"({mem_bytes(sparse)} vs {mem_bytes(dense)} bytes); error "
             f"buffer {mib(sparse['memory']['error'])} MiB on top. Target "
@@ -342,7 +346,10 @@ def write_report(agg, args, wall_s, path):
     lines += ["", "![test accuracy](efcp_accuracy.png)", "",
               "Reproduce: `bazel build //bindings/python:_efcp.so && "
               "PYTHONPATH=bindings/python /usr/bin/python3 "
-              f"integration/efcp_fashion_mnist.py --seeds {len(seeds)}`", ""]
+              f"integration/efcp_fashion_mnist.py --seeds {len(seeds)} "
+              "--json docs/results/efcp_runs.json` (the results of this run "
+              "are in that file; `--report-from` it rewrites this page).",
+              ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
@@ -415,7 +422,20 @@ def main():
                         help="also write every result (curves included)")
     parser.add_argument("--out-png", default=os.path.join(
         ROOT, "docs", "results", "efcp_accuracy.png"))
+    parser.add_argument("--report-from", default=None,
+                        help="rewrite the report and plot from a --json file "
+                        "of an earlier run (no training)")
     args = parser.parse_args()
+    if args.report_from:
+        with open(args.report_from) as f:
+            saved = json.load(f)
+        run_args = argparse.Namespace(**saved["args"])
+        write_report(saved["results"], run_args, saved["wall_s"],
+                     args.out_md)
+        plot(saved["results"], args.out_png, run_args.epochs)
+        print(f"wrote {args.out_md} and {args.out_png} from "
+              f"{args.report_from}")
+        return
     torch.set_num_threads(args.torch_threads)
     args.damp_for = dict(item.split("=", 1) for item in args.damp_for)
 
