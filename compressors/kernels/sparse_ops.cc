@@ -39,11 +39,12 @@ struct Cursor {
   int32_t prev = -1;
 };
 
-// Whether an entry (block b, relative index r) after the state (block, prev)
-// needs a jump marker before it (see the format in sparse_ops.h).
-inline bool NeedsJump(int64_t block, int32_t prev, int64_t b, int32_t r) {
-  if (b == block) return r <= prev;
-  return !(b == block + 1 && prev >= 0 && r <= prev);
+// The jump markers an entry (block b >= block, relative index r) needs
+// after the state (block, prev) (see the format in sparse_ops.h).
+inline int JumpsNeeded(int64_t block, int32_t prev, int64_t b, int32_t r) {
+  if (b == block) return 0;
+  if (b == block + 1 && prev >= 0 && r <= prev) return 0;  // A descent.
+  return static_cast<int>((b - block + kBlock16MaxJump - 1) / kBlock16MaxJump);
 }
 
 // Calls fn(absolute index, value) for the entries of `row` from *cursor on
@@ -70,33 +71,39 @@ inline void ForEntriesBelow(const SparseRow& row, int64_t end, Cursor* cursor,
   int64_t block = cursor->block;
   int32_t prev = cursor->prev;
   while (j < n) {
-    const int64_t base = block * kBlock16Size;
-    const int64_t limit = end - base;
-    // Fast path: ascending entries of `block` below `end` (one branch an
-    // entry; a descent, a marker or `end` leaves the loop).
-    for (; j < n; ++j) {
-      const int32_t r = index[j];
-      const uint16_t v = value[j];
-      if ((r <= prev) | (r >= limit) | IsBlock16Marker(v)) break;
-      fn(base + r, BFloat16ToFloat(v));
-      prev = r;
+    if (prev >= 0) {
+      // Fast path: ascending entries of `block` below `end`. A marker
+      // (index16 0 <= prev), a descent or `end` leaves the loop.
+      const int64_t base = block * kBlock16Size;
+      const int64_t limit = end - base;
+      for (; j < n; ++j) {
+        const int32_t r = index[j];
+        if ((r <= prev) | (r >= limit)) break;
+        fn(base + r, BFloat16ToFloat(value[j]));
+        prev = r;
+      }
+      if (j >= n) break;
     }
-    if (j >= n) break;
     const uint16_t v = value[j];
     const int32_t r = index[j];
     if (IsBlock16Marker(v)) {
-      if (v != kBlock16Jump) break;  // The end of the row: stay on it.
-      if (int64_t{r} * kBlock16Size >= end) break;
-      block = r;
+      const int blocks = v & 0x7f;
+      if ((v & 0x8000u) != 0 || blocks == 0) break;  // The end: stay on it.
+      if ((block + blocks) * kBlock16Size >= end) break;
+      block += blocks;
       prev = -1;
       ++j;
       continue;
     }
-    if (r > prev) break;  // In `block`, at or above `end`.
-    // A descent: the entry lies in the next block.
-    if ((block + 1) * kBlock16Size + r >= end) break;
-    ++block;
-    prev = -1;
+    // An entry the fast path did not take: the first one of the row or
+    // after a jump (prev < 0), a descent into the next block, or one at or
+    // above `end`.
+    const int64_t b = prev >= 0 && r <= prev ? block + 1 : block;
+    if (b * kBlock16Size + r >= end) break;
+    fn(b * kBlock16Size + r, BFloat16ToFloat(v));
+    block = b;
+    prev = r;
+    ++j;
   }
   cursor->j = j;
   cursor->block = block;
@@ -240,7 +247,7 @@ int64_t Block16Slots(const uint32_t* indices, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t b = indices[j] >> 16;
     const int32_t r = static_cast<int32_t>(indices[j] & 0xffffu);
-    slots += NeedsJump(block, prev, b, r) ? 1 : 0;
+    slots += JumpsNeeded(block, prev, b, r);
     block = b;
     prev = r;
   }
@@ -252,15 +259,14 @@ int64_t FitBlock16(uint32_t* indices, float* values, int64_t n, int64_t slots) {
   // Entries as a doubly linked list in index order; need[j] = 1 when entry
   // j needs a jump marker after its current predecessor.
   std::vector<int64_t> before(n), after(n);
-  std::vector<char> need(n), dropped(n, 0);
-  auto needs = [&](int64_t p, int64_t q) -> char {
+  std::vector<int> need(n);
+  std::vector<char> dropped(n, 0);
+  auto needs = [&](int64_t p, int64_t q) {
     const int64_t block = p < 0 ? 0 : indices[p] >> 16;
     const int32_t prev =
         p < 0 ? -1 : static_cast<int32_t>(indices[p] & 0xffffu);
-    return NeedsJump(block, prev, indices[q] >> 16,
-                     static_cast<int32_t>(indices[q] & 0xffffu))
-               ? 1
-               : 0;
+    return JumpsNeeded(block, prev, indices[q] >> 16,
+                       static_cast<int32_t>(indices[q] & 0xffffu));
   };
   int64_t total = n;
   for (int64_t j = 0; j < n; ++j) {
@@ -283,7 +289,7 @@ int64_t FitBlock16(uint32_t* indices, float* values, int64_t n, int64_t slots) {
     if (p >= 0) after[p] = q;
     if (q >= 0) {
       before[q] = p;
-      const char now = needs(p, q);
+      const int now = needs(p, q);
       total += now - need[q];
       need[q] = now;
     }
@@ -306,10 +312,12 @@ int64_t EncodeBlock16BF16(const uint32_t* indices, const float* values,
   for (int64_t j = 0; j < n; ++j) {
     const int64_t b = indices[j] >> 16;
     const int32_t r = static_cast<int32_t>(indices[j] & 0xffffu);
-    if (NeedsJump(block, prev, b, r)) {
-      index16[s] = static_cast<uint16_t>(b);
-      value16[s] = kBlock16Jump;
+    for (int jumps = JumpsNeeded(block, prev, b, r); jumps > 0; --jumps) {
+      const int64_t blocks = std::min<int64_t>(b - block, kBlock16MaxJump);
+      index16[s] = 0;
+      value16[s] = Block16Jump(static_cast<int>(blocks));
       ++s;
+      block += blocks;
     }
     index16[s] = static_cast<uint16_t>(r);
     value16[s] = ToBlock16Value(values[j]);

@@ -31,22 +31,24 @@ void ScatterAdd(const uint32_t* indices, const float* values, int64_t k,
 // Format B, block-relative 16-bit indices + bf16 values, 4 bytes a slot and
 // nothing else per row (no block-offset table). Index i lies in block
 // i / 65536 at relative index i % 65536. A slot is either an entry
-// (value16 a finite bf16, index16 its relative index) or a marker (value16
-// a NaN pattern, which a finite value never has):
-//   kBlock16Jump (index16 = an absolute block number): the next entries lie
-//     in that block;
-//   any other non-finite pattern (the encoder writes kBlock16End): the row
-//     ends here (a row shorter than its slots carries one, so the slots
-//     alone delimit the row).
+// (value16 a finite bf16, index16 its relative index) or a marker (index16
+// 0, value16 an Inf/NaN pattern, which a finite value never has):
+//   Block16Jump(a), a in [1, 127]: the next entries lie a blocks further on
+//     (the next slot is an entry or another jump);
+//   any other marker (the encoder writes kBlock16End): the row ends here (a
+//     row shorter than its slots carries one, so the slots alone delimit the
+//     row).
 // A decoder starts in block 0 with no previous entry. An entry whose
 // relative index is <= the previous entry's (a descent) lies in the next
 // block; otherwise it lies in the current block. So a block boundary costs
 // nothing when the next nonempty block is the next block and its first
 // relative index is <= the last one before it (with entries spread over a
-// block, almost always); the encoder writes a jump marker only for the other
-// boundaries (an empty block skipped, or no descent), at most one per block
-// after block 0. Decoders are defensive: whatever the slot bits, they read
-// only slots [0, nnz) and visit only indices < dim.
+// block, almost always); the encoder writes jumps only for the other
+// boundaries (empty blocks skipped, or no descent): ceil(blocks advanced /
+// 127) slots, so at most one per block after block 0 over a row. Markers
+// have index16 0, which is <= any previous relative index: the decoders'
+// per-entry loop needs no marker test. Decoders are defensive: whatever the
+// slot bits, they read only slots [0, nnz) and visit only indices < dim.
 //
 // block_starts / num_blocks: an optional decode index for the CUDA kernels
 // only (block_starts[b] = the first slot of block b, num_blocks + 1 entries,
@@ -77,10 +79,15 @@ void SparseLinearCombination(const SparseRow* rows, int64_t m,
                              const double* coeffs, float* dense,
                              int num_threads = 0);
 
-constexpr uint16_t kBlock16Jump = 0x7fff;
+constexpr int kBlock16MaxJump = 127;
 constexpr uint16_t kBlock16End = 0xffff;
+// The value16 of a jump marker advancing 1 <= blocks <= 127.
+inline uint16_t Block16Jump(int blocks) {
+  return static_cast<uint16_t>(0x7f80 | blocks);
+}
 
-// True for the value16 bits of a marker (exponent all ones).
+// True for the value16 bits of a marker (exponent all ones): a jump when
+// the sign is clear and the low 7 bits are not 0, otherwise an end.
 inline bool IsBlock16Marker(uint16_t value16) {
   return (value16 & 0x7f80u) == 0x7f80u;
 }
@@ -89,16 +96,17 @@ inline bool IsBlock16Marker(uint16_t value16) {
 // saturated to the largest finite bf16 (never a marker pattern).
 uint16_t ToBlock16Value(float v);
 
-// Slots the format-B encoding of n ascending indices takes (n + markers).
+// Slots the format-B encoding of n ascending indices takes (n + jumps).
 int64_t Block16Slots(const uint32_t* indices, int64_t n);
 
 // Makes n ascending entries fit `slots` slots of format B: while the
 // encoding needs more, drops the entry smallest in |value| (ties: the higher
 // index), compacting both arrays in place (order kept). Returns the entries
-// left. Nothing is dropped when n + markers <= slots (always when every
-// index is < 65536). Otherwise at least min(n, max(slots - (B - 1),
-// slots / 2)) entries stay, B = (largest index) / 65536 + 1: there is at
-// most one marker per block after block 0, and at most one per entry.
+// left. Nothing is dropped when n + jumps <= slots (always when every index
+// is < 65536). Otherwise at least min(n, slots - (B - 1)) entries stay,
+// B = (largest index) / 65536 + 1 (at most one jump per block after block
+// 0), and at least min(n, slots / 2) when B <= 128 (then at most one jump
+// per entry).
 int64_t FitBlock16(uint32_t* indices, float* values, int64_t n, int64_t slots);
 
 // Encodes n ascending absolute indices (< 2^32) + finite fp32 values into

@@ -86,8 +86,8 @@ TEST(SparseOpsTest, Block16RoundTrip) {
   for (int64_t extra : {0, 3}) {
     const Encoded e = Encode(idx, val, d, extra);
     EXPECT_EQ(e.used, static_cast<int64_t>(idx.size()) + 2);
-    EXPECT_EQ(e.v16[0], kBlock16Jump);
-    EXPECT_EQ(e.i16[0], 1);
+    EXPECT_EQ(e.v16[0], Block16Jump(1));
+    EXPECT_EQ(e.i16[0], 0);
     if (extra > 0) {
       EXPECT_EQ(e.v16[e.used], kBlock16End);
     }
@@ -123,6 +123,19 @@ TEST(SparseOpsTest, Block16MarkersOnlyWhereNoDescent) {
   EXPECT_EQ(Block16Slots(std::vector<uint32_t>{b}.data(), 1), 2);
   // Below 65536 never.
   EXPECT_EQ(Block16Slots(std::vector<uint32_t>{0, 1, 65535}.data(), 3), 3);
+  // A jump advances at most 127 blocks: 300 blocks take 3.
+  const std::vector<uint32_t> far = {7, 300 * b + 2, 300 * b + 9};
+  EXPECT_EQ(Block16Slots(far.data(), 3), 6);
+  const std::vector<float> vals = {1.0f, 2.0f, 3.0f};
+  const Encoded e = Encode(far, vals, 301 * b);
+  EXPECT_EQ(e.v16[1], Block16Jump(127));
+  EXPECT_EQ(e.v16[2], Block16Jump(127));
+  EXPECT_EQ(e.v16[3], Block16Jump(46));
+  std::vector<uint32_t> got_idx;
+  std::vector<float> got_val;
+  DecodeRow(e.row, &got_idx, &got_val);
+  EXPECT_EQ(got_idx, far);
+  EXPECT_EQ(got_val, vals);
 }
 
 TEST(SparseOpsTest, Block16ValueSaturates) {
@@ -299,10 +312,11 @@ TEST(SparseOpsTest, Block16DecodersStayInBoundsOnGarbage) {
     const int64_t slots = rng() % 64;
     std::vector<uint16_t> i16(slots), v16(slots);
     for (int64_t j = 0; j < slots; ++j) {
-      // Mostly small relative indices and block numbers, some markers.
+      // Mostly small relative indices, some markers (also with a nonzero
+      // index16, which a valid row never has).
       i16[j] = static_cast<uint16_t>(rng() % 4 == 0 ? rng() : rng() % 8);
       const uint32_t kind = rng() % 8;
-      v16[j] = kind == 0   ? kBlock16Jump
+      v16[j] = kind == 0   ? Block16Jump(1 + static_cast<int>(rng() % 127))
                : kind == 1 ? static_cast<uint16_t>(0x7f80u | (rng() & 0x807fu))
                            : static_cast<uint16_t>(rng());
     }
