@@ -1,11 +1,11 @@
 #include "efcp/dense_mfac.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "common/status.h"
 #include "efcp/validate.h"
+#include "efcp/window_apply.h"
 #include "efcp/window_state.h"
 
 namespace terse {
@@ -25,56 +25,41 @@ absl::StatusOr<std::unique_ptr<DenseMfac>> DenseMfac::Create(
 
 DenseMfac::DenseMfac(const DenseMfacOptions& options)
     : options_(options),
-      window_(options.window, options.dim, options.num_threads),
+      history_(options.dim, options.window, options.num_threads),
       system_(options.window, options.damp,
               options.refresh_interval < 0 ? options.window
                                            : options.refresh_interval) {}
 
 absl::Status DenseMfac::Step(absl::Span<const float> grad,
                              absl::Span<float> update) {
-  TERSE_RETURN_IF_ERROR(CheckFiniteVector(grad, dim(), "gradient"));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
-  const int64_t slot = steps_ % options_.window;
-  window_.SetRow(slot, grad.data());
+  TERSE_RETURN_IF_ERROR(history_.CheckStep(grad, update));
   std::vector<double> dots(options_.window);
-  window_.Dots(grad.data(), dots.data());
+  const int64_t slot = history_.Push(grad.data(), dots.data());
   system_.ReplaceRow(slot, dots.data());
-  system_.ApplyInverseToRow(window_, slot, update.data());
-  ++steps_;
+  system_.ApplyInverseToRow(history_.window(), slot, update.data());
   return absl::OkStatus();
 }
 
 absl::Status DenseMfac::Apply(absl::Span<const float> x,
                               absl::Span<float> out) const {
-  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
-  std::vector<double> dots(options_.window);
-  window_.Dots(x.data(), dots.data());
-  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
-  system_.ApplyInverse(window_, dots.data(), out.data());
-  return absl::OkStatus();
+  return ApplyOverWindow(history_.window(), x, out,
+                         [this](const double* dots, float* y) {
+                           system_.ApplyInverse(history_.window(), dots, y);
+                         });
 }
 
 MemoryUsage DenseMfac::memory() const {
-  MemoryUsage usage;
-  usage.window = window_.memory_bytes();
-  usage.small = system_.memory_bytes();
-  return usage;
+  return history_.Memory(system_.memory_bytes());
 }
 
 std::string DenseMfac::SaveState() const {
-  return SaveDenseHistory(name(), dim(), options_.window, steps_,
-                          window_.row(0), system_.gram());
+  return history_.Save(name(), system_.gram());
 }
 
 absl::Status DenseMfac::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(
-      DenseHistoryState state,
-      ParseDenseHistory(blob, name(), dim(), options_.window));
+  TERSE_ASSIGN_OR_RETURN(DenseHistoryState state, history_.Parse(blob, name()));
   TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
-  // Nothing below can fail.
-  CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
-  steps_ = state.steps;
+  history_.Commit(state);  // Cannot fail.
   return absl::OkStatus();
 }
 

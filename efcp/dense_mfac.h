@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "efcp/dense_window.h"
+#include "efcp/dense_history.h"
 #include "efcp/mfac_system.h"
 #include "efcp/preconditioner.h"
 
@@ -44,14 +44,14 @@ class DenseMfac final : public Preconditioner {
                     absl::Span<float> update) override;
   absl::Status Apply(absl::Span<const float> x,
                      absl::Span<float> out) const override;
-  int64_t steps() const override { return steps_; }
+  int64_t steps() const override { return history_.steps(); }
   MemoryUsage memory() const override;
   std::string SaveState() const override;
   absl::Status RestoreState(absl::string_view blob) override;
   absl::string_view name() const override { return "dense_mfac"; }
 
   const DenseMfacOptions& options() const { return options_; }
-  const DenseWindow& window() const { return window_; }
+  const DenseWindow& window() const { return history_.window(); }
   const MfacSystem& system() const { return system_; }
   // Forces the O(m^3) refactorisation now (benchmarks, tests).
   void Refactorize() { system_.Refactorize(); }
@@ -60,9 +60,8 @@ class DenseMfac final : public Preconditioner {
   explicit DenseMfac(const DenseMfacOptions& options);
 
   DenseMfacOptions options_;
-  DenseWindow window_;
+  DenseHistory history_;
   MfacSystem system_;
-  int64_t steps_ = 0;
 };
 
 }  // namespace efcp

@@ -44,7 +44,14 @@ __device__ __forceinline__ float RoundBf16(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) {
     x = (x | 0x00400000u) & 0xffff0000u;  // quiet NaN, sign kept
   } else {
+    const uint32_t finite = x;
     x = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+    // Saturate as kernels::ToBlock16Value does: a finite value never
+    // rounds to Inf (a marker pattern in the block16 window).
+    if ((x & 0x7f800000u) == 0x7f800000u &&
+        (finite & 0x7f800000u) != 0x7f800000u) {
+      x = (finite & 0x80000000u) | 0x7f7f0000u;
+    }
   }
   return __uint_as_float(x);
 }
@@ -79,7 +86,8 @@ __global__ void DenseDotsKernel(const float* rows, int64_t d, const float* x,
   partial[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
     __syncthreads();
   }
   if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
@@ -125,7 +133,7 @@ int FlagNonFinite(const float* a, const float* b, int64_t n, int* flag,
                   void* stream) {
   if (n <= 0) return 0;
   FlagNonFiniteKernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(a, b, n,
-                                                                      flag);
+                                                                     flag);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -32,8 +32,8 @@ absl::Status ErrorFeedbackTopK::Check(absl::Span<const float> g) const {
   return CheckFiniteSum(error_.data(), g.data(), dim(), "gradient");
 }
 
-void ErrorFeedbackTopK::Compress(const float* g, uint32_t* indices,
-                                 float* values) {
+int64_t ErrorFeedbackTopK::Compress(const float* g, uint32_t* indices,
+                                    float* values, FitFn fit) {
   float* e = error_.data();
   const int64_t d = dim();
   for (int64_t i = 0; i < d; ++i) e[i] += g[i];
@@ -41,11 +41,13 @@ void ErrorFeedbackTopK::Compress(const float* g, uint32_t* indices,
   kernels::Gather(e, indices, k_, values);
   if (bf16_values_) {
     for (int64_t j = 0; j < k_; ++j) {
-      values[j] = BFloat16ToFloat(FloatToBFloat16(values[j]));
+      values[j] = BFloat16ToFloat(kernels::ToBlock16Value(values[j]));
     }
   }
+  const int64_t n = fit(indices, values, k_);
   // a - c: exact in float (zero in fp32, the bf16 remainder otherwise).
-  for (int64_t j = 0; j < k_; ++j) e[indices[j]] -= values[j];
+  for (int64_t j = 0; j < n; ++j) e[indices[j]] -= values[j];
+  return n;
 }
 
 }  // namespace efcp

@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstring>
+#include <utility>
+#include <vector>
 
 #include "Eigen/Eigenvalues"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "efcp/validate.h"
+#include "efcp/window_apply.h"
 #include "efcp/window_state.h"
 
 namespace terse {
@@ -149,53 +151,39 @@ absl::StatusOr<std::unique_ptr<Ggt>> Ggt::Create(const GgtOptions& options) {
 
 Ggt::Ggt(const GgtOptions& options)
     : options_(options),
-      window_(options.window, options.dim, options.num_threads),
+      history_(options.dim, options.window, options.num_threads),
       system_(options.window, options.epsilon, options.beta2) {}
 
 absl::Status Ggt::Step(absl::Span<const float> grad, absl::Span<float> update) {
-  TERSE_RETURN_IF_ERROR(CheckFiniteVector(grad, dim(), "gradient"));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
-  const int64_t slot = steps_ % options_.window;
-  window_.SetRow(slot, grad.data());
+  TERSE_RETURN_IF_ERROR(history_.CheckStep(grad, update));
   std::vector<double> dots(options_.window);
-  window_.Dots(grad.data(), dots.data());
+  const int64_t slot = history_.Push(grad.data(), dots.data());
   system_.ReplaceRow(slot, dots.data());
-  system_.ApplyToRow(window_, slot, update.data());
-  ++steps_;
+  system_.ApplyToRow(history_.window(), slot, update.data());
   return absl::OkStatus();
 }
 
 absl::Status Ggt::Apply(absl::Span<const float> x,
                         absl::Span<float> out) const {
-  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
-  std::vector<double> dots(options_.window);
-  window_.Dots(x.data(), dots.data());
-  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
-  system_.Apply(window_, dots.data(), out.data());
-  return absl::OkStatus();
+  return ApplyOverWindow(history_.window(), x, out,
+                         [this](const double* dots, float* y) {
+                           system_.Apply(history_.window(), dots, y);
+                         });
 }
 
 MemoryUsage Ggt::memory() const {
-  MemoryUsage usage;
-  usage.window = window_.memory_bytes();
-  usage.small = system_.memory_bytes();
-  return usage;
+  return history_.Memory(system_.memory_bytes());
 }
 
 std::string Ggt::SaveState() const {
-  return SaveDenseHistory(name(), dim(), options_.window, steps_,
-                          window_.row(0), system_.gram());
+  return history_.Save(name(), system_.gram());
 }
 
 absl::Status Ggt::RestoreState(absl::string_view blob) {
-  TERSE_ASSIGN_OR_RETURN(
-      DenseHistoryState state,
-      ParseDenseHistory(blob, name(), dim(), options_.window));
+  TERSE_ASSIGN_OR_RETURN(DenseHistoryState state, history_.Parse(blob, name()));
   TERSE_RETURN_IF_ERROR(
       system_.SetGram(state.gram, NewestSlot(state.steps, options_.window)));
-  CommitDenseRows(state.rows, std::min(state.steps, options_.window), &window_);
-  steps_ = state.steps;
+  history_.Commit(state);  // Cannot fail.
   return absl::OkStatus();
 }
 
@@ -216,69 +204,42 @@ absl::StatusOr<std::unique_ptr<SparseGgt>> SparseGgt::Create(
 
 SparseGgt::SparseGgt(const SparseGgtOptions& options)
     : options_(options),
-      feedback_(options.dim,
-                ErrorFeedbackTopK::KeptEntries(options.density, options.dim),
-                options.storage == WindowStorage::kBlock16Bf16,
-                options.num_threads),
-      window_(options.window, options.dim, feedback_.k(), options.storage,
-              options.num_threads),
-      system_(options.window, options.epsilon, options.beta2),
-      indices_(feedback_.k()),
-      values_(feedback_.k()) {}
+      history_(options.dim, options.window, options.density, options.storage,
+               options.num_threads),
+      system_(options.window, options.epsilon, options.beta2) {}
 
 absl::Status SparseGgt::Step(absl::Span<const float> grad,
                              absl::Span<float> update) {
-  TERSE_RETURN_IF_ERROR(feedback_.Check(grad));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
-  const int64_t slot = steps_ % options_.window;
-  const int64_t k = feedback_.k();
-  feedback_.Compress(grad.data(), indices_.data(), values_.data());
-  window_.SetRow(slot, indices_.data(), values_.data(), k);
-  std::fill(update.begin(), update.end(), 0.0f);
-  kernels::ScatterAdd(indices_.data(), values_.data(), k, update.data());
+  TERSE_RETURN_IF_ERROR(history_.CheckStep(grad, update));
   std::vector<double> dots(options_.window);
-  window_.Dots(update.data(), dots.data());
+  const int64_t slot = history_.Push(grad.data(), update.data(), dots.data());
   system_.ReplaceRow(slot, dots.data());
-  system_.ApplyToRow(window_, slot, update.data());
-  ++steps_;
+  system_.ApplyToRow(history_.window(), slot, update.data());
   return absl::OkStatus();
 }
 
 absl::Status SparseGgt::Apply(absl::Span<const float> x,
                               absl::Span<float> out) const {
-  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
-  std::vector<double> dots(options_.window);
-  window_.Dots(x.data(), dots.data());
-  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
-  system_.Apply(window_, dots.data(), out.data());
-  return absl::OkStatus();
+  return ApplyOverWindow(history_.window(), x, out,
+                         [this](const double* dots, float* y) {
+                           system_.Apply(history_.window(), dots, y);
+                         });
 }
 
 MemoryUsage SparseGgt::memory() const {
-  MemoryUsage usage;
-  usage.window = window_.memory_bytes();
-  usage.error = static_cast<int64_t>(error().size() * sizeof(float));
-  usage.small = system_.memory_bytes();
-  usage.scratch = window_.bookkeeping_bytes() +
-                  static_cast<int64_t>(indices_.size() * sizeof(uint32_t) +
-                                       values_.size() * sizeof(float));
-  return usage;
+  return history_.Memory(system_.memory_bytes());
 }
 
 std::string SparseGgt::SaveState() const {
-  return SaveSparseHistory(name(), window_, steps_, error().data(),
-                           system_.gram());
+  return history_.Save(name(), system_.gram());
 }
 
 absl::Status SparseGgt::RestoreState(absl::string_view blob) {
   TERSE_ASSIGN_OR_RETURN(SparseHistoryState state,
-                         ParseSparseHistory(blob, name(), window_));
+                         history_.Parse(blob, name()));
   TERSE_RETURN_IF_ERROR(
       system_.SetGram(state.gram, NewestSlot(state.steps, options_.window)));
-  CommitSparseRows(state.rows, &window_);
-  *feedback_.mutable_error() = std::move(state.error);
-  steps_ = state.steps;
+  history_.Commit(std::move(state));  // Cannot fail.
   return absl::OkStatus();
 }
 

@@ -31,10 +31,10 @@
 
 #include "Eigen/Core"
 #include "absl/status/statusor.h"
-#include "efcp/dense_window.h"
-#include "efcp/error_feedback.h"
+#include "efcp/dense_history.h"
 #include "efcp/gradient_window.h"
 #include "efcp/preconditioner.h"
+#include "efcp/sparse_history.h"
 #include "efcp/sparse_window.h"
 
 namespace terse {
@@ -105,21 +105,20 @@ class Ggt final : public Preconditioner {
                     absl::Span<float> update) override;
   absl::Status Apply(absl::Span<const float> x,
                      absl::Span<float> out) const override;
-  int64_t steps() const override { return steps_; }
+  int64_t steps() const override { return history_.steps(); }
   MemoryUsage memory() const override;
   std::string SaveState() const override;
   absl::Status RestoreState(absl::string_view blob) override;
   absl::string_view name() const override { return "ggt"; }
 
-  const DenseWindow& window() const { return window_; }
+  const DenseWindow& window() const { return history_.window(); }
 
  private:
   explicit Ggt(const GgtOptions& options);
 
   GgtOptions options_;
-  DenseWindow window_;
+  DenseHistory history_;
   GgtSystem system_;
-  int64_t steps_ = 0;
 };
 
 class SparseGgt final : public Preconditioner {
@@ -132,26 +131,22 @@ class SparseGgt final : public Preconditioner {
                     absl::Span<float> update) override;
   absl::Status Apply(absl::Span<const float> x,
                      absl::Span<float> out) const override;
-  int64_t steps() const override { return steps_; }
+  int64_t steps() const override { return history_.steps(); }
   MemoryUsage memory() const override;
   std::string SaveState() const override;
   absl::Status RestoreState(absl::string_view blob) override;
   absl::string_view name() const override { return "sparse_ggt"; }
 
-  int64_t k() const { return feedback_.k(); }
-  const SparseWindow& window() const { return window_; }
-  const std::vector<float>& error() const { return feedback_.error(); }
+  int64_t k() const { return history_.k(); }
+  const SparseWindow& window() const { return history_.window(); }
+  const std::vector<float>& error() const { return history_.error(); }
 
  private:
   explicit SparseGgt(const SparseGgtOptions& options);
 
   SparseGgtOptions options_;
-  ErrorFeedbackTopK feedback_;
-  SparseWindow window_;
+  SparseHistory history_;
   GgtSystem system_;
-  std::vector<uint32_t> indices_;
-  std::vector<float> values_;
-  int64_t steps_ = 0;
 };
 
 }  // namespace efcp

@@ -1,12 +1,13 @@
 #include "efcp/sparse_mfac.h"
 
 #include <algorithm>
-#include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "efcp/validate.h"
+#include "efcp/window_apply.h"
 #include "efcp/window_state.h"
 
 namespace terse {
@@ -30,65 +31,41 @@ absl::StatusOr<std::unique_ptr<SparseMfac>> SparseMfac::Create(
 
 SparseMfac::SparseMfac(const SparseMfacOptions& options)
     : options_(options),
-      feedback_(options.dim,
-                ErrorFeedbackTopK::KeptEntries(options.density, options.dim),
-                options.storage == WindowStorage::kBlock16Bf16,
-                options.num_threads),
-      window_(options.window, options.dim, feedback_.k(), options.storage,
-              options.num_threads),
+      history_(options.dim, options.window, options.density, options.storage,
+               options.num_threads),
       system_(options.window, options.damp,
               options.refresh_interval < 0 ? options.window
-                                           : options.refresh_interval),
-      indices_(feedback_.k()),
-      values_(feedback_.k()) {}
+                                           : options.refresh_interval) {}
 
 absl::Status SparseMfac::Step(absl::Span<const float> grad,
                               absl::Span<float> update) {
-  TERSE_RETURN_IF_ERROR(feedback_.Check(grad));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
-  const int64_t slot = steps_ % options_.window;
-  const int64_t k = feedback_.k();
-  feedback_.Compress(grad.data(), indices_.data(), values_.data());
-  window_.SetRow(slot, indices_.data(), values_.data(), k);
-  // G c through the dense scatter of c (in the output buffer).
-  std::fill(update.begin(), update.end(), 0.0f);
-  kernels::ScatterAdd(indices_.data(), values_.data(), k, update.data());
+  TERSE_RETURN_IF_ERROR(history_.CheckStep(grad, update));
   std::vector<double> dots(options_.window);
-  window_.Dots(update.data(), dots.data());
+  // G c through the dense scatter of c (in the output buffer).
+  const int64_t slot = history_.Push(grad.data(), update.data(), dots.data());
   system_.ReplaceRow(slot, dots.data());
   // c is row `slot`: F^-1 c = m G^T K^-1 e_slot (overwrites the scatter).
-  system_.ApplyInverseToRow(window_, slot, update.data());
-  ++steps_;
+  system_.ApplyInverseToRow(history_.window(), slot, update.data());
   return absl::OkStatus();
 }
 
 absl::Status SparseMfac::Apply(absl::Span<const float> x,
                                absl::Span<float> out) const {
-  TERSE_RETURN_IF_ERROR(CheckFiniteVector(x, dim(), "x"));
-  TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
-  std::vector<double> dots(options_.window);
-  window_.Dots(x.data(), dots.data());
-  std::memcpy(out.data(), x.data(), sizeof(float) * dim());
-  system_.ApplyInverse(window_, dots.data(), out.data());
-  return absl::OkStatus();
+  return ApplyOverWindow(history_.window(), x, out,
+                         [this](const double* dots, float* y) {
+                           system_.ApplyInverse(history_.window(), dots, y);
+                         });
 }
 
 MemoryUsage SparseMfac::memory() const {
-  MemoryUsage usage;
-  usage.window = window_.memory_bytes();
-  usage.error = static_cast<int64_t>(error().size() * sizeof(float));
-  usage.small = system_.memory_bytes();
-  usage.scratch = window_.bookkeeping_bytes() +
-                  static_cast<int64_t>(indices_.size() * sizeof(uint32_t) +
-                                       values_.size() * sizeof(float));
-  return usage;
+  return history_.Memory(system_.memory_bytes());
 }
 
 absl::Status SparseMfac::CommitWindow(const std::vector<SparseVector>& rows,
                                       const Eigen::MatrixXd& gram) {
   TERSE_RETURN_IF_ERROR(CheckGramMatchesRows(gram, SparseNorms2(rows)));
   TERSE_RETURN_IF_ERROR(system_.SetGram(gram));
-  CommitSparseRows(rows, &window_);
+  history_.CommitRows(rows);
   return absl::OkStatus();
 }
 
@@ -110,31 +87,25 @@ absl::Status SparseMfac::ImportWindow(const std::vector<SparseVector>& rows,
           "efcp: sparse row has different numbers of indices and values");
     }
     TERSE_RETURN_IF_ERROR(
-        CheckSparseRow(window_, row.indices.data(), row.values.data(),
+        CheckSparseRow(window(), row.indices.data(), row.values.data(),
                        static_cast<int64_t>(row.indices.size())));
   }
   Eigen::MatrixXd full = Eigen::MatrixXd::Zero(m, m);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < n; ++j) full(i, j) = gram[i * n + j];
   }
-  TERSE_RETURN_IF_ERROR(CommitWindow(rows, full));
-  steps_ = n;
-  return absl::OkStatus();
+  return CommitWindow(rows, full);
 }
 
 std::string SparseMfac::SaveState() const {
-  return SaveSparseHistory(name(), window_, steps_, error().data(),
-                           system_.gram());
+  return history_.Save(name(), system_.gram());
 }
 
 absl::Status SparseMfac::RestoreState(absl::string_view blob) {
   TERSE_ASSIGN_OR_RETURN(SparseHistoryState state,
-                         ParseSparseHistory(blob, name(), window_));
+                         history_.Parse(blob, name()));
   TERSE_RETURN_IF_ERROR(system_.SetGram(state.gram));
-  // Nothing below can fail.
-  CommitSparseRows(state.rows, &window_);
-  *feedback_.mutable_error() = std::move(state.error);
-  steps_ = state.steps;
+  history_.Commit(std::move(state));  // Cannot fail.
   return absl::OkStatus();
 }
 

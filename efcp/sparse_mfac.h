@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "efcp/error_feedback.h"
 #include "efcp/mfac_system.h"
 #include "efcp/preconditioner.h"
+#include "efcp/sparse_history.h"
 #include "efcp/sparse_window.h"
 
 namespace terse {
@@ -53,7 +53,7 @@ class SparseMfac final : public Preconditioner {
                     absl::Span<float> update) override;
   absl::Status Apply(absl::Span<const float> x,
                      absl::Span<float> out) const override;
-  int64_t steps() const override { return steps_; }
+  int64_t steps() const override { return history_.steps(); }
   MemoryUsage memory() const override;
   std::string SaveState() const override;
   absl::Status RestoreState(absl::string_view blob) override;
@@ -72,10 +72,10 @@ class SparseMfac final : public Preconditioner {
                             absl::Span<const double> gram);
 
   const SparseMfacOptions& options() const { return options_; }
-  int64_t k() const { return feedback_.k(); }
-  const SparseWindow& window() const { return window_; }
+  int64_t k() const { return history_.k(); }
+  const SparseWindow& window() const { return history_.window(); }
   const MfacSystem& system() const { return system_; }
-  const std::vector<float>& error() const { return feedback_.error(); }
+  const std::vector<float>& error() const { return history_.error(); }
   void Refactorize() { system_.Refactorize(); }
 
  private:
@@ -85,12 +85,8 @@ class SparseMfac final : public Preconditioner {
                             const Eigen::MatrixXd& gram);
 
   SparseMfacOptions options_;
-  ErrorFeedbackTopK feedback_;
-  SparseWindow window_;
+  SparseHistory history_;
   MfacSystem system_;
-  std::vector<uint32_t> indices_;  // scratch, k entries
-  std::vector<float> values_;      // scratch, k entries
-  int64_t steps_ = 0;
 };
 
 }  // namespace efcp

@@ -161,10 +161,15 @@ absl::Status CudaSparseMfac::UploadRow(int64_t slot) {
     }
     return absl::OkStatus();
   }
+  // The device kernels index format-B slots through a per-row table of
+  // block starts (sparse_ops.h), built here from the host row.
   uint32_t* offsets = dev.offsets + slot * (dev.blocks + 1);
+  kernels::Block16BlockStarts(host, &starts_);
   view.index16 = dev.index16 + base;
   view.value16 = dev.value16 + base;
-  view.block_offsets = offsets;
+  view.dim = host.dim;
+  view.nnz = starts_.back();
+  view.block_starts = offsets;
   view.num_blocks = dev.blocks;
   if (host.nnz > 0) {
     TERSE_RETURN_IF_ERROR(
@@ -178,10 +183,13 @@ absl::Status CudaSparseMfac::UploadRow(int64_t slot) {
                               cudaMemcpyHostToDevice, dev.stream),
               "upload row"));
   }
-  return Check(cudaMemcpyAsync(offsets, host.block_offsets,
-                               sizeof(uint32_t) * (dev.blocks + 1),
-                               cudaMemcpyHostToDevice, dev.stream),
-               "upload row");
+  TERSE_RETURN_IF_ERROR(
+      Check(cudaMemcpyAsync(offsets, starts_.data(),
+                            sizeof(uint32_t) * (dev.blocks + 1),
+                            cudaMemcpyHostToDevice, dev.stream),
+            "upload row"));
+  // starts_ is reused by the next row: wait for this copy.
+  return dev.Sync();
 }
 
 absl::Status CudaSparseMfac::CheckFinite(const float* x,
@@ -227,16 +235,15 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(Check(
       kernels::cuda::Gather(dev.error, dev.indices, k_, dev.values, stream),
       "Gather"));
-  TERSE_RETURN_IF_ERROR(Check(
-      cuda::RoundAndNegate(
-          dev.values, dev.negated, k_,
-          options_.storage == WindowStorage::kBlock16Bf16 ? 1 : 0, stream),
-      "round"));
-  TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::ScatterAdd(dev.indices, dev.negated, k_, dev.error,
-                                      stream),
-            "e -= c"));
-  // Mirror the row on the host, then store it in the device window.
+  // Rounds the first n values to the storage and writes their negation.
+  const int bf16 = options_.storage == WindowStorage::kBlock16Bf16 ? 1 : 0;
+  auto round_and_negate = [&](int64_t n) {
+    return Check(cuda::RoundAndNegate(dev.values, dev.negated, n, bf16, stream),
+                 "round");
+  };
+  TERSE_RETURN_IF_ERROR(round_and_negate(k_));
+  // The host trims the row to what the window holds (block16 markers may
+  // take slots); only the kept entries leave the error buffer.
   TERSE_RETURN_IF_ERROR(Check(
       cudaMemcpyAsync(host_indices_.data(), dev.indices, sizeof(uint32_t) * k_,
                       cudaMemcpyDeviceToHost, dev.stream),
@@ -246,15 +253,30 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
                             cudaMemcpyDeviceToHost, dev.stream),
             "download row"));
   TERSE_RETURN_IF_ERROR(dev.Sync());
-  mirror_.SetRow(slot, host_indices_.data(), host_values_.data(), k_);
+  const int64_t n = mirror_.Fit(host_indices_.data(), host_values_.data(), k_);
+  if (n < k_) {
+    TERSE_RETURN_IF_ERROR(Check(
+        cudaMemcpyAsync(dev.indices, host_indices_.data(), sizeof(uint32_t) * n,
+                        cudaMemcpyHostToDevice, dev.stream),
+        "upload kept row"));
+    TERSE_RETURN_IF_ERROR(Check(
+        cudaMemcpyAsync(dev.values, host_values_.data(), sizeof(float) * n,
+                        cudaMemcpyHostToDevice, dev.stream),
+        "upload kept row"));
+    TERSE_RETURN_IF_ERROR(round_and_negate(n));
+  }
+  TERSE_RETURN_IF_ERROR(Check(
+      kernels::cuda::ScatterAdd(dev.indices, dev.negated, n, dev.error, stream),
+      "e -= c"));
+  mirror_.SetRow(slot, host_indices_.data(), host_values_.data(), n);
   TERSE_RETURN_IF_ERROR(UploadRow(slot));
   // G c through the dense scatter of c in the output buffer.
   TERSE_RETURN_IF_ERROR(
       Check(cudaMemsetAsync(update.data(), 0, sizeof(float) * d, dev.stream),
             "memset"));
   TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::ScatterAdd(dev.indices, dev.values, k_,
-                                      update.data(), stream),
+      Check(kernels::cuda::ScatterAdd(dev.indices, dev.values, n, update.data(),
+                                      stream),
             "scatter c"));
   TERSE_RETURN_IF_ERROR(
       Check(kernels::cuda::SparseDenseDots(rows_.data(), m, update.data(),

@@ -14,7 +14,13 @@
 // cross the bus: O(k + m) transfers.
 //
 // Memory: device = window + error buffer (d floats) + O(k + m) scratch;
-// host = the same window again (the mirror) + the m x m matrices.
+// host = the same window again (the mirror) + the m x m matrices. In
+// block16+bf16 the device window also keeps, per row, the decode index the
+// CUDA kernels use (ceil(d/65536)+1 block starts, built from the host row:
+// 68 bytes a row at d = 2^20, so the device copy is 1.002% of dense where
+// the host window is <= 1%); memory().window reports the device copy.
+// Entries the window cannot hold (block16 markers, sparse_window.h) stay in
+// the device error buffer, as on the CPU.
 // State blobs are "sparse_mfac" blobs, interchangeable with the CPU class.
 //
 // Errors: bad arguments are InvalidArgument with the state untouched, as on
@@ -86,6 +92,7 @@ class CudaSparseMfac final : public Preconditioner {
   std::vector<kernels::SparseRow> rows_;     // device pointers
   std::vector<uint32_t> host_indices_;       // k
   std::vector<float> host_values_;           // k
+  std::vector<uint32_t> starts_;             // a row's block starts
   mutable std::vector<double> host_dots_;    // m
   mutable std::vector<double> host_coeffs_;  // m
   int64_t steps_ = 0;

@@ -110,11 +110,92 @@ TEST_P(SparseMfacTest, MemoryReport) {
   if (GetParam() == WindowStorage::kIndex32Fp32) {
     EXPECT_EQ(usage.window, 4 * k * 8);
   } else {
-    EXPECT_EQ(usage.window, 4 * k * 4 + 4 * 17 * 4);
+    // Slots only, no per-row table: <= 1% of the dense window.
+    EXPECT_EQ(usage.window, 4 * k * 4);
+    EXPECT_LE(usage.window * 100, int64_t{4} * (1 << 20) * 4);
   }
   EXPECT_EQ(usage.error, (1 << 20) * 4);
   EXPECT_EQ(usage.small, (2 * 16 + 4) * 8);
   EXPECT_EQ(mfac->memory_bytes(), usage.total());
+}
+
+// Several 65536-wide blocks: with top-k entries spread over the blocks every
+// block boundary is a descent of the relative index, so a block16 row holds
+// all k = floor(density * d) entries (no marker); u32 rows always do. The
+// general bound (k - (blocks - 1) <= nnz <= k) is asserted too.
+TEST_P(SparseMfacTest, MultiBlockRowsHoldKEntries) {
+  SparseMfacOptions options;
+  options.dim = 3 * 65536 + 3392;  // 4 blocks, the last partial
+  options.window = 3;
+  options.damp = 1e-2;
+  options.density = 0.01;
+  options.storage = GetParam();
+  options.num_threads = 2;
+  auto mfac = *SparseMfac::Create(options);
+  const int64_t k = mfac->k();
+  ASSERT_EQ(k, 2000);
+  std::mt19937 rng(43);
+  std::vector<double> sum_g(options.dim, 0.0), sum_c(options.dim, 0.0);
+  std::vector<float> u(options.dim);
+  for (int step = 0; step < 5; ++step) {
+    const std::vector<float> g = RandomVector(options.dim, &rng);
+    ASSERT_TRUE(mfac->Step(g, absl::MakeSpan(u)).ok());
+    const int64_t slot = step % options.window;
+    const int64_t nnz = mfac->window().nnz(slot);
+    EXPECT_GE(nnz, k - 3);
+    EXPECT_LE(mfac->window().used_slots(slot), k);
+    EXPECT_EQ(nnz, k) << "step " << step;
+    const std::vector<double> c = DenseRow(*mfac, slot);
+    for (int64_t i = 0; i < options.dim; ++i) {
+      sum_g[i] += g[i];
+      sum_c[i] += c[i];
+    }
+  }
+  for (int64_t i = 0; i < options.dim; ++i) {
+    ASSERT_NEAR(mfac->error()[i] + sum_c[i], sum_g[i], 1e-5);
+  }
+}
+
+// A gradient whose top k need jump markers (one entry per block, relative
+// indices rising): a block16 row drops its smallest entries until entries +
+// markers fit k slots, and they stay in the error buffer exactly; the update
+// is still F^-1 c over what the window stores.
+TEST(SparseMfacBlock16Test, MarkersDropTheSmallestIntoTheError) {
+  SparseMfacOptions options;
+  options.dim = 10 * 65536;
+  options.window = 2;
+  options.damp = 1e-2;
+  options.density = 10.0 / options.dim;
+  options.storage = WindowStorage::kBlock16Bf16;
+  options.num_threads = 1;
+  auto mfac = *SparseMfac::Create(options);
+  ASSERT_EQ(mfac->k(), 10);
+  std::vector<float> g(options.dim, 0.0f);
+  for (int b = 0; b < 10; ++b) g[b * 65536 + b] = 10.0f - b;  // bf16-exact
+  std::vector<float> u(options.dim);
+  ASSERT_TRUE(mfac->Step(g, absl::MakeSpan(u)).ok());
+  // Entries 0..4 + 4 jumps = 9 slots; adding entry 5 would need 11.
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+  mfac->window().ReadRow(0, &indices, &values);
+  ASSERT_EQ(indices.size(), 5u);
+  EXPECT_EQ(mfac->window().used_slots(0), 9);
+  for (int b = 0; b < 5; ++b) {
+    EXPECT_EQ(indices[b], static_cast<uint32_t>(b * 65536 + b));
+    EXPECT_EQ(values[b], 10.0f - b);
+  }
+  for (int64_t i = 0; i < options.dim; ++i) {
+    const bool kept = i % 65536 == i / 65536 && i / 65536 < 5;
+    ASSERT_EQ(mfac->error()[i], kept ? 0.0f : g[i]) << i;
+  }
+  // One stored row c (the other slot zero): F = lambda I + c c^T / m, so
+  // F^-1 c = c / (lambda + |c|^2 / m).
+  const std::vector<double> c = DenseRow(*mfac, 0);
+  double norm2 = 0;
+  for (double v : c) norm2 += v * v;
+  std::vector<double> want(c.size());
+  for (size_t i = 0; i < c.size(); ++i) want[i] = c[i] / (1e-2 + norm2 / 2);
+  EXPECT_LT(RelativeError(u, want), 2e-6);
 }
 
 // With density 1 nothing is dropped (and fp32 storage rounds nothing), so

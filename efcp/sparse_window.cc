@@ -24,7 +24,6 @@ SparseWindow::SparseWindow(int64_t rows, int64_t dim, int64_t capacity,
       capacity_(capacity),
       storage_(storage),
       num_threads_(num_threads),
-      num_blocks_((dim + kernels::kBlock16Size - 1) / kernels::kBlock16Size),
       views_(rows) {
   const size_t entries = static_cast<size_t>(rows * capacity);
   if (storage_ == WindowStorage::kIndex32Fp32) {
@@ -33,7 +32,6 @@ SparseWindow::SparseWindow(int64_t rows, int64_t dim, int64_t capacity,
   } else {
     index16_.assign(entries, 0);
     value16_.assign(entries, 0);
-    block_offsets_.assign(static_cast<size_t>(rows * (num_blocks_ + 1)), 0);
   }
   Clear();
 }
@@ -41,29 +39,36 @@ SparseWindow::SparseWindow(int64_t rows, int64_t dim, int64_t capacity,
 int64_t SparseWindow::memory_bytes() const {
   return static_cast<int64_t>(
       index32_.size() * sizeof(uint32_t) + value32_.size() * sizeof(float) +
-      index16_.size() * sizeof(uint16_t) + value16_.size() * sizeof(uint16_t) +
-      block_offsets_.size() * sizeof(uint32_t));
+      index16_.size() * sizeof(uint16_t) + value16_.size() * sizeof(uint16_t));
 }
 
 int64_t SparseWindow::bookkeeping_bytes() const {
-  return static_cast<int64_t>(views_.size() * sizeof(kernels::SparseRow) +
-                              encode_scratch_.capacity() * sizeof(uint32_t));
+  return static_cast<int64_t>(views_.size() * sizeof(kernels::SparseRow));
+}
+
+int64_t SparseWindow::Slots(const uint32_t* indices, int64_t n) const {
+  if (storage_ == WindowStorage::kIndex32Fp32) return n;
+  return kernels::Block16Slots(indices, n);
+}
+
+int64_t SparseWindow::Fit(uint32_t* indices, float* values, int64_t n) const {
+  if (storage_ == WindowStorage::kIndex32Fp32) return std::min(n, capacity_);
+  return kernels::FitBlock16(indices, values, n, capacity_);
 }
 
 void SparseWindow::ClearRow(int64_t slot) {
   kernels::SparseRow& view = views_[slot];
-  view = kernels::SparseRow();
   const int64_t base = slot * capacity_;
   if (storage_ == WindowStorage::kIndex32Fp32) {
+    view = kernels::SparseRow();
     view.index32 = index32_.data() + base;
     view.value32 = value32_.data() + base;
   } else {
-    uint32_t* offsets = block_offsets_.data() + slot * (num_blocks_ + 1);
-    std::fill(offsets, offsets + num_blocks_ + 1, 0u);
-    view.index16 = index16_.data() + base;
-    view.value16 = value16_.data() + base;
-    view.block_offsets = offsets;
-    view.num_blocks = num_blocks_;
+    // An end marker in the first slot: the slots alone say "empty".
+    index16_[base] = 0;
+    value16_[base] = kernels::kBlock16End;
+    view = kernels::Block16Row(index16_.data() + base, value16_.data() + base,
+                               0, dim_);
   }
 }
 
@@ -82,46 +87,35 @@ void SparseWindow::SetRow(int64_t slot, const uint32_t* indices,
     // bytes (UBSan: "null pointer passed as argument 2").
     std::copy_n(indices, nnz, index32_.data() + base);
     std::copy_n(values, nnz, value32_.data() + base);
+    view.nnz = nnz;
   } else {
-    kernels::EncodeBlock16BF16(indices, values, nnz, dim_,
-                               index16_.data() + base, value16_.data() + base,
-                               &encode_scratch_);
-    std::copy(encode_scratch_.begin(), encode_scratch_.end(),
-              block_offsets_.begin() + slot * (num_blocks_ + 1));
+    view.nnz = kernels::EncodeBlock16BF16(indices, values, nnz, capacity_,
+                                          index16_.data() + base,
+                                          value16_.data() + base);
   }
-  view.nnz = nnz;
+}
+
+int64_t SparseWindow::nnz(int64_t slot) const {
+  if (storage_ == WindowStorage::kIndex32Fp32) return views_[slot].nnz;
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+  ReadRow(slot, &indices, &values);
+  return static_cast<int64_t>(indices.size());
 }
 
 void SparseWindow::ReadRow(int64_t slot, std::vector<uint32_t>* indices,
                            std::vector<float>* values) const {
-  const kernels::SparseRow& view = views_[slot];
-  indices->resize(view.nnz);
-  values->resize(view.nnz);
-  if (storage_ == WindowStorage::kIndex32Fp32) {
-    std::copy(view.index32, view.index32 + view.nnz, indices->begin());
-    std::copy(view.value32, view.value32 + view.nnz, values->begin());
-    return;
-  }
-  for (int64_t b = 0; b < view.num_blocks; ++b) {
-    for (uint32_t j = view.block_offsets[b]; j < view.block_offsets[b + 1];
-         ++j) {
-      (*indices)[j] =
-          static_cast<uint32_t>(b * kernels::kBlock16Size + view.index16[j]);
-    }
-  }
-  BFloat16ToFloat(view.value16, values->data(), view.nnz);
+  kernels::DecodeRow(views_[slot], indices, values);
 }
 
 float SparseWindow::RoundToStorage(float v) const {
   if (storage_ == WindowStorage::kIndex32Fp32) return v;
-  return BFloat16ToFloat(FloatToBFloat16(v));
+  return BFloat16ToFloat(kernels::ToBlock16Value(v));
 }
 
 void SparseWindow::RoundToStorage(float* values, int64_t n) const {
   if (storage_ == WindowStorage::kIndex32Fp32) return;
-  for (int64_t i = 0; i < n; ++i) {
-    values[i] = BFloat16ToFloat(FloatToBFloat16(values[i]));
-  }
+  for (int64_t i = 0; i < n; ++i) values[i] = RoundToStorage(values[i]);
 }
 
 void SparseWindow::Dots(const float* x, double* out) const {

@@ -72,6 +72,12 @@ absl::Status CheckSparseRow(const SparseWindow& window, const uint32_t* indices,
                        WindowStorageName(window.storage())));
     }
   }
+  const int64_t slots = window.Slots(indices, nnz);
+  if (slots > window.capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "efcp: sparse row of ", nnz, " entries needs ", slots,
+        " slots with its block markers; a row has ", window.capacity()));
+  }
   return absl::OkStatus();
 }
 

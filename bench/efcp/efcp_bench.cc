@@ -202,7 +202,7 @@ Result RunSparse(int64_t d, int64_t m, WindowStorage storage, int steps,
 
 void Print(const Result& r, int64_t dense_window_bytes) {
   std::printf(
-      "%-26s %9lld %5lld %10.2f %10.2f %10.2f %10.2f %12.1f %8.3f%% %12.1f\n",
+      "%-26s %9lld %5lld %10.2f %10.2f %10.2f %10.2f %12.1f %9.4f%% %12.1f\n",
       r.what.c_str(), static_cast<long long>(r.d), static_cast<long long>(r.m),
       r.step_ms, r.cpu_ms, r.refactor_ms, r.amortized_ms,
       r.window_bytes / 1048576.0, 100.0 * r.window_bytes / dense_window_bytes,
@@ -233,7 +233,7 @@ int Main(int argc, char** argv) {
       "EFCP bench: density 1%%, median of %d steps after 1 warm-up; "
       "refactor = one O(m^3) refresh (every m steps)\n",
       steps);
-  std::printf("%-26s %9s %5s %10s %10s %10s %10s %12s %9s %12s\n",
+  std::printf("%-26s %9s %5s %10s %10s %10s %10s %12s %10s %12s\n",
               "preconditioner", "d", "m", "step_ms", "cpu_ms", "refact_ms",
               "amort_ms", "window_MiB", "%dense", "total_MiB");
   const int64_t d = int64_t{1} << 20;

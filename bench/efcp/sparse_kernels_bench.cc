@@ -30,7 +30,6 @@ struct Window {
   std::vector<std::vector<uint32_t>> index32;
   std::vector<std::vector<float>> value32;
   std::vector<std::vector<uint16_t>> index16, value16;
-  std::vector<std::vector<uint32_t>> offsets;
   std::vector<SparseRow> a, b;  // format A and format B views
 };
 
@@ -42,7 +41,6 @@ Window MakeWindow(int64_t d, int64_t m, int64_t k) {
   w.value32.resize(m);
   w.index16.resize(m);
   w.value16.resize(m);
-  w.offsets.resize(m);
   std::vector<uint32_t> all(d);
   for (int64_t i = 0; i < d; ++i) all[i] = static_cast<uint32_t>(i);
   for (int64_t r = 0; r < m; ++r) {
@@ -55,17 +53,21 @@ Window MakeWindow(int64_t d, int64_t m, int64_t k) {
     std::sort(w.index32[r].begin(), w.index32[r].end());
     w.value32[r].resize(k);
     for (float& v : w.value32[r]) v = uniform(rng);
+    // k slots, as in the window: a row that needs markers drops entries.
+    const int64_t kept =
+        FitBlock16(w.index32[r].data(), w.value32[r].data(), k, k);
     w.index16[r].resize(k);
     w.value16[r].resize(k);
-    EncodeBlock16BF16(w.index32[r].data(), w.value32[r].data(), k, d,
-                      w.index16[r].data(), w.value16[r].data(), &w.offsets[r]);
+    const int64_t slots =
+        EncodeBlock16BF16(w.index32[r].data(), w.value32[r].data(), kept, k,
+                          w.index16[r].data(), w.value16[r].data());
     SparseRow row;
-    row.nnz = k;
+    row.nnz = kept;
     row.index32 = w.index32[r].data();
     row.value32 = w.value32[r].data();
     w.a.push_back(row);
     w.b.push_back(
-        Block16Row(w.index16[r].data(), w.value16[r].data(), w.offsets[r]));
+        Block16Row(w.index16[r].data(), w.value16[r].data(), slots, d));
   }
   return w;
 }

@@ -21,26 +21,31 @@ __device__ __forceinline__ float Bf16ToFloat(uint16_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
-// Absolute index and value of entry j of a row (either format).
-__device__ __forceinline__ void RowEntry(const SparseRow& row, int64_t j,
+// Absolute index and value of slot j of a row (either format); false for a
+// format-B marker slot (no entry). Format B uses the row's decode index
+// block_starts (sparse_ops.h).
+__device__ __forceinline__ bool RowEntry(const SparseRow& row, int64_t j,
                                          int64_t* index, float* value) {
   if (row.index32 != nullptr) {
     *index = row.index32[j];
     *value = row.value32[j];
-    return;
+    return true;
   }
-  // The block b with block_offsets[b] <= j < block_offsets[b + 1].
-  int64_t lo = 0, hi = row.num_blocks;  // Invariant: offsets[lo] <= j.
+  const uint16_t bits = row.value16[j];
+  if ((bits & 0x7f80u) == 0x7f80u) return false;  // A marker.
+  // The block b with block_starts[b] <= j < block_starts[b + 1].
+  int64_t lo = 0, hi = row.num_blocks;  // Invariant: starts[lo] <= j.
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    if (row.block_offsets[mid] <= j) {
+    if (row.block_starts[mid] <= j) {
       lo = mid;
     } else {
       hi = mid;
     }
   }
   *index = lo * kBlock16Size + row.index16[j];
-  *value = Bf16ToFloat(row.value16[j]);
+  *value = Bf16ToFloat(bits);
+  return true;
 }
 
 __global__ void GatherKernel(const float* dense, const uint32_t* indices,
@@ -68,7 +73,7 @@ __global__ void RowDotKernel(SparseRow row, const float* dense, double* out) {
   for (int64_t j = threadIdx.x; j < row.nnz; j += blockDim.x) {
     int64_t index;
     float value;
-    RowEntry(row, j, &index, &value);
+    if (!RowEntry(row, j, &index, &value)) continue;
     sum += static_cast<double>(value) * static_cast<double>(dense[index]);
   }
   partial[threadIdx.x] = sum;
@@ -89,7 +94,7 @@ __global__ void RowAxpyKernel(SparseRow row, double coeff, float* dense) {
        j < row.nnz; j += stride) {
     int64_t index;
     float value;
-    RowEntry(row, j, &index, &value);
+    if (!RowEntry(row, j, &index, &value)) continue;
     dense[index] += static_cast<float>(coeff * static_cast<double>(value));
   }
 }

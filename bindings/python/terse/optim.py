@@ -308,7 +308,9 @@ class SparseMFAC(MFAC):
 
     storage 'u32_fp32': 32-bit indices + fp32 values (8 bytes per kept
     entry); 'block16_bf16': block-relative 16-bit indices + bf16 values
-    (4 bytes per entry plus block offsets).
+    (4 bytes per slot, k slots a row and nothing else: <= 1% of the dense
+    window at density 1%; a slot is an entry or, rarely, a block marker,
+    and an entry a row has no slot for stays in the error buffer).
     """
 
     _STRUCTURAL = ("damp", "m", "density", "storage")
