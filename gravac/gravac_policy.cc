@@ -75,6 +75,10 @@ Decision GravacPolicy::Guard(const Decision& x) {
       out.send_cf = x.probe_cf_min;
     } else {
       out = PlainDense();
+      // One vetoed step per window measures T_d; the others skip the
+      // engine's statistics exchange (Decision::wants_stats).
+      out.wants_stats =
+          decisions_ % options_.window == options_.window / 2;
     }
   }
   const bool guarded = out.dense();

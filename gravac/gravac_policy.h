@@ -44,7 +44,9 @@
 //     a vetoed candidate falls back to theta_min (if its gain passes epsilon
 //     and it is not vetoed), otherwise the step is plain dense with the
 //     residual cleared, as the paper's dense fallback. A CF not yet measured
-//     is never vetoed (it must be measured once).
+//     is never vetoed (it must be measured once). Vetoed steps want no
+//     statistics (Decision::wants_stats) but one per window, which keeps
+//     T_d measured: a fast link then pays no per-step statistics exchange.
 //   - Guard probes: plain-dense steps measure no gains and no T_c[X]. Every
 //     `interval` windows one decision skips the veto: it sends X (while
 //     vetoed) or plain dense (while compressing) to refresh the other side.

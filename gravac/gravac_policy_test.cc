@@ -19,6 +19,7 @@ struct Trace {
 
 StepStats Measure(const Decision& d, const Trace& trace) {
   StepStats s;
+  if (!d.wants_stats) return s;  // The engine skips the exchange: zeros.
   s.norm2_ef = 1.0;
   if (d.probe_cf_min > 0) {
     s.norm2_min = trace.gain(d.probe_cf_min);
@@ -230,14 +231,21 @@ TEST(GravacPolicyTest, GuardKeepsAFastLinkDenseAfterProbing) {
   EXPECT_GT(decisions[2].probe_cf_min, 0);
   EXPECT_FALSE(decisions[3].dense());
   std::vector<int> compressed;
+  int quiet = 0;
   for (int i = 4; i < 200; ++i) {
     if (!decisions[i].dense()) {
       compressed.push_back(i);
+      EXPECT_TRUE(decisions[i].wants_stats);
     } else {
       EXPECT_EQ(decisions[i].probe_cf_min, 0) << "vetoed steps do not probe";
       EXPECT_TRUE(decisions[i].clear_residual);
+      // One vetoed step per window (mid-window) measures dense's time.
+      // (5 and 15 are guard probes measuring dense: they want them.)
+      if (i != 5 && i != 15) EXPECT_EQ(decisions[i].wants_stats, i % 5 == 2) << i;
+      quiet += !decisions[i].wants_stats;
     }
   }
+  EXPECT_GT(quiet, 140) << "most vetoed steps skip the statistics exchange";
   // 6, 10, 16, 20: each new rung of the ladder (20, 40, 160, 1000) is sent
   // once to be measured (an unmeasured CF is never vetoed); the guard probes
   // at 5 and 15 found an unmeasured candidate, so they measured dense. Then
