@@ -77,8 +77,7 @@ Decision GravacPolicy::Guard(const Decision& x) {
       out = PlainDense();
       // One vetoed step per window measures T_d; the others skip the
       // engine's statistics exchange (Decision::wants_stats).
-      out.wants_stats =
-          decisions_ % options_.window == options_.window / 2;
+      out.wants_stats = decisions_ % options_.window == options_.window / 2;
     }
   }
   const bool guarded = out.dense();
@@ -193,13 +192,12 @@ std::string GravacPolicy::Describe() const {
     absl::StrAppend(&throughputs, throughputs.empty() ? "" : ",", cf, ":",
                     absl::SixDigits(t.mean()));
   }
-  return absl::StrCat("gravac ", options_.compressor,
-                      " cf=", last_decision_.send_cf, " min=", theta_min_,
-                      " cand=", candidate_cf(),
-                      " gain_min=", absl::SixDigits(delta_min_),
-                      " gain_cand=", absl::SixDigits(delta_candidate_),
-                      " T_c=[", throughputs, "]", settled_ ? " settled" : "",
-                      last_guarded_ ? " guarded" : "");
+  return absl::StrCat(
+      "gravac ", options_.compressor, " cf=", last_decision_.send_cf,
+      " min=", theta_min_, " cand=", candidate_cf(),
+      " gain_min=", absl::SixDigits(delta_min_),
+      " gain_cand=", absl::SixDigits(delta_candidate_), " T_c=[", throughputs,
+      "]", settled_ ? " settled" : "", last_guarded_ ? " guarded" : "");
 }
 
 void GravacPolicy::SaveState(proto::PolicyState* state) const {

@@ -73,8 +73,8 @@ struct GravacOptions {
   double epsilon = 0.9;
   double omega = 0.01;
   int64_t window = 500;
-  bool exponential = true;  // false: geometric
-  double ewma = 0.04;       // weight of the newest gain, in (0, 1]
+  bool exponential = true;       // false: geometric
+  double ewma = 0.04;            // weight of the newest gain, in (0, 1]
   bool throughput_guard = true;  // see the guard above; false: the paper
 };
 
@@ -132,11 +132,11 @@ class GravacPolicy : public Policy {
   double theta_ideal_ = 0;
   Decision last_decision_;
   // Throughput guard.
-  int64_t decisions_ = 0;           // Decide() calls so far.
-  double guard_dense_tc_ = 0;       // T_d (0: not measured)
+  int64_t decisions_ = 0;              // Decide() calls so far.
+  double guard_dense_tc_ = 0;          // T_d (0: not measured)
   std::map<double, double> guard_tc_;  // T_c by CF sent, probes included
-  int64_t guard_next_probe_ = 0;    // decision index of the next guard probe
-  int64_t guard_interval_ = 1;      // windows between guard probes
+  int64_t guard_next_probe_ = 0;       // decision index of the next guard probe
+  int64_t guard_interval_ = 1;         // windows between guard probes
   bool probe_verdict_guarded_ = false;  // verdict at the last guard probe
   bool last_guarded_ = false;
 };

@@ -31,7 +31,8 @@ StepStats Measure(const Decision& d, const Trace& trace) {
 }
 
 // Runs `steps` steps and returns the CF sent at each.
-std::vector<double> RunSteps(GravacPolicy* policy, const Trace& trace, int steps) {
+std::vector<double> RunSteps(GravacPolicy* policy, const Trace& trace,
+                             int steps) {
   std::vector<double> sent;
   for (int i = 0; i < steps; ++i) {
     Decision d = policy->Decide();
@@ -81,15 +82,13 @@ GravacOptions GuardedOptions(int window) {
 // A fast link: every gain passes epsilon, but a compressed step (top-k and
 // its probes) takes 3x a dense one, so its T_c is below dense's.
 Trace FastLink() {
-  return Trace{Exploring().gain,
-               [](double cf) { return cf <= 1 ? 1.0 : 3.0; }};
+  return Trace{Exploring().gain, [](double cf) { return cf <= 1 ? 1.0 : 3.0; }};
 }
 
 TEST(GravacPolicyTest, ExponentialPolicyVisitsThePaperSequence) {
   GravacPolicy policy(Options(1000, /*exponential=*/true, /*window=*/5));
   std::vector<double> sent = RunSteps(&policy, Exploring(), 40);
-  EXPECT_EQ(Collapse(sent),
-            (std::vector<double>{1, 10, 20, 40, 160, 1000}));
+  EXPECT_EQ(Collapse(sent), (std::vector<double>{1, 10, 20, 40, 160, 1000}));
   // One candidate per window: the CF changes only at window boundaries.
   for (int i = 1; i < 40; ++i) {
     if (sent[i] != sent[i - 1] && sent[i - 1] != 1) {
@@ -241,7 +240,9 @@ TEST(GravacPolicyTest, GuardKeepsAFastLinkDenseAfterProbing) {
       EXPECT_TRUE(decisions[i].clear_residual);
       // One vetoed step per window (mid-window) measures dense's time.
       // (5 and 15 are guard probes measuring dense: they want them.)
-      if (i != 5 && i != 15) EXPECT_EQ(decisions[i].wants_stats, i % 5 == 2) << i;
+      if (i != 5 && i != 15) {
+        EXPECT_EQ(decisions[i].wants_stats, i % 5 == 2) << i;
+      }
       quiet += !decisions[i].wants_stats;
     }
   }
