@@ -88,6 +88,26 @@ Knob WordKnob(std::string name, std::string def, std::string doc,
               [field](const Config& c) { return c.*field; }};
 }
 
+// On/off switch: accepts on|off|true|false|1|0, shows "on" or "off".
+Knob BoolKnob(std::string name, std::string def, std::string doc,
+              bool Config::*field) {
+  const std::string accepted = "one of: on off true false 1 0";
+  return Knob{name, "", def, accepted, doc,
+              [=](absl::string_view v, Config* c) {
+                if (v == "on" || v == "true" || v == "1") {
+                  c->*field = true;
+                } else if (v == "off" || v == "false" || v == "0") {
+                  c->*field = false;
+                } else {
+                  return absl::InvalidArgumentError(accepted);
+                }
+                return absl::OkStatus();
+              },
+              [field](const Config& c) {
+                return std::string(c.*field ? "on" : "off");
+              }};
+}
+
 const std::vector<std::string>& CompressionWords() {
   static const auto* words = new std::vector<std::string>{
       "none",     "fp16",     "bf16", "topk",      "randomk",
@@ -212,6 +232,10 @@ const std::vector<Knob>& Knobs() {
              return c.gravac_ewma == 0 ? std::string("auto")
                                        : FormatDouble(c.gravac_ewma);
            }},
+      BoolKnob("TERSE_GRAVAC_THROUGHPUT_GUARD", "on",
+               "let GraVAC's measured throughput veto compression where "
+               "dense is faster (an extension; off: the paper's algorithm)",
+               &Config::gravac_throughput_guard),
       DoubleKnob("TERSE_ACCORDION_LOW_CF", "x", "10",
                  "Accordion's CF in critical regimes", &Config::accordion_low_cf,
                  1, 1e6),

@@ -54,6 +54,7 @@ struct Config {
   std::string gravac_policy;  // exponential | geometric
   std::string gravac_scope;   // bucket | global
   double gravac_ewma;         // 0 means "auto": ranks / 100.
+  bool gravac_throughput_guard;  // gravac/gravac_policy.h, extension
 
   // Accordion.
   double accordion_low_cf;

@@ -28,6 +28,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.gravac_policy, "exponential");
   EXPECT_EQ(c.gravac_scope, "bucket");
   EXPECT_EQ(c.gravac_ewma, 0.0);  // auto
+  EXPECT_TRUE(c.gravac_throughput_guard);
   EXPECT_EQ(c.accordion_low_cf, 10.0);
   EXPECT_EQ(c.accordion_high_cf, 1000.0);
   EXPECT_EQ(c.accordion_switch_steps, 500);
@@ -48,7 +49,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 28u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 29u);
 }
 
 TEST(ConfigTest, ParsesValues) {
@@ -57,6 +58,7 @@ TEST(ConfigTest, ParsesValues) {
       {"TERSE_COMPRESSION", "gravac"},
       {"TERSE_GRAVAC_EWMA", "0.04"},
       {"TERSE_GRAVAC_POLICY", "geometric"},
+      {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"},
       {"TERSE_COMPRESSION_RULES", "*.bias=none; layer1.*=topk:50"},
       {"TERSE_SEED", "18446744073709551615"},
   });
@@ -65,6 +67,7 @@ TEST(ConfigTest, ParsesValues) {
   EXPECT_EQ(c->compression, "gravac");
   EXPECT_EQ(c->gravac_ewma, 0.04);
   EXPECT_EQ(c->gravac_policy, "geometric");
+  EXPECT_FALSE(c->gravac_throughput_guard);
   ASSERT_EQ(c->compression_rules.size(), 2u);
   EXPECT_EQ(c->compression_rules[0].glob, "*.bias");
   EXPECT_EQ(c->compression_rules[0].policy, "none");
@@ -101,6 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"TERSE_FUSION_THRESHOLD", "-1", "an integer in [0,"},
         BadValue{"TERSE_FUSION_THRESHOLD", "1.5", "an integer"},
         BadValue{"TERSE_CYCLE_TIME_MS", "fast", "a number in [0, 10000]"},
+        BadValue{"TERSE_GRAVAC_THROUGHPUT_GUARD", "maybe",
+                 "one of: on off true false 1 0"},
         BadValue{"TERSE_COMPRESSION", "zip", "one of: none fp16 bf16 topk"},
         BadValue{"TERSE_CF", "0.5", "a number in [1, 1000000]"},
         BadValue{"TERSE_GRAVAC_EPSILON", "0", "a number in (0, 1]"},

@@ -60,6 +60,9 @@ struct CompressedReducer::BucketState {
   double own_total_at_last_start = 0;
   double bytes_total_at_last_start = 0;
   int64_t bytes = 0;
+  // This reducer erased the bucket's residual and stored none since (false
+  // after a restore: the checkpoint may hold one).
+  bool residual_empty = false;
 };
 
 // What this rank sends for a bucket this step.
@@ -73,6 +76,10 @@ struct CompressedReducer::Sent {
   double cf = 1;
   // Bytes this rank put on the wire for the bucket (filled by Communicate).
   int64_t bytes = 0;
+  // Dense without residual or probes: reduced in place, `a` left unfilled.
+  bool in_place = false;
+  // Exchange the statistics (adaptive policies, see Decision::wants_stats).
+  bool gather_stats = false;
 };
 
 CompressedReducer::CompressedReducer(const Config& config, int rank, int size)
@@ -117,6 +124,7 @@ CompressedReducer::BucketState& CompressedReducer::StateFor(
     s.pending.send_cf = r.pending_send_cf();
     s.pending.probe_cf_min = r.pending_probe_cf_min();
     s.pending.probe_cf_candidate = r.pending_probe_cf_candidate();
+    s.pending.wants_stats = !r.pending_quiet();
     for (int i = 0; i < kNumStats && i < r.pending_norms_size(); ++i) {
       s.pending_norms[i] = r.pending_norms(i);
     }
@@ -259,7 +267,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
 
   if (sent->dense) {
     sent->bytes = n * static_cast<int64_t>(sizeof(float));
-    std::memcpy(out, state.a.data(), n * sizeof(float));
+    if (!sent->in_place) std::memcpy(out, state.a.data(), n * sizeof(float));
     TERSE_RETURN_IF_ERROR(
         comm->Allreduce(out, n, DataType::kFloat32, ReduceOp::kSum));
   } else if (sent->rounds != nullptr) {
@@ -335,7 +343,9 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     *stats = total;
     stats_gathered = true;
   }
-  if (!stats_gathered && state.adaptive) {
+  if (!stats_gathered && state.adaptive && !sent->gather_stats) {
+    std::fill(stats->begin(), stats->end(), 0.0);  // The same on every rank.
+  } else if (!stats_gathered && state.adaptive) {
     std::vector<double> all(kNumStats * comm->size());
     TERSE_RETURN_IF_ERROR(
         comm->Allgather(stats->data(), all.data(), kStatsBytes));
@@ -356,9 +366,14 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   const double previous_seconds = PreviousStepSeconds(state, start);
   const gravac::Decision decision = state.policy->Decide();
 
-  const float* g = static_cast<const float*>(ctx.data);
-  state.a.assign(g, g + n);
-  residuals_.AddTo(absl::MakeSpan(state.a), state.segments);
+  // Dense with nothing to add or measure: reduce the input where it is.
+  const bool in_place = decision.dense() && decision.probe_cf_min <= 0 &&
+                        !state.accumulates && state.residual_empty;
+  if (!in_place) {
+    const float* g = static_cast<const float*>(ctx.data);
+    state.a.assign(g, g + n);
+    residuals_.AddTo(absl::MakeSpan(state.a), state.segments);
+  }
 
   CompressContext cctx;
   cctx.seed = config_.seed;
@@ -369,7 +384,13 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   cctx.segments = state.segments;
 
   Sent sent;
-  std::vector<double> stats = {SquaredNorm(state.a), 0, 0, previous_seconds};
+  sent.in_place = in_place;
+  // This step's exchange carries the pending decision's time and this
+  // decision's norms: skipped when neither wants them.
+  sent.gather_stats = decision.wants_stats ||
+                      (state.has_pending && state.pending.wants_stats);
+  std::vector<double> stats = {in_place ? 0.0 : SquaredNorm(state.a), 0, 0,
+                               previous_seconds};
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
   if (decision.probe_cf_min > 0) {
     stats[1] = SquaredNorm(state.level1);
@@ -383,8 +404,10 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   // Error feedback: what this rank did not send stays for the next step.
   if (sent.dense || !sent.compressor->lossy()) {
     residuals_.Erase(state.segments);
+    state.residual_empty = true;
   } else {
     residuals_.Store(state.segments, state.a, *sent.local);
+    state.residual_empty = false;
   }
 
   // Statistics: the averages over ranks, fed one step late with the time.
@@ -478,6 +501,7 @@ std::string CompressedReducer::SaveState() const {
     for (float v : s->accumulator) b->add_accumulator(v);
     b->set_has_pending(s->has_pending);
     b->set_pending_compressor(s->pending.compressor);
+    b->set_pending_quiet(!s->pending.wants_stats);
     b->set_pending_send_cf(s->pending.send_cf);
     b->set_pending_probe_cf_min(s->pending.probe_cf_min);
     b->set_pending_probe_cf_candidate(s->pending.probe_cf_candidate);

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/loopback/loopback.h"
 #include "common/half.h"
 #include "compressors/registry.h"
@@ -148,44 +149,70 @@ TEST(CompressedReducerTest, StaticTopKEqualsTheSumOfWhatEachRankSelected) {
   }
 }
 
+// With the throughput guard on (the default) the decisions also depend on
+// measured step times; those are averaged across ranks like the gains, so
+// the ranks still agree.
 TEST(CompressedReducerTest, GravacDecidesIdenticallyOnEveryRank) {
-  const Bucket bucket = MakeBucket({2000});
-  const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
-                                    {"TERSE_GRAVAC_WINDOW", "2"},
-                                    {"TERSE_GRAVAC_EPSILON", "0.7"},
-                                    {"TERSE_GRAVAC_EWMA", "0.5"},
-                                    // No settling on throughputs within 1%:
-                                    // decisions follow the gradients only.
-                                    {"TERSE_GRAVAC_OMEGA", "0"}});
-  std::vector<std::unique_ptr<CompressedReducer>> reducers;
-  RunResult run = RunRanks(
-      4, config, bucket, 16,
-      [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
-  std::set<std::string> seen;
-  for (int s = 0; s < 16; ++s) {
-    for (int r = 1; r < 4; ++r) {
-      EXPECT_EQ(run.policies[s][r], run.policies[s][0]) << "step " << s;
-      EXPECT_EQ(run.results[s][r], run.results[s][0]) << "step " << s;
+  for (const char* guard : {"off", "on"}) {
+    SCOPED_TRACE(absl::StrCat("throughput guard ", guard));
+    const Bucket bucket = MakeBucket({2000});
+    const Config config =
+        MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                    {"TERSE_GRAVAC_WINDOW", "2"},
+                    {"TERSE_GRAVAC_EPSILON", "0.7"},
+                    {"TERSE_GRAVAC_EWMA", "0.5"},
+                    {"TERSE_GRAVAC_THROUGHPUT_GUARD", guard},
+                    // No settling on throughputs within 1%:
+                    // decisions follow the gradients only (guard off).
+                    {"TERSE_GRAVAC_OMEGA", "0"}});
+    std::vector<std::unique_ptr<CompressedReducer>> reducers;
+    RunResult run = RunRanks(
+        4, config, bucket, 16,
+        [&](int r, int s) { return Gradient(r, s, bucket.count); },
+        &reducers);
+    std::set<std::string> seen;
+    for (int s = 0; s < 16; ++s) {
+      for (int r = 1; r < 4; ++r) {
+        EXPECT_EQ(run.policies[s][r], run.policies[s][0]) << "step " << s;
+        EXPECT_EQ(run.results[s][r], run.results[s][0]) << "step " << s;
+      }
+      seen.insert(run.policies[s][0]);
     }
-    seen.insert(run.policies[s][0]);
+    EXPECT_GT(seen.size(), 2u) << "the controller explored several CFs";
+    if (std::string(guard) == "on") {
+      // Steps 0 and 1 measure dense; step 1 (no residual left by step 0,
+      // no probes) is reduced in place: still the plain sum over ranks.
+      for (int s = 0; s < 2; ++s) {
+        std::vector<float> sum(bucket.count, 0.0f);
+        for (int r = 0; r < 4; ++r) {
+          const std::vector<float> g = Gradient(r, s, bucket.count);
+          for (int64_t i = 0; i < bucket.count; ++i) sum[i] += g[i];
+        }
+        for (int64_t i = 0; i < bucket.count; ++i) {
+          ASSERT_NEAR(run.results[s][0][i], sum[i], 1e-4) << s << " " << i;
+        }
+      }
+      continue;  // What it sends later depends on timing.
+    }
+    // Which CF it settles on depends on measured throughput (a sanitizer
+    // build compresses slowly enough that dense wins on loopback); that it
+    // sends compressed while exploring depends only on the gains: a
+    // heavy-tailed gradient keeps more than epsilon of its energy at CF 10.
+    bool compressed = false;
+    for (int s = 0; s < 16; ++s) {
+      const std::string& line = run.policies[s][0];
+      compressed |= line.substr(line.rfind(" sent ") + 6) != "1";
+    }
+    EXPECT_TRUE(compressed) << "a heavy-tailed gradient compresses";
   }
-  EXPECT_GT(seen.size(), 2u) << "the controller explored several CFs";
-  // Which CF it settles on depends on measured throughput (a sanitizer build
-  // compresses slowly enough that dense wins on loopback); that it sends
-  // compressed while exploring depends only on the gains: a heavy-tailed
-  // gradient keeps more than epsilon of its energy at CF 10.
-  bool compressed = false;
-  for (int s = 0; s < 16; ++s) {
-    const std::string& line = run.policies[s][0];
-    compressed |= line.substr(line.rfind(" sent ") + 6) != "1";
-  }
-  EXPECT_TRUE(compressed) << "a heavy-tailed gradient compresses";
 }
 
 TEST(CompressedReducerTest, MultiLevelSendsTopKOfTopK) {
   const Bucket bucket = MakeBucket({1000});
-  // One rank; window 1 so the candidate (20) is explored from step 2 on.
+  // One rank; window 1 so the candidate (20) is explored from step 2 on
+  // (the paper's start: no throughput guard measuring dense first).
   const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                                    {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"},
                                     {"TERSE_GRAVAC_WINDOW", "1"},
                                     {"TERSE_GRAVAC_EPSILON", "0.5"},
                                     {"TERSE_GRAVAC_EWMA", "1"}});
@@ -268,9 +295,11 @@ TEST(CompressedReducerTest, CorruptPayloadFailsEveryRankNamingTheSender) {
 
 TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   const Bucket bucket = MakeBucket({800});
-  // omega = 0: no decision depends on measured wall time (which differs
-  // between any two runs), only on the gains, the window and the residuals.
+  // omega = 0 and no throughput guard: no decision depends on measured wall
+  // time (which differs between any two runs), only on the gains, the
+  // window and the residuals. (The guard's state: gravac_policy_test.)
   const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                                    {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"},
                                     {"TERSE_GRAVAC_WINDOW", "2"},
                                     {"TERSE_GRAVAC_OMEGA", "0"},
                                     {"TERSE_GRAVAC_EPSILON", "0.7"}});

@@ -41,6 +41,12 @@ struct Decision {
   bool clear_residual = false;
   // Accordion: restart the accumulated-gradient sum after this step.
   bool reset_accumulator = false;
+  // The policy wants this step's statistics (time and norms). When neither
+  // this decision nor the previous one (whose time this step's exchange
+  // carries) wants them, the engine skips the exchange and Observe gets
+  // zeros, identical on every rank. GraVAC's guard clears it on most vetoed
+  // (plain-dense) steps, so a fast link pays no per-step statistics round.
+  bool wants_stats = true;
 
   bool dense() const { return send_cf <= 1; }
 };

@@ -23,6 +23,7 @@ std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
     o.ewma = config.gravac_ewma > 0
                  ? config.gravac_ewma
                  : std::min(1.0, std::max(1, world_size) / 100.0);
+    o.throughput_guard = config.gravac_throughput_guard;
     return std::make_unique<GravacPolicy>(o);
   }
   if (policy == "accordion") {

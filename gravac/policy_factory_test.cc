@@ -14,7 +14,13 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   EXPECT_EQ(topk.send_cf, 100);
   EXPECT_EQ(CreatePolicy("accordion", 100, c, 4)->Decide().send_cf,
             c.accordion_low_cf);
+  // With the throughput guard (default) the first steps measure dense
+  // without probes; without it the first step probes at theta_min.
   Decision first = CreatePolicy("gravac", 100, c, 4)->Decide();
+  EXPECT_TRUE(first.dense());
+  EXPECT_EQ(first.probe_cf_min, 0);
+  c.gravac_throughput_guard = false;
+  first = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(first.dense());
   EXPECT_EQ(first.probe_cf_min, c.gravac_cf_min);
 }

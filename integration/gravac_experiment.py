@@ -10,7 +10,7 @@ plots (integration/plot_gravac.py). Needs root; cleans up the namespaces.
 
     sudo /usr/bin/python3 integration/gravac_experiment.py --rate 100mbit --epochs 2
     ... --only dense,gravac-topk      # a subset; results of other configs stay
-    ... --rate none --max-steps 200   # the unlimited-rate check
+    ... --rate none --repeat 3        # the unlimited-rate check, interleaved
 The commands behind docs/results/gravac.md are listed in gravac_notes.md.
 """
 
@@ -120,7 +120,7 @@ MPI_ENV = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
 
 def run_config(name, args, out_dir):
     """Runs one configuration; returns its summary for meta.json."""
-    mode, extra = CONFIGS[name]
+    mode, extra = CONFIGS[name.split("~")[0]]
     metrics = os.path.join(out_dir, f"{name}.jsonl")
     log = os.path.join(out_dir, f"{name}.log")
     for path in (metrics, log):
@@ -178,6 +178,10 @@ def main():
     parser.add_argument("--max-steps", type=int, default=0)
     parser.add_argument("--only", default="", help="comma-separated config names")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per run")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the configurations this many times, interleaved "
+                             "(a, b, a, b: the load of the shared machine hits both); "
+                             "repetition i > 1 is stored as NAME~i")
     parser.add_argument("--no-report", action="store_true",
                         help="skip plot_gravac.py at the end")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "gravac"))
@@ -187,6 +191,7 @@ def main():
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         sys.exit(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
+    names = [n if i == 1 else f"{n}~{i}" for i in range(1, args.repeat + 1) for n in names]
     out_dir = os.path.join(args.out, args.rate)
     os.makedirs(out_dir, exist_ok=True)
     meta_path = os.path.join(out_dir, "meta.json")

@@ -107,8 +107,8 @@ def verdict(ok):
 def summary_table(runs, meta, target):
     lines = ["| run | time to target (s) | final accuracy | mean step time (s) | "
              "median step time, last window (s) | bytes sent / step / rank | steps | "
-             "load (1-min avg, mean / max) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "load (1-min avg, mean / max) | finished |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, records in runs.items():
         last = records[-1]
         m = meta.get("configs", {}).get(name, {})
@@ -118,7 +118,7 @@ def summary_table(runs, meta, target):
             f"| {name} | {fmt(time_to(records, target) if target else None, '.1f')} | "
             f"{last['test_accuracy']:.4f} | {mean_step(records):.3f} | "
             f"{last['step_time']:.3f} | {fmt(bytes_per_step(records), ',.0f')} | "
-            f"{last['step']} | {load_s} |")
+            f"{last['step']} | {load_s} | {m.get('finished', '—')} |")
     return lines + [""]
 
 
@@ -201,19 +201,35 @@ def unreached(g, g_time, ref, runs, bound):
             f"{bound}×) | **undetermined**")
 
 
+def repetitions(runs, name):
+    """[records] of NAME and its interleaved repetitions NAME~2, NAME~3, ..."""
+    out, i = [], 1
+    while (name if i == 1 else f"{name}~{i}") in runs:
+        out.append(runs[name if i == 1 else f"{name}~{i}"])
+        i += 1
+    return out
+
+
 def unlimited_verdicts(runs):
+    """Step time of each GraVAC run over dense's, pair by pair (repetition i
+    of both ran back to back), and over all pairs: the ratio of the summed
+    training times over the summed steps (the verdict)."""
     lines = []
-    if "dense" not in runs:
-        return lines
-    dense = runs["dense"]
+    dense = repetitions(runs, "dense")
     for g in GRAVAC:
-        if g not in runs:
+        ours = repetitions(runs, g)
+        pairs = list(zip(ours, dense))
+        if not pairs:
             continue
-        r_mean = ratio(mean_step(runs[g]), mean_step(dense))
-        r_med = ratio(runs[g][-1]["step_time"], dense[-1]["step_time"])
-        lines += [f"{g} step time / dense without a rate limit: mean {r_mean:.3f}×, "
-                  f"median of the last window {r_med:.3f}× (target ≤ "
-                  f"{UNLIMITED_STEP_BOUND}× on the mean): {verdict(r_mean <= UNLIMITED_STEP_BOUND)}.",
+        each = [ratio(mean_step(a), mean_step(b)) for a, b in pairs]
+        total = ratio(sum(a[-1]["wall"] for a, _ in pairs) / sum(a[-1]["step"] for a, _ in pairs),
+                      sum(b[-1]["wall"] for _, b in pairs) / sum(b[-1]["step"] for _, b in pairs))
+        r_med = ratio(ours[0][-1]["step_time"], dense[0][-1]["step_time"])
+        lines += [f"{g} step time / dense without a rate limit: "
+                  f"{', '.join(f'{r:.3f}×' for r in each)} in {len(pairs)} interleaved "
+                  f"pair(s), {total:.3f}× over all of them (mean step time; the median of "
+                  f"the last window of the first pair {r_med:.3f}×); target ≤ "
+                  f"{UNLIMITED_STEP_BOUND}×: {verdict(total <= UNLIMITED_STEP_BOUND)}.",
                   ""]
     return lines
 

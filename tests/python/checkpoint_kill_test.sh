@@ -23,6 +23,10 @@ export TERSE_MIN_COMPRESS_BYTES=0 TERSE_CYCLE_TIME_MS=100
 # equal ones, so the decisions depend only on the gradients.
 export TERSE_GRAVAC_WINDOW=2 TERSE_GRAVAC_EPSILON=0.3 TERSE_GRAVAC_EWMA=0.5
 export TERSE_GRAVAC_OMEGA=0
+# The throughput guard (gravac_policy.h) vetoes compression from measured
+# step times too: off here for the same reason. Its ranks' agreement under
+# mpirun is checked by one extra job with it on (below).
+export TERSE_GRAVAC_THROUGHPUT_GUARD=off
 total=10 save_at=5 kill_at=7
 
 failures=0
@@ -66,6 +70,13 @@ expect_line resume "^resumed run identical to the uninterrupted one$"
 run control --phase resume_without_state
 [ "$rc" -eq 0 ] || fail "control: exit $rc"
 expect_line control "^without engine state the resumed run differs"
+
+# Last (it rewrites full.pt): the same training with the throughput guard on.
+# Its decisions depend on measured times, averaged over ranks: every rank
+# must still end with the same parameters (checked by the script).
+TERSE_GRAVAC_THROUGHPUT_GUARD=on run guarded --phase full
+[ "$rc" -eq 0 ] || fail "guarded: exit $rc"
+expect_line guarded "sent \(compressor, cf\)"
 
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s)"
