@@ -220,10 +220,9 @@ void GravacPolicy::SaveState(proto::PolicyState* state) const {
   state->set_decisions(decisions_);
   state->set_guard_dense_throughput(guard_dense_tc_);
   for (const auto& [cf, t] : guard_tc_) {
-    proto::ThroughputRecord* r = state->add_guard_throughput();
+    proto::SmoothedThroughput* r = state->add_guard_throughput();
     r->set_cf(cf);
-    r->set_sum(t);
-    r->set_count(1);
+    r->set_smoothed(t);
   }
   state->set_guard_next_probe(guard_next_probe_);
   state->set_guard_interval(guard_interval_);
@@ -257,8 +256,8 @@ absl::Status GravacPolicy::RestoreState(const proto::PolicyState& state) {
   decisions_ = state.decisions();
   guard_dense_tc_ = state.guard_dense_throughput();
   guard_tc_.clear();
-  for (const proto::ThroughputRecord& r : state.guard_throughput()) {
-    guard_tc_[r.cf()] = r.sum();
+  for (const proto::SmoothedThroughput& r : state.guard_throughput()) {
+    guard_tc_[r.cf()] = r.smoothed();
   }
   guard_next_probe_ = state.guard_next_probe();
   // A state saved before the guard existed has no interval: start at 1.
