@@ -188,6 +188,12 @@ const std::vector<Knob>& Knobs() {
       IntKnob("TERSE_MIN_COMPRESS_BYTES", "bytes", "65536",
               "buckets smaller than this go dense",
               &Config::min_compress_bytes, 0, kMaxBytes),
+      DoubleKnob("TERSE_MOMENTUM_CORRECTION", "", "0",
+                 "momentum m applied by terse before compression (DGC's "
+                 "momentum correction and factor masking) to gradients "
+                 "('grad.*' tensors); the wrapped optimizer must then use "
+                 "momentum 0. 0: off",
+                 &Config::momentum_correction, 0, 0.999),
       WordKnob("TERSE_GRAVAC_COMPRESSOR", "topk",
                "sparsifier under the GraVAC controller",
                &Config::gravac_compressor,

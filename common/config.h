@@ -43,6 +43,8 @@ struct Config {
   double cf;
   std::vector<CompressionRule> compression_rules;
   int64_t min_compress_bytes;
+  // DGC's momentum correction (engine/momentum_correction.h); 0: off.
+  double momentum_correction;
 
   // GraVAC (DESIGN §5).
   std::string gravac_compressor;  // topk | dgc | redsync | randomk

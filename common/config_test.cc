@@ -19,6 +19,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.cf, 100.0);
   EXPECT_TRUE(c.compression_rules.empty());
   EXPECT_EQ(c.min_compress_bytes, 65536);
+  EXPECT_EQ(c.momentum_correction, 0.0);
   EXPECT_EQ(c.gravac_compressor, "topk");
   EXPECT_EQ(c.gravac_cf_min, 10.0);
   EXPECT_EQ(c.gravac_cf_max, 1000.0);
@@ -49,7 +50,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 29u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 30u);
 }
 
 TEST(ConfigTest, ParsesValues) {
@@ -59,6 +60,7 @@ TEST(ConfigTest, ParsesValues) {
       {"TERSE_GRAVAC_EWMA", "0.04"},
       {"TERSE_GRAVAC_POLICY", "geometric"},
       {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"},
+      {"TERSE_MOMENTUM_CORRECTION", "0.9"},
       {"TERSE_COMPRESSION_RULES", "*.bias=none; layer1.*=topk:50"},
       {"TERSE_SEED", "18446744073709551615"},
   });
@@ -68,6 +70,7 @@ TEST(ConfigTest, ParsesValues) {
   EXPECT_EQ(c->gravac_ewma, 0.04);
   EXPECT_EQ(c->gravac_policy, "geometric");
   EXPECT_FALSE(c->gravac_throughput_guard);
+  EXPECT_EQ(c->momentum_correction, 0.9);
   ASSERT_EQ(c->compression_rules.size(), 2u);
   EXPECT_EQ(c->compression_rules[0].glob, "*.bias");
   EXPECT_EQ(c->compression_rules[0].policy, "none");
@@ -108,6 +111,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "one of: on off true false 1 0"},
         BadValue{"TERSE_COMPRESSION", "zip", "one of: none fp16 bf16 topk"},
         BadValue{"TERSE_CF", "0.5", "a number in [1, 1000000]"},
+        BadValue{"TERSE_MOMENTUM_CORRECTION", "1", "a number in [0, 0.999]"},
         BadValue{"TERSE_GRAVAC_EPSILON", "0", "a number in (0, 1]"},
         BadValue{"TERSE_GRAVAC_EPSILON", "nan", "a number in (0, 1]"},
         BadValue{"TERSE_GRAVAC_EWMA", "2", "'auto' (ranks/100) or a number"},

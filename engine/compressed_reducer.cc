@@ -33,6 +33,20 @@ uint64_t StableHash(const std::string& s) {
   return h;
 }
 
+std::vector<Segment> SegmentsOf(const Bucket& bucket) {
+  std::vector<Segment> segments;
+  int64_t offset = 0;
+  for (const BucketMember& m : bucket.members) {
+    Segment seg;
+    seg.name = m.name;
+    seg.offset = offset;
+    seg.count = m.count;
+    segments.push_back(seg);
+    offset += m.count;
+  }
+  return segments;
+}
+
 std::string KeyOf(const Bucket& bucket) {
   return absl::StrJoin(bucket.members, ",",
                        [](std::string* out, const BucketMember& m) {
@@ -51,6 +65,7 @@ struct CompressedReducer::BucketState {
       compressors;
   std::vector<Segment> segments;
   std::vector<float> a, level1, level2, accumulator;
+  std::vector<float> sent_exactly;  // Momentum correction: a where sent.
   bool has_pending = false;
   gravac::Decision pending;
   double pending_norms[kNumStats] = {0, 0, 0, 0};  // ef, min, cand, accum.
@@ -83,7 +98,10 @@ struct CompressedReducer::Sent {
 };
 
 CompressedReducer::CompressedReducer(const Config& config, int rank, int size)
-    : config_(config), rank_(rank), size_(size) {}
+    : config_(config),
+      rank_(rank),
+      size_(size),
+      momenta_(config.momentum_correction) {}
 
 CompressedReducer::~CompressedReducer() = default;
 
@@ -98,15 +116,7 @@ CompressedReducer::BucketState& CompressedReducer::StateFor(
   s.adaptive = policy == "gravac" || policy == "accordion";
   s.accumulates = policy == "accordion";
   s.bytes = bucket.bytes;
-  int64_t offset = 0;
-  for (const BucketMember& m : bucket.members) {
-    Segment seg;
-    seg.name = m.name;
-    seg.offset = offset;
-    seg.count = m.count;
-    s.segments.push_back(seg);
-    offset += m.count;
-  }
+  s.segments = SegmentsOf(bucket);
   if (s.accumulates) s.accumulator.assign(bucket.count, 0.0f);
   auto restored = restored_.find(s.key);
   if (restored != restored_.end()) {
@@ -174,6 +184,7 @@ absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
   const Clock::time_point start = Clock::now();
   absl::Status status;
   if (!compressible) {
+    TERSE_RETURN_IF_ERROR(ApplyMomentumBeforeDense(ctx));
     status = dense_.Reduce(ctx);
     absl::MutexLock lock(&mu_);
     BucketReport& r = reports_[bucket.id];
@@ -192,6 +203,32 @@ absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
   own_seconds_total_ += SecondsBetween(start, Clock::now());
   own_bytes_total_ += static_cast<double>(bucket.bytes);
   return status;
+}
+
+absl::Status CompressedReducer::ApplyMomentumBeforeDense(
+    const BucketReduceContext& ctx) {
+  const Bucket& bucket = *ctx.bucket;
+  absl::MutexLock lock(&mu_);
+  if (!momenta_.enabled()) return absl::OkStatus();
+  const bool fits = bucket.dtype == DataType::kFloat32 && !bucket.cuda &&
+                    ctx.op == ReduceOp::kSum;
+  for (const BucketMember& m : bucket.members) {
+    if (!fits && MomentumCorrection::Applies(m.name)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "TERSE_MOMENTUM_CORRECTION=", config_.momentum_correction,
+          " applies momentum to float32 CPU gradients summed or averaged "
+          "over ranks; gradient '",
+          m.name, "' is ", DataTypeName(bucket.dtype),
+          bucket.cuda ? " on CUDA" : "",
+          ": set TERSE_MOMENTUM_CORRECTION=0 and let the optimizer apply "
+          "momentum"));
+    }
+  }
+  if (!fits) return absl::OkStatus();
+  momenta_.Accumulate(
+      absl::MakeSpan(static_cast<float*>(ctx.data), bucket.count),
+      SegmentsOf(bucket));
+  return absl::OkStatus();
 }
 
 absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
@@ -368,10 +405,12 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
 
   // Dense with nothing to add or measure: reduce the input where it is.
   const bool in_place = decision.dense() && decision.probe_cf_min <= 0 &&
-                        !state.accumulates && state.residual_empty;
+                        !state.accumulates && state.residual_empty &&
+                        !momenta_.enabled();
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
+    momenta_.Accumulate(absl::MakeSpan(state.a), state.segments);
     residuals_.AddTo(absl::MakeSpan(state.a), state.segments);
   }
 
@@ -405,6 +444,18 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   if (sent.dense || !sent.compressor->lossy()) {
     residuals_.Erase(state.segments);
     state.residual_empty = true;
+  } else if (momenta_.enabled() &&
+             MomentumCorrection::IsSparsifier(sent.compressor_name)) {
+    // DGC: sent entries leave both the residual and the velocity (their
+    // rounding error on the wire is dropped with them).
+    const std::vector<float>& local = *sent.local;
+    state.sent_exactly.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      state.sent_exactly[i] = local[i] != 0.0f ? state.a[i] : 0.0f;
+    }
+    residuals_.Store(state.segments, state.a, state.sent_exactly);
+    momenta_.MaskSent(local, state.segments);
+    state.residual_empty = false;
   } else {
     residuals_.Store(state.segments, state.a, *sent.local);
     state.residual_empty = false;
@@ -514,6 +565,12 @@ std::string CompressedReducer::SaveState() const {
     r->set_tensor_offset(e.tensor_offset);
     for (float v : e.values) r->add_values(v);
   }
+  for (const ResidualStore::Entry& e : momenta_.Export()) {
+    proto::ResidualState* v = out.add_velocities();
+    v->set_name(e.name);
+    v->set_tensor_offset(e.tensor_offset);
+    for (float x : e.values) v->add_values(x);
+  }
   out.set_bytes_sent(bytes_sent_);
   return out.SerializeAsString();
 }
@@ -530,8 +587,15 @@ absl::Status CompressedReducer::LoadState(const std::string& bytes) {
         {r.name(), r.tensor_offset(),
          std::vector<float>(r.values().begin(), r.values().end())});
   }
+  std::vector<ResidualStore::Entry> velocities;
+  for (const proto::ResidualState& v : in.velocities()) {
+    velocities.push_back(
+        {v.name(), v.tensor_offset(),
+         std::vector<float>(v.values().begin(), v.values().end())});
+  }
   absl::MutexLock lock(&mu_);
   residuals_.Import(entries);
+  momenta_.Import(velocities);
   buckets_.clear();  // Rebuilt from the restored states on their next step.
   restored_.clear();
   for (const proto::BucketCompressionState& b : in.buckets()) {

@@ -7,6 +7,10 @@
 //   two levels, theta_min then
 //                                          the candidate, both probed)
 //   residual = a - what this rank sent   (dropped on a dense send)
+// With TERSE_MOMENTUM_CORRECTION = m > 0 the gradient is first replaced by
+// its velocity u = m*u + g and sparsifiers' sent entries are cleared from u
+// and from the residual (engine/momentum_correction.h); buckets that go
+// dense still get the velocity.
 //   communicate: dense -> allreduce; summable payloads -> allreduce of their
 //     body; others -> allgatherv, every rank decoding every rank's payload in
 //     rank order (so every rank ends with bitwise-identical sums); PowerSGD
@@ -43,6 +47,7 @@
 #include "compressors/residual_store.h"
 #include "engine/bucket_reducer.h"
 #include "engine/compression_state.pb.h"
+#include "engine/momentum_correction.h"
 #include "gravac/policy.h"
 
 namespace terse {
@@ -91,6 +96,10 @@ class CompressedReducer : public BucketReducer {
   absl::StatusOr<Compressor*> CompressorFor(BucketState& state,
                                             const std::string& name, double cf)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TERSE_MOMENTUM_CORRECTION on a bucket that goes dense without
+  // compression: replaces its gradients by their velocities in ctx.data.
+  absl::Status ApplyMomentumBeforeDense(const BucketReduceContext& ctx)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReduceCompressed(const BucketReduceContext& ctx,
                                 BucketState& state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -115,6 +124,7 @@ class CompressedReducer : public BucketReducer {
   ResidualStore residuals_;
 
   mutable absl::Mutex mu_;
+  MomentumCorrection momenta_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::unique_ptr<BucketState>> buckets_ ABSL_GUARDED_BY(mu_);
   std::map<int, BucketReport> reports_ ABSL_GUARDED_BY(mu_);
   // Restored bucket states waiting for their bucket, by key.

@@ -19,11 +19,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Bucket MakeBucket(std::vector<int64_t> counts) {
+Bucket MakeBucket(std::vector<int64_t> counts, const std::string& prefix = "t") {
   Bucket b;
   b.id = 7;
   for (size_t i = 0; i < counts.size(); ++i) {
-    b.members.push_back({absl::StrCat("t", i), counts[i]});
+    b.members.push_back({absl::StrCat(prefix, i), counts[i]});
     b.count += counts[i];
   }
   b.bytes = b.count * 4;
@@ -391,6 +391,118 @@ TEST(CompressedReducerTest, BytesSentCountsTheWirePayload) {
            grads, &gravac);
   EXPECT_EQ(gravac[0]->Reports().at(0).cf, 1);  // First step: dense.
   EXPECT_EQ(gravac[0]->Reports().at(0).bytes_sent, bucket.bytes);
+}
+
+}  // namespace
+}  // namespace terse
+
+namespace terse {
+namespace {
+
+// TERSE_MOMENTUM_CORRECTION on a bucket that goes dense: the sum over ranks
+// of the velocities, i.e. momentum SGD's velocity of the summed gradient
+// (closed form in fp64: sum_r sum_{t <= s} m^(s - t) g_r,t).
+TEST(CompressedReducerTest, MomentumCorrectionOnDenseBucketsIsMomentumSgd) {
+  const Bucket bucket = MakeBucket({300, 700}, "grad.t");
+  const Config config = MakeConfig(
+      {{"TERSE_COMPRESSION", "none"}, {"TERSE_MOMENTUM_CORRECTION", "0.9"}});
+  const int size = 4, steps = 5;
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
+  for (int s = 0; s < steps; ++s) {
+    for (int64_t i = 0; i < bucket.count; ++i) {
+      double expected = 0;
+      for (int t = 0; t <= s; ++t) {
+        for (int r = 0; r < size; ++r) {
+          expected += std::pow(0.9, s - t) * grads(r, t)[i];
+        }
+      }
+      ASSERT_NEAR(run.results[s][0][i], expected,
+                  1e-5 * (1 + std::fabs(expected)))
+          << "step " << s << " element " << i;
+    }
+  }
+}
+
+// With top-k, every rank runs DGC's Algorithm 1 (momentum correction and
+// factor masking): u = m*u + g, v = v + u, send top-k(v), clear the sent
+// entries of u and v. The reference below does that directly per rank.
+TEST(CompressedReducerTest, MomentumCorrectionWithTopKFollowsDgc) {
+  const Bucket bucket = MakeBucket({300, 700}, "grad.t");
+  const Config config = MakeConfig({{"TERSE_COMPRESSION", "topk"},
+                                    {"TERSE_CF", "10"},
+                                    {"TERSE_MOMENTUM_CORRECTION", "0.9"}});
+  const int size = 4, steps = 6;
+  const int64_t n = bucket.count;
+  auto grads = [&](int r, int s) { return Gradient(r, s, n); };
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
+
+  std::vector<std::vector<float>> u(size, std::vector<float>(n, 0.0f));
+  std::vector<std::vector<float>> v = u;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> expected(n, 0.0f);
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> g = grads(r, s);
+      for (int64_t i = 0; i < n; ++i) {
+        u[r][i] = 0.9f * u[r][i] + g[i];
+        v[r][i] = u[r][i] + v[r][i];
+      }
+      const std::vector<float> sent = TopKReference(v[r], n / 10);
+      for (int64_t i = 0; i < n; ++i) {
+        expected[i] += sent[i];
+        if (sent[i] != 0.0f) u[r][i] = v[r][i] = 0.0f;
+      }
+    }
+    for (int r = 0; r < size; ++r) {
+      ASSERT_EQ(run.results[s][r], expected) << "step " << s << " rank " << r;
+    }
+  }
+  // The residual left behind is the reference's v.
+  std::vector<float> residual = reducers[1]->Residual("grad.t1", 700);
+  EXPECT_EQ(residual, std::vector<float>(v[1].begin() + 300, v[1].end()));
+}
+
+TEST(CompressedReducerTest, MomentumCorrectionSurvivesACheckpoint) {
+  const Bucket bucket = MakeBucket({800}, "grad.t");
+  const Config config = MakeConfig({{"TERSE_COMPRESSION", "topk"},
+                                    {"TERSE_CF", "20"},
+                                    {"TERSE_MOMENTUM_CORRECTION", "0.5"}});
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> original;
+  RunRanks(2, config, bucket, 3, grads, &original);
+  std::vector<std::unique_ptr<CompressedReducer>> restored, fresh;
+  for (int r = 0; r < 2; ++r) {
+    restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    ASSERT_TRUE(restored[r]->LoadState(original[r]->SaveState()).ok());
+  }
+  auto later = [&](int r, int s) { return grads(r, s + 3); };
+  RunResult a = RunRanks(2, config, bucket, 4, later, &original);
+  RunResult b = RunRanks(2, config, bucket, 4, later, &restored);
+  EXPECT_EQ(a.results, b.results);
+  // Without the velocities (a fresh reducer) the sequence differs.
+  RunResult c = RunRanks(2, config, bucket, 4, later, &fresh);
+  EXPECT_NE(a.results, c.results);
+}
+
+TEST(CompressedReducerTest, MomentumCorrectionRejectsGradientsItCannotCarry) {
+  Bucket bucket = MakeBucket({8}, "grad.t");
+  bucket.dtype = DataType::kFloat16;
+  bucket.bytes = 16;
+  const Config config = MakeConfig({{"TERSE_MOMENTUM_CORRECTION", "0.9"}});
+  CompressedReducer reducer(config, 0, 1);
+  std::vector<uint16_t> data(8, 0);
+  BucketReduceContext ctx;
+  ctx.bucket = &bucket;
+  ctx.data = data.data();
+  ctx.op = ReduceOp::kSum;
+  const absl::Status s = reducer.Reduce(ctx);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("TERSE_MOMENTUM_CORRECTION"));
+  EXPECT_THAT(s.message(), HasSubstr("grad.t0"));
+  EXPECT_THAT(s.message(),
+              HasSubstr(std::string(DataTypeName(DataType::kFloat16))));
 }
 
 }  // namespace

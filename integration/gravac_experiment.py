@@ -35,7 +35,10 @@ CONFIGS = {
     "topk-10": ("terse", {"TERSE_COMPRESSION": "topk", "TERSE_CF": "10"}),
     "topk-100": ("terse", {"TERSE_COMPRESSION": "topk", "TERSE_CF": "100"}),
     "topk-1000": ("terse", {"TERSE_COMPRESSION": "topk", "TERSE_CF": "1000"}),
-    "dgc-100": ("terse", {"TERSE_COMPRESSION": "dgc", "TERSE_CF": "100"}),
+    # DGC as its paper runs it: with momentum correction and factor masking
+    # (TERSE_MOMENTUM_CORRECTION; the optimizer then runs plain SGD).
+    "dgc-100": ("terse", {"TERSE_COMPRESSION": "dgc", "TERSE_CF": "100",
+                          "TERSE_MOMENTUM_CORRECTION": "0.9"}),
     "accordion": ("terse", {"TERSE_COMPRESSION": "accordion",
                             "TERSE_ACCORDION_SWITCH_STEPS": "100"}),
     # GraVAC: epsilon 0.7 (the paper's other setting; with the library
@@ -48,7 +51,8 @@ CONFIGS = {
     "gravac-dgc": ("terse", {"TERSE_COMPRESSION": "gravac",
                              "TERSE_GRAVAC_COMPRESSOR": "dgc",
                              "TERSE_GRAVAC_EPSILON": "0.7",
-                             "TERSE_GRAVAC_WINDOW": "50"}),
+                             "TERSE_GRAVAC_WINDOW": "50",
+                             "TERSE_MOMENTUM_CORRECTION": "0.9"}),
     # The library default epsilon, for the record (run it capped).
     "gravac-topk-eps0.9": ("terse", {"TERSE_COMPRESSION": "gravac",
                                      "TERSE_GRAVAC_COMPRESSOR": "topk",

@@ -92,7 +92,10 @@ class TerseRunner:
         self.rank, self.size = tt.rank(), tt.size()
         self.model = model
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        # With TERSE_MOMENTUM_CORRECTION terse applies the momentum (DGC's
+        # momentum correction), so the optimizer itself runs plain SGD.
+        momentum = 0.0 if tt.momentum_correction() > 0 else 0.9
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
         self.optimizer = tt.DistributedOptimizer(
             optimizer, named_parameters=model.named_parameters())
 

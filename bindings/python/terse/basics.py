@@ -171,6 +171,17 @@ def engine_compression():
     return Compression.from_env(variables)
 
 
+def momentum_correction():
+    """The running engine's TERSE_MOMENTUM_CORRECTION (0.0: off)."""
+    variables = _engine_variables
+    if variables is None:
+        variables = _collect_variables()
+    try:
+        return float(variables.get("TERSE_MOMENTUM_CORRECTION", "0"))
+    except ValueError:  # init() has rejected it already.
+        return 0.0
+
+
 def compression_arg(choice):
     """The per-tensor compression string for the native module.
 
@@ -213,6 +224,7 @@ __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "size", "local_rank", "local_size", "barrier", "join",
            "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
            "save_compression_state", "load_compression_state",
+           "momentum_correction",
            "engine_compression", "compression_arg", "require_engine_policy",
            "build_info",
            "Compressor"]

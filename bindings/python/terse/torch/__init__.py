@@ -18,7 +18,8 @@ names init().
 from terse.basics import (barrier, bucket_reports, build_info, bytes_sent,
                           engine_compression, init, is_initialized, join,
                           load_compression_state,
-                          local_rank, local_size, notify_learning_rate_drop,
+                          local_rank, local_size, momentum_correction,
+                          notify_learning_rate_drop,
                           rank, save_compression_state, shutdown, size)
 from terse.compression import Compression, Compressor
 from terse.torch.functions import (allgather_object, broadcast_object,
@@ -36,6 +37,7 @@ __all__ = [
     "local_size", "barrier", "join", "build_info",
     "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
     "save_compression_state", "load_compression_state", "engine_compression",
+    "momentum_correction",
     "Compression", "Compressor", "TerseError",
     "Sum", "Average", "Min", "Max",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

@@ -49,6 +49,21 @@ _STATE_VERSION = 1
 LR_DROP_FACTOR = 0.9
 
 
+def check_momentum_correction(param_groups, momentum):
+    """With TERSE_MOMENTUM_CORRECTION = momentum > 0 the engine applies the
+    momentum to the gradients (DGC's momentum correction); the optimizer
+    applying it again would square it. Raises ValueError naming the group."""
+    if momentum <= 0:
+        return
+    for i, group in enumerate(param_groups):
+        if group.get("momentum", 0):
+            raise ValueError(
+                f"TERSE_MOMENTUM_CORRECTION={momentum:g} applies momentum in "
+                f"terse; the optimizer's param group {i} has momentum="
+                f"{group['momentum']:g}: use momentum=0 (plain SGD), or set "
+                "TERSE_MOMENTUM_CORRECTION=0")
+
+
 class _DistributedOptimizer:
     """Mixed into a subclass of the wrapped optimizer's class."""
 
@@ -70,6 +85,8 @@ class _DistributedOptimizer:
         # Fails now, not in the first backward, if the engine cannot apply it.
         basics.require_engine_policy(self._terse_compression,
                                      "DistributedOptimizer")
+        check_momentum_correction(self.param_groups,
+                                  basics.momentum_correction())
         self._terse_passes = backward_passes_per_step
         self._terse_op = op
         self._terse_predivide = float(gradient_predivide_factor)

@@ -1,0 +1,72 @@
+// MomentumCorrection: DGC's momentum correction and momentum factor masking
+// (Lin et al., "Deep Gradient Compression", ICLR 2018, §3.2), per tensor.
+//
+// Top-k with error feedback under an optimizer's momentum applies momentum
+// to an update that is already delayed by the residual, and the two
+// interact badly at high compression factors. With momentum correction the
+// engine applies the momentum itself, before compression, and the wrapped
+// optimizer runs without momentum:
+//
+//   u = m * u + g                 Accumulate (g is replaced by u)
+//   a = u + residual; send what the compressor picks; residual = a - sent
+//   u[i] = 0 where entry i was sent (MaskSent; sparsifiers only)
+//
+// A dense send keeps u whole, so a bucket that never compresses sums
+// sum_ranks u_r, which divided by the ranks is exactly the velocity of
+// torch.optim.SGD(momentum=m, dampening=0) over the averaged gradient.
+//
+// Velocities are kept per tensor segment, keyed like ResidualStore's
+// residuals (name, tensor_offset, count), and only for tensors whose name
+// starts with "grad." (the names terse's DistributedOptimizers give
+// gradients): other float sums (a loss or metric averaged over ranks) pass
+// through untouched.
+//
+// Not thread-safe: the owner (CompressedReducer) serialises every call.
+#ifndef TERSE_ENGINE_MOMENTUM_CORRECTION_H_
+#define TERSE_ENGINE_MOMENTUM_CORRECTION_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "compressors/compressor.h"
+#include "compressors/residual_store.h"
+
+namespace terse {
+
+class MomentumCorrection {
+ public:
+  // momentum in [0, 1); 0 turns every call into a no-op.
+  explicit MomentumCorrection(double momentum) : momentum_(momentum) {}
+
+  bool enabled() const { return momentum_ > 0; }
+  // Whether the segment named `name` carries a velocity (see above).
+  static bool Applies(absl::string_view name);
+  // Whether compressor `name` sends a subset of entries (masking applies).
+  static bool IsSparsifier(absl::string_view name);
+
+  // For every segment that Applies: u = m * u + g over the segment's range
+  // of `g`, then g = u.
+  void Accumulate(absl::Span<float> g, const std::vector<Segment>& segments);
+  // For every segment that Applies: u[i] = 0 where sent[i] != 0.
+  void MaskSent(absl::Span<const float> sent,
+                const std::vector<Segment>& segments);
+
+  // Checkpointing, in ResidualStore's entry format. Import replaces all.
+  std::vector<ResidualStore::Entry> Export() const;
+  void Import(const std::vector<ResidualStore::Entry>& entries);
+  int64_t size() const { return static_cast<int64_t>(velocities_.size()); }
+
+ private:
+  static std::string KeyOf(const std::string& name, int64_t tensor_offset,
+                           int64_t count);
+
+  const double momentum_;
+  absl::flat_hash_map<std::string, ResidualStore::Entry> velocities_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_MOMENTUM_CORRECTION_H_
