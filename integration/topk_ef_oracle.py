@@ -11,7 +11,9 @@ TERSE_MIN_COMPRESS_BYTES (64 KiB) go dense, as in the engine.
 --momentum-correction switches to DGC's momentum correction (Lin et al.,
 2018): each worker accumulates u = m*u + g and v = v + u locally, compresses
 v, clears the sent entries of u and v (momentum factor masking), and the
-averaged sparse update is applied by plain SGD (no optimizer momentum).
+averaged sparse update is applied by plain SGD (no optimizer momentum);
+buckets that go dense send their whole velocity u and keep it. This is what
+terse does with TERSE_MOMENTUM_CORRECTION=0.9 (engine/momentum_correction.h).
 
 Prints one JSON line per evaluation: {"step", "test_accuracy", "train_loss"}.
 
@@ -110,7 +112,12 @@ def main():
             for b, members in enumerate(buckets):
                 g = torch.cat([params[p].grad.reshape(-1) for p in members])
                 compress = args.cf >= 1 and g.numel() * 4 >= MIN_COMPRESS_BYTES
-                if not compress:
+                if not compress and dgc:
+                    # A dense bucket keeps its whole velocity (momentum SGD),
+                    # as terse's TERSE_MOMENTUM_CORRECTION does.
+                    u = w["u"][b] if w["u"][b] is not None else torch.zeros_like(g)
+                    w["u"][b] = sent = 0.9 * u + g
+                elif not compress:
                     sent = g
                 elif dgc:
                     u = w["u"][b] if w["u"][b] is not None else torch.zeros_like(g)
