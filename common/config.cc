@@ -191,7 +191,8 @@ const std::vector<Knob>& Knobs() {
       DoubleKnob("TERSE_MOMENTUM_CORRECTION", "", "0",
                  "momentum m applied by terse before compression (DGC's "
                  "momentum correction and factor masking) to gradients "
-                 "('grad.*' tensors); the wrapped optimizer must then use "
+                 "(tensors named grad.*, tape.grad.*, keras.grad.*); the "
+                 "wrapped optimizer must then use "
                  "momentum 0. 0: off",
                  &Config::momentum_correction, 0, 0.999),
       WordKnob("TERSE_GRAVAC_COMPRESSOR", "topk",

@@ -19,7 +19,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Bucket MakeBucket(std::vector<int64_t> counts, const std::string& prefix = "t") {
+Bucket MakeBucket(std::vector<int64_t> counts,
+                  const std::string& prefix = "t") {
   Bucket b;
   b.id = 7;
   for (size_t i = 0; i < counts.size(); ++i) {

@@ -6,7 +6,12 @@
 namespace terse {
 
 bool MomentumCorrection::Applies(absl::string_view name) {
-  return absl::StartsWith(name, "grad.");
+  // The prefixes terse's gradient wrappers give: torch DistributedOptimizer
+  // and tensorflow reduce_gradients ("grad."), DistributedGradientTape
+  // ("tape.grad.") and the Keras DistributedOptimizer ("keras.grad.").
+  return absl::StartsWith(name, "grad.") ||
+         absl::StartsWith(name, "tape.grad.") ||
+         absl::StartsWith(name, "keras.grad.");
 }
 
 bool MomentumCorrection::IsSparsifier(absl::string_view name) {
@@ -25,8 +30,8 @@ void MomentumCorrection::Accumulate(absl::Span<float> g,
   const float m = static_cast<float>(momentum_);
   for (const Segment& s : segments) {
     if (!Applies(s.name)) continue;
-    ResidualStore::Entry& e = velocities_[KeyOf(s.name, s.tensor_offset,
-                                                s.count)];
+    ResidualStore::Entry& e =
+        velocities_[KeyOf(s.name, s.tensor_offset, s.count)];
     float* x = g.data() + s.offset;
     if (e.values.empty()) {  // First step: u = g.
       e.name = s.name;

@@ -16,10 +16,10 @@
 // torch.optim.SGD(momentum=m, dampening=0) over the averaged gradient.
 //
 // Velocities are kept per tensor segment, keyed like ResidualStore's
-// residuals (name, tensor_offset, count), and only for tensors whose name
-// starts with "grad." (the names terse's DistributedOptimizers give
-// gradients): other float sums (a loss or metric averaged over ranks) pass
-// through untouched.
+// residuals (name, tensor_offset, count), and only for tensors named as
+// terse's gradient wrappers name gradients ("grad.", "tape.grad.",
+// "keras.grad."): other float sums (a loss or metric averaged over ranks)
+// pass through untouched.
 //
 // Not thread-safe: the owner (CompressedReducer) serialises every call.
 #ifndef TERSE_ENGINE_MOMENTUM_CORRECTION_H_

@@ -71,7 +71,10 @@ TEST(MomentumCorrectionTest, KnowsTheSparsifiers) {
   EXPECT_FALSE(MomentumCorrection::IsSparsifier("fp16"));
   EXPECT_FALSE(MomentumCorrection::IsSparsifier("powersgd"));
   EXPECT_TRUE(MomentumCorrection::Applies("grad.fc1.weight"));
+  EXPECT_TRUE(MomentumCorrection::Applies("tape.grad.0.dense/kernel:0"));
+  EXPECT_TRUE(MomentumCorrection::Applies("keras.grad.1.dense/bias:0"));
   EXPECT_FALSE(MomentumCorrection::Applies("loss"));
+  EXPECT_FALSE(MomentumCorrection::Applies("keras.broadcast.model.0"));
 }
 
 }  // namespace
