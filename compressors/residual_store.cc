@@ -7,8 +7,8 @@
 
 namespace terse {
 
-std::string ResidualStore::KeyOf(const std::string& name,
-                                 int64_t tensor_offset, int64_t count) {
+std::string ResidualStore::KeyOf(const std::string& name, int64_t tensor_offset,
+                                 int64_t count) {
   return absl::StrCat(name, "#", tensor_offset, "+", count);
 }
 
@@ -69,6 +69,41 @@ void ResidualStore::Store(const std::vector<Segment>& segments,
   }
 }
 
+void ResidualStore::Accumulate(absl::Span<float> a,
+                               const std::vector<Segment>& segments,
+                               float decay) {
+  absl::MutexLock lock(&mu_);
+  for (const Segment& s : segments) {
+    Entry& e = residuals_[KeyOf(s.name, s.tensor_offset, s.count)];
+    float* x = a.data() + s.offset;
+    if (e.values.empty()) {
+      e.name = s.name;
+      e.tensor_offset = s.tensor_offset;
+      e.values.assign(x, x + s.count);
+      continue;
+    }
+    float* r = e.values.data();
+    for (int64_t i = 0; i < s.count; ++i) {
+      r[i] = decay * r[i] + x[i];
+      x[i] = r[i];
+    }
+  }
+}
+
+void ResidualStore::ClearSent(const std::vector<Segment>& segments,
+                              absl::Span<const float> sent) {
+  absl::MutexLock lock(&mu_);
+  for (const Segment& s : segments) {
+    auto it = residuals_.find(KeyOf(s.name, s.tensor_offset, s.count));
+    if (it == residuals_.end()) continue;
+    float* r = it->second.values.data();
+    const float* x = sent.data() + s.offset;
+    for (int64_t i = 0; i < s.count; ++i) {
+      if (x[i] != 0.0f) r[i] = 0.0f;
+    }
+  }
+}
+
 void ResidualStore::Erase(const std::vector<Segment>& segments) {
   absl::MutexLock lock(&mu_);
   for (const Segment& s : segments) {
@@ -100,7 +135,8 @@ std::vector<ResidualStore::Entry> ResidualStore::Export() const {
   std::vector<Entry> out;
   for (const auto& [key, entry] : residuals_) out.push_back(entry);
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.name, a.tensor_offset) < std::tie(b.name, b.tensor_offset);
+    return std::tie(a.name, a.tensor_offset) <
+           std::tie(b.name, b.tensor_offset);
   });
   return out;
 }

@@ -36,6 +36,15 @@ class ResidualStore {
   // residual of s = a - sent over the segment's range.
   void Store(const std::vector<Segment>& segments, absl::Span<const float> a,
              absl::Span<const float> sent);
+  // Leaky accumulation: r = decay * r + a over each segment's range (r = a
+  // where the segment has none yet), then a = r. Momentum correction keeps
+  // its velocities this way (engine/momentum_correction.h).
+  void Accumulate(absl::Span<float> a, const std::vector<Segment>& segments,
+                  float decay);
+  // r[i] = 0 wherever sent[s.offset + i] != 0, for segments that have one
+  // (DGC's masking of the entries a sparsifier sent).
+  void ClearSent(const std::vector<Segment>& segments,
+                 absl::Span<const float> sent);
   // Drops the residuals of `segments` (GraVAC's dense fallback).
   void Erase(const std::vector<Segment>& segments);
 

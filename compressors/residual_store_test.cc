@@ -24,6 +24,20 @@ TEST(ResidualStoreTest, ResidualFollowsTheTensorAcrossBuckets) {
   EXPECT_EQ(store.size(), 0);
 }
 
+TEST(ResidualStoreTest, LeakyAccumulationAndClearingSentEntries) {
+  ResidualStore store;
+  const std::vector<Segment> w = Segments({{"w", 1, 2, 0}});
+  std::vector<float> a = {9, 1, 2};
+  store.Accumulate(absl::MakeSpan(a), w, 0.5f);  // r = a.
+  EXPECT_EQ(a, (std::vector<float>{9, 1, 2}));
+  std::vector<float> b = {9, 4, 4};
+  store.Accumulate(absl::MakeSpan(b), w, 0.5f);  // r = 0.5 r + b.
+  EXPECT_EQ(b, (std::vector<float>{9, 4.5f, 5}));
+  EXPECT_EQ(store.Residual("w", 0, 2), (std::vector<float>{4.5f, 5}));
+  store.ClearSent(w, std::vector<float>{7, 0, 3});
+  EXPECT_EQ(store.Residual("w", 0, 2), (std::vector<float>{4.5f, 0}));
+}
+
 TEST(ResidualStoreTest, ExportImportRoundTrip) {
   ResidualStore a;
   a.Store(Segments({{"x", 0, 2, 0}, {"y", 2, 1, 4}}),

@@ -47,6 +47,28 @@ std::vector<Segment> SegmentsOf(const Bucket& bucket) {
   return segments;
 }
 
+// Residuals and velocities in the checkpoint.
+void ToProto(const std::vector<ResidualStore::Entry>& entries,
+             google::protobuf::RepeatedPtrField<proto::ResidualState>* out) {
+  for (const ResidualStore::Entry& e : entries) {
+    proto::ResidualState* r = out->Add();
+    r->set_name(e.name);
+    r->set_tensor_offset(e.tensor_offset);
+    r->mutable_values()->Add(e.values.begin(), e.values.end());
+  }
+}
+
+std::vector<ResidualStore::Entry> FromProto(
+    const google::protobuf::RepeatedPtrField<proto::ResidualState>& in) {
+  std::vector<ResidualStore::Entry> entries;
+  for (const proto::ResidualState& r : in) {
+    entries.push_back(
+        {r.name(), r.tensor_offset(),
+         std::vector<float>(r.values().begin(), r.values().end())});
+  }
+  return entries;
+}
+
 std::string KeyOf(const Bucket& bucket) {
   return absl::StrJoin(bucket.members, ",",
                        [](std::string* out, const BucketMember& m) {
@@ -65,7 +87,6 @@ struct CompressedReducer::BucketState {
       compressors;
   std::vector<Segment> segments;
   std::vector<float> a, level1, level2, accumulator;
-  std::vector<float> sent_exactly;  // Momentum correction: a where sent.
   bool has_pending = false;
   gravac::Decision pending;
   double pending_norms[kNumStats] = {0, 0, 0, 0};  // ef, min, cand, accum.
@@ -426,8 +447,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   sent.in_place = in_place;
   // This step's exchange carries the pending decision's time and this
   // decision's norms: skipped when neither wants them.
-  sent.gather_stats = decision.wants_stats ||
-                      (state.has_pending && state.pending.wants_stats);
+  sent.gather_stats =
+      decision.wants_stats || (state.has_pending && state.pending.wants_stats);
   std::vector<double> stats = {in_place ? 0.0 : SquaredNorm(state.a), 0, 0,
                                previous_seconds};
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
@@ -448,13 +469,9 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
              MomentumCorrection::IsSparsifier(sent.compressor_name)) {
     // DGC: sent entries leave both the residual and the velocity (their
     // rounding error on the wire is dropped with them).
-    const std::vector<float>& local = *sent.local;
-    state.sent_exactly.resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      state.sent_exactly[i] = local[i] != 0.0f ? state.a[i] : 0.0f;
-    }
-    residuals_.Store(state.segments, state.a, state.sent_exactly);
-    momenta_.MaskSent(local, state.segments);
+    residuals_.Store(state.segments, state.a, *sent.local);
+    residuals_.ClearSent(state.segments, *sent.local);
+    momenta_.MaskSent(*sent.local, state.segments);
     state.residual_empty = false;
   } else {
     residuals_.Store(state.segments, state.a, *sent.local);
@@ -559,18 +576,8 @@ std::string CompressedReducer::SaveState() const {
     for (double v : s->pending_norms) b->add_pending_norms(v);
   }
   for (const auto& [key, b] : restored_) *out.add_buckets() = b;
-  for (const ResidualStore::Entry& e : residuals_.Export()) {
-    proto::ResidualState* r = out.add_residuals();
-    r->set_name(e.name);
-    r->set_tensor_offset(e.tensor_offset);
-    for (float v : e.values) r->add_values(v);
-  }
-  for (const ResidualStore::Entry& e : momenta_.Export()) {
-    proto::ResidualState* v = out.add_velocities();
-    v->set_name(e.name);
-    v->set_tensor_offset(e.tensor_offset);
-    for (float x : e.values) v->add_values(x);
-  }
+  ToProto(residuals_.Export(), out.mutable_residuals());
+  ToProto(momenta_.Export(), out.mutable_velocities());
   out.set_bytes_sent(bytes_sent_);
   return out.SerializeAsString();
 }
@@ -581,21 +588,9 @@ absl::Status CompressedReducer::LoadState(const std::string& bytes) {
     return absl::InvalidArgumentError(
         "compression state does not parse (not a terse checkpoint?)");
   }
-  std::vector<ResidualStore::Entry> entries;
-  for (const proto::ResidualState& r : in.residuals()) {
-    entries.push_back(
-        {r.name(), r.tensor_offset(),
-         std::vector<float>(r.values().begin(), r.values().end())});
-  }
-  std::vector<ResidualStore::Entry> velocities;
-  for (const proto::ResidualState& v : in.velocities()) {
-    velocities.push_back(
-        {v.name(), v.tensor_offset(),
-         std::vector<float>(v.values().begin(), v.values().end())});
-  }
   absl::MutexLock lock(&mu_);
-  residuals_.Import(entries);
-  momenta_.Import(velocities);
+  residuals_.Import(FromProto(in.residuals()));
+  momenta_.Import(FromProto(in.velocities()));
   buckets_.clear();  // Rebuilt from the restored states on their next step.
   restored_.clear();
   for (const proto::BucketCompressionState& b : in.buckets()) {

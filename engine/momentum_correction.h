@@ -21,14 +21,13 @@
 // "keras.grad."): other float sums (a loss or metric averaged over ranks)
 // pass through untouched.
 //
-// Not thread-safe: the owner (CompressedReducer) serialises every call.
+// The velocities live in a ResidualStore (thread-safe like it).
 #ifndef TERSE_ENGINE_MOMENTUM_CORRECTION_H_
 #define TERSE_ENGINE_MOMENTUM_CORRECTION_H_
 
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "compressors/compressor.h"
@@ -55,16 +54,20 @@ class MomentumCorrection {
                 const std::vector<Segment>& segments);
 
   // Checkpointing, in ResidualStore's entry format. Import replaces all.
-  std::vector<ResidualStore::Entry> Export() const;
-  void Import(const std::vector<ResidualStore::Entry>& entries);
-  int64_t size() const { return static_cast<int64_t>(velocities_.size()); }
+  std::vector<ResidualStore::Entry> Export() const {
+    return velocities_.Export();
+  }
+  void Import(const std::vector<ResidualStore::Entry>& entries) {
+    velocities_.Import(entries);
+  }
+  int64_t size() const { return velocities_.size(); }
 
  private:
-  static std::string KeyOf(const std::string& name, int64_t tensor_offset,
-                           int64_t count);
+  // The segments that Apply.
+  static std::vector<Segment> Gradients(const std::vector<Segment>& segments);
 
   const double momentum_;
-  absl::flat_hash_map<std::string, ResidualStore::Entry> velocities_;
+  ResidualStore velocities_;
 };
 
 }  // namespace terse
