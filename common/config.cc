@@ -108,12 +108,62 @@ Knob BoolKnob(std::string name, std::string def, std::string doc,
               }};
 }
 
+// The default portfolio of TERSE_GRAVAC_CANDIDATES (its measurement is in
+// docs/results/gravac.md).
+constexpr char kDefaultCandidates[] =
+    "none,fp16,powersgd:1,powersgd:4,topk:10,topk:100";
+
 const std::vector<std::string>& CompressionWords() {
   static const auto* words = new std::vector<std::string>{
       "none",     "fp16",     "bf16", "topk",      "randomk",
       "dgc",      "redsync",  "threshold", "powersgd", "qsgd",
       "efsignsgd", "gravac", "accordion"};
   return *words;
+}
+
+// TERSE_GRAVAC_CANDIDATES: "paper", or family[:level] entries (see the
+// knob's doc); levels are checked here so a bad portfolio fails at start-up.
+absl::Status ParseCandidates(absl::string_view text, Config* c) {
+  static const std::string kForm =
+      "'paper' or ','-separated family[:level] with family one of: none fp16 "
+      "bf16 powersgd topk dgc redsync randomk qsgd; levels: powersgd rank an "
+      "integer in [1, 1024], sparsifier CF a number in (1, 1000000], qsgd "
+      "bits an integer in [2, 16], none/fp16/bf16 none";
+  std::vector<std::string> out;
+  if (absl::StripAsciiWhitespace(text) == "paper") {
+    c->gravac_candidates = {"paper"};
+    return absl::OkStatus();
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    item = absl::StripAsciiWhitespace(item);
+    std::pair<absl::string_view, absl::string_view> fl =
+        absl::StrSplit(item, absl::MaxSplits(':', 1));
+    const absl::string_view family = fl.first, level = fl.second;
+    const bool has_level = item.find(':') != absl::string_view::npos;
+    const std::string bad = absl::StrCat(kForm, " (bad entry '", item, "')");
+    if (family == "none" || family == "fp16" || family == "bf16") {
+      if (has_level) return absl::InvalidArgumentError(bad);
+    } else if (family == "powersgd" || family == "qsgd") {
+      int64_t x;
+      const int64_t hi = family == "powersgd" ? 1024 : 16;
+      const int64_t lo = family == "powersgd" ? 1 : 2;
+      if (!has_level || !absl::SimpleAtoi(level, &x) || x < lo || x > hi) {
+        return absl::InvalidArgumentError(bad);
+      }
+    } else if (family == "topk" || family == "dgc" || family == "redsync" ||
+               family == "randomk") {
+      double x;
+      if (has_level && (!absl::SimpleAtod(level, &x) || !(x > 1) || x > 1e6)) {
+        return absl::InvalidArgumentError(bad);
+      }
+    } else {
+      return absl::InvalidArgumentError(bad);
+    }
+    out.push_back(std::string(item));
+  }
+  if (out.empty()) return absl::InvalidArgumentError(kForm);
+  c->gravac_candidates = std::move(out);
+  return absl::OkStatus();
 }
 
 absl::Status ParseRules(absl::string_view text, Config* c) {
@@ -243,6 +293,18 @@ const std::vector<Knob>& Knobs() {
                "let GraVAC's measured throughput veto compression where "
                "dense is faster (an extension; off: the paper's algorithm)",
                &Config::gravac_throughput_guard),
+      Knob{"TERSE_GRAVAC_CANDIDATES", "", kDefaultCandidates,
+           "'paper' or ','-separated family[:level], family one of: none "
+           "fp16 bf16 powersgd (level: rank 1-1024) topk dgc redsync "
+           "randomk (level: CF > 1; none: the CF ladder) qsgd (level: bits "
+           "2-16)",
+           "GraVAC's portfolio: the (compressor, level) pairs each bucket's "
+           "controller chooses from ('paper': TERSE_GRAVAC_COMPRESSOR alone, "
+           "the paper's algorithm)",
+           ParseCandidates,
+           [](const Config& c) {
+             return absl::StrJoin(c.gravac_candidates, ",");
+           }},
       DoubleKnob("TERSE_ACCORDION_LOW_CF", "x", "10",
                  "Accordion's CF in critical regimes", &Config::accordion_low_cf,
                  1, 1e6),
@@ -256,11 +318,26 @@ const std::vector<Knob>& Knobs() {
                  "relative gradient-norm change below which the regime is "
                  "not critical",
                  &Config::accordion_threshold, 0, kInf),
+      WordKnob("TERSE_ACCORDION_COMPRESSOR", "powersgd",
+               "compressor Accordion switches: PowerSGD ranks (as its paper "
+               "runs it) or a sparsifier's CFs",
+               &Config::accordion_compressor,
+               {"powersgd", "topk", "dgc", "redsync", "randomk"}),
+      IntKnob("TERSE_ACCORDION_HIGH_RANK", "", "4",
+              "Accordion's PowerSGD rank in critical regimes",
+              &Config::accordion_high_rank, 1, 1024),
+      IntKnob("TERSE_ACCORDION_LOW_RANK", "", "1",
+              "Accordion's PowerSGD rank outside critical regimes",
+              &Config::accordion_low_rank, 1, 1024),
       IntKnob("TERSE_POWERSGD_RANK", "", "1", "rank of the PowerSGD factors",
               &Config::powersgd_rank, 1, 1024),
       IntKnob("TERSE_POWERSGD_START_STEP", "steps", "0",
               "dense steps before PowerSGD starts",
               &Config::powersgd_start_step, 0, int64_t{1} << 40),
+      DoubleKnob("TERSE_POWERSGD_MIN_COMPRESSION_RATE", "x", "2",
+                 "a matrix n x m goes uncompressed when n*m / (rank*(n+m)) "
+                 "is below this (DDP's min_compression_rate)",
+                 &Config::powersgd_min_compression_rate, 0, 1e6),
       Knob{"TERSE_TIMELINE", "path", "", "a file path (empty: off)",
            "write a Chrome-trace JSON timeline to this file",
            [](absl::string_view v, Config* c) {

@@ -57,16 +57,23 @@ struct Config {
   std::string gravac_scope;   // bucket | global
   double gravac_ewma;         // 0 means "auto": ranks / 100.
   bool gravac_throughput_guard;  // gravac/gravac_policy.h, extension
+  // The portfolio (gravac/portfolio.h): "family[:level]" entries, e.g.
+  // {"none", "fp16", "powersgd:4", "topk"}; validated when parsed.
+  std::vector<std::string> gravac_candidates;
 
   // Accordion.
   double accordion_low_cf;
   double accordion_high_cf;
   int64_t accordion_switch_steps;
   double accordion_threshold;
+  std::string accordion_compressor;  // powersgd | topk | dgc | redsync | randomk
+  int64_t accordion_low_rank;   // PowerSGD rank outside critical regimes
+  int64_t accordion_high_rank;  // PowerSGD rank in critical regimes
 
   // PowerSGD.
   int64_t powersgd_rank;
   int64_t powersgd_start_step;
+  double powersgd_min_compression_rate;
 
   // Diagnostics.
   std::string timeline_path;  // empty: no timeline

@@ -36,6 +36,13 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.accordion_threshold, 0.5);
   EXPECT_EQ(c.powersgd_rank, 1);
   EXPECT_EQ(c.powersgd_start_step, 0);
+  EXPECT_EQ(c.powersgd_min_compression_rate, 2.0);
+  EXPECT_EQ(c.accordion_compressor, "powersgd");
+  EXPECT_EQ(c.accordion_high_rank, 4);
+  EXPECT_EQ(c.accordion_low_rank, 1);
+  EXPECT_THAT(c.gravac_candidates,
+              ::testing::ElementsAre("none", "fp16", "powersgd:1",
+                                     "powersgd:4", "topk:10", "topk:100"));
   EXPECT_EQ(c.backend, "auto");
   EXPECT_EQ(c.timeline_path, "");
   EXPECT_EQ(c.stall_check_seconds, 60.0);
@@ -50,7 +57,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 30u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 35u);
 }
 
 TEST(ConfigTest, ParsesValues) {
@@ -121,6 +128,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"TERSE_COMPRESSION_RULES", "*.bias", "glob=policy[:cf]"},
         BadValue{"TERSE_COMPRESSION_RULES", "a=zip", "bad rule 'a=zip'"},
         BadValue{"TERSE_COMPRESSION_RULES", "a=topk:0", "cf a number >= 1"},
+        BadValue{"TERSE_GRAVAC_CANDIDATES", "powersgd", "bad entry 'powersgd'"},
+        BadValue{"TERSE_GRAVAC_CANDIDATES", "topk:1", "bad entry 'topk:1'"},
+        BadValue{"TERSE_GRAVAC_CANDIDATES", "fp16:2", "bad entry 'fp16:2'"},
+        BadValue{"TERSE_GRAVAC_CANDIDATES", "qsgd:1", "qsgd bits an integer in [2, 16]"},
+        BadValue{"TERSE_GRAVAC_CANDIDATES", "zip", "bad entry 'zip'"},
+        BadValue{"TERSE_ACCORDION_COMPRESSOR", "qsgd", "one of: powersgd topk"},
         BadValue{"TERSE_SEED", "-3", "an integer in [0, 18446744073709551615]"}));
 
 TEST(ConfigTest, TypoOfAKnownVariableIsAnErrorWithSuggestion) {

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,6 +62,11 @@ struct Segment {
   int64_t offset = 0;
   int64_t count = 0;
   int64_t tensor_offset = 0;
+  // The whole tensor's shape (row-major; its product is the tensor's element
+  // count). Empty: unknown (a flat buffer from the C API or a test).
+  // Layer-wise compressors (PowerSGD) read a segment that covers a whole
+  // tensor of 2+ dimensions as a shape[0] x prod(shape[1:]) matrix.
+  std::vector<int64_t> shape;
 };
 
 // What the engine tells a compressor about one bucket and step. seed, step

@@ -29,8 +29,14 @@ struct CompressorOptions {
   // by num_threads below).
   kernels::SampledTopKOptions dgc;
   kernels::ThresholdSearchOptions redsync;
-  // powersgd: rank of the factors (TERSE_POWERSGD_RANK).
+  // powersgd: rank of the factors (TERSE_POWERSGD_RANK), the first step it
+  // compresses (TERSE_POWERSGD_START_STEP; steps before it send the bucket
+  // uncompressed, like DDP's start_powerSGD_iter), and the least compression
+  // rate n*m / (rank*(n+m)) below which a matrix goes uncompressed
+  // (TERSE_POWERSGD_MIN_COMPRESSION_RATE, DDP's min_compression_rate).
   int64_t powersgd_rank = 1;
+  int64_t powersgd_start_step = 0;
+  double powersgd_min_compression_rate = 2;
   // qsgd: levels s (0: from cf, floor(32 / cf) bits per element, 2..16) and
   // elements per norm bucket.
   int qsgd_levels = 0;

@@ -90,6 +90,9 @@ absl::StatusOr<std::unique_ptr<Compressor>> CreateCompressor(
 CompressorOptions OptionsFromConfig(const Config& config) {
   CompressorOptions options;
   options.powersgd_rank = config.powersgd_rank;
+  options.powersgd_start_step = config.powersgd_start_step;
+  options.powersgd_min_compression_rate =
+      config.powersgd_min_compression_rate;
   return options;
 }
 

@@ -135,7 +135,8 @@ std::vector<int> BucketAssigner::OnReady(
       if (!solo) open.push_back(target);
     }
     Bucket& b = buckets_.at(target);
-    b.members.push_back(BucketMember{name, count});
+    b.members.push_back(
+        BucketMember{name, count, {r->shape().begin(), r->shape().end()}});
     b.ready.push_back(false);
     b.count += count;
     b.bytes += bytes;

@@ -43,6 +43,9 @@ namespace terse {
 struct BucketMember {
   std::string name;
   int64_t count = 0;  // Elements.
+  // The tensor's shape as negotiated (its product is count); layer-wise
+  // compressors (PowerSGD) read each member as a matrix of this shape.
+  std::vector<int64_t> shape;
 };
 
 struct Bucket {

@@ -41,6 +41,7 @@ std::vector<Segment> SegmentsOf(const Bucket& bucket) {
     seg.name = m.name;
     seg.offset = offset;
     seg.count = m.count;
+    seg.shape = m.shape;
     segments.push_back(seg);
     offset += m.count;
   }

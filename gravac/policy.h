@@ -33,6 +33,10 @@ struct Decision {
   std::string compressor = "none";
   // What to send: 1 = dense, otherwise probe_cf_min or probe_cf_candidate.
   double send_cf = 1;
+  // The level of a compressor whose strength is not a CF: PowerSGD's rank.
+  // 0: the compressor's configured level (TERSE_POWERSGD_RANK). A decision
+  // with a level > 0 is never dense.
+  int64_t level = 0;
   // Compression factors to probe (0 = no probe): level one compresses g_ef
   // at probe_cf_min, level two compresses that result to probe_cf_candidate.
   double probe_cf_min = 0;
@@ -48,7 +52,7 @@ struct Decision {
   // (plain-dense) steps, so a fast link pays no per-step statistics round.
   bool wants_stats = true;
 
-  bool dense() const { return send_cf <= 1; }
+  bool dense() const { return level <= 0 && send_cf <= 1; }
 };
 
 // One step's statistics of one bucket, averaged over ranks.
