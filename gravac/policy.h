@@ -20,13 +20,29 @@
 #ifndef TERSE_GRAVAC_POLICY_H_
 #define TERSE_GRAVAC_POLICY_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gravac/policy_state.pb.h"
 
 namespace terse {
 namespace gravac {
+
+// One (compressor, level) pair: what a portfolio candidate or a gain probe
+// names. cf is the compression factor the compressor is made with (1 for
+// none, 2 for fp16/bf16, 32/bits for qsgd); level is PowerSGD's rank (0 for
+// the others).
+struct Choice {
+  std::string compressor = "none";
+  double cf = 1;
+  int64_t level = 0;
+
+  bool operator==(const Choice& o) const {
+    return compressor == o.compressor && cf == o.cf && level == o.level;
+  }
+};
 
 struct Decision {
   // Sparsifier for both probe levels and for sending; "none" means dense.
@@ -51,6 +67,10 @@ struct Decision {
   // zeros, identical on every rank. GraVAC's guard clears it on most vetoed
   // (plain-dense) steps, so a fast link pays no per-step statistics round.
   bool wants_stats = true;
+  // Portfolio (gravac/portfolio_policy.h): compress g_ef with each of these
+  // locally, send none of them, and report ||C(g_ef)||^2 of each in
+  // StepStats::probe_norm2 (same order).
+  std::vector<Choice> gain_probes;
 
   bool dense() const { return level <= 0 && send_cf <= 1; }
 };
@@ -64,6 +84,11 @@ struct StepStats {
   double samples = 1;          // samples processed by all ranks this step
   // Accordion: ||sum of the reduced gradient since the last reset||^2.
   double accumulated_norm2 = 0;
+  // ||what this rank sent, decoded||^2 (||g_ef||^2 when dense).
+  double norm2_sent = 0;
+  // ||C(g_ef)||^2 of each of Decision::gain_probes, in order (empty when the
+  // decision had none or the exchange was skipped).
+  std::vector<double> probe_norm2;
 };
 
 class Policy {

@@ -14,8 +14,15 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   EXPECT_EQ(topk.send_cf, 100);
   EXPECT_EQ(CreatePolicy("accordion", 100, c, 4)->Decide().send_cf,
             c.accordion_low_cf);
-  // With the throughput guard (default) the first steps measure dense
-  // without probes; without it the first step probes at theta_min.
+  // The default portfolio: the first decision is dense and surveys every
+  // other candidate's gain.
+  Decision survey = CreatePolicy("gravac", 100, c, 4)->Decide();
+  EXPECT_TRUE(survey.dense());
+  EXPECT_EQ(survey.gain_probes.size(), 5u);
+  // One sparsifier family: the paper's controller. With the throughput
+  // guard (default) the first steps measure dense without probes; without
+  // it the first step probes at theta_min.
+  c.gravac_candidates = {"topk"};
   Decision first = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(first.dense());
   EXPECT_EQ(first.probe_cf_min, 0);

@@ -1,0 +1,364 @@
+#include "gravac/portfolio_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+
+namespace terse {
+namespace gravac {
+namespace {
+
+bool IsSparsifier(absl::string_view family) {
+  return family == "topk" || family == "dgc" || family == "redsync" ||
+         family == "randomk";
+}
+
+// GraVAC's CF ladder: cf_min * s for s = 1, 2, 4, 16, 256, ... (exponential)
+// or 1, 2, 4, 8, ... (geometric), capped at cf_max (gravac_policy.h).
+std::vector<double> Ladder(double cf_min, double cf_max, bool exponential) {
+  std::vector<double> out;
+  double s = 1;
+  while (true) {
+    const double cf = std::min(cf_max, cf_min * s);
+    if (out.empty() || cf > out.back()) out.push_back(cf);
+    if (cf >= cf_max) break;
+    s = exponential ? std::max(2.0, s * s) : 2 * s;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ChoiceName(const Choice& c) {
+  if (c.compressor == "none" || c.compressor == "fp16" ||
+      c.compressor == "bf16") {
+    return c.compressor;
+  }
+  if (c.compressor == "powersgd") return absl::StrCat("powersgd:", c.level);
+  if (c.compressor == "qsgd") {
+    return absl::StrCat("qsgd:", static_cast<int>(std::lround(32 / c.cf)));
+  }
+  return absl::StrCat(c.compressor, ":", c.cf);
+}
+
+absl::StatusOr<std::vector<Choice>> ExpandCandidates(
+    const std::vector<std::string>& entries, double cf_min, double cf_max,
+    bool exponential) {
+  std::vector<Choice> out;
+  auto add = [&out](Choice c) {
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  for (const std::string& entry : entries) {
+    std::pair<std::string, std::string> fl =
+        absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    const std::string& family = fl.first;
+    const bool has_level = entry.find(':') != std::string::npos;
+    const absl::Status bad = absl::InvalidArgumentError(
+        absl::StrCat("TERSE_GRAVAC_CANDIDATES: bad entry '", entry, "'"));
+    Choice c;
+    c.compressor = family;
+    if (family == "none") {
+      c.cf = 1;
+    } else if (family == "fp16" || family == "bf16") {
+      c.cf = 2;
+    } else if (family == "powersgd") {
+      if (!has_level || !absl::SimpleAtoi(fl.second, &c.level) ||
+          c.level < 1) {
+        return bad;
+      }
+      c.cf = 1;
+    } else if (family == "qsgd") {
+      int bits = 0;
+      if (!has_level || !absl::SimpleAtoi(fl.second, &bits) || bits < 2 ||
+          bits > 16) {
+        return bad;
+      }
+      c.cf = 32.0 / bits;
+    } else if (IsSparsifier(family)) {
+      if (has_level) {
+        if (!absl::SimpleAtod(fl.second, &c.cf) || !(c.cf > 1)) return bad;
+      } else {
+        for (double cf : Ladder(cf_min, cf_max, exponential)) {
+          if (cf <= 1) continue;
+          add(Choice{family, cf, 0});
+        }
+        continue;
+      }
+    } else {
+      return bad;
+    }
+    add(c);
+  }
+  return out;
+}
+
+bool IsSingleFamily(const std::vector<std::string>& entries,
+                    std::string* family) {
+  if (entries.size() == 1 && entries[0] == "paper") return true;
+  std::string found;
+  for (const std::string& e : entries) {
+    if (e == "none") continue;
+    if (!IsSparsifier(e) || !found.empty()) return false;  // Level or 2nd.
+    found = e;
+  }
+  if (found.empty()) return false;
+  *family = found;
+  return true;
+}
+
+PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
+    : options_(options) {
+  candidates_.push_back(Choice{});  // Dense first, always.
+  for (const Choice& c : options.candidates) {
+    if (c.compressor == "none") continue;
+    if (std::find(candidates_.begin(), candidates_.end(), c) ==
+        candidates_.end()) {
+      candidates_.push_back(c);
+    }
+  }
+  const int64_t k = static_cast<int64_t>(candidates_.size());
+  trial_ = std::max<int64_t>(3, options_.window / (2 * k));
+  gains_.assign(k, 1.0);
+  has_gain_.assign(k, false);
+  has_gain_[0] = true;  // Dense sends everything.
+  tc_.assign(k, Throughput{});
+}
+
+int PortfolioPolicy::IndexOf(const Choice& c) const {
+  if (c.compressor == "none") return 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (candidates_[i] == c) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool PortfolioPolicy::Eligible(int i) const {
+  return i == 0 || (has_gain_[i] && gains_[i] >= options_.epsilon);
+}
+
+int PortfolioPolicy::Best(int exclude) const {
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
+    if (i != exclude && Eligible(i) && tc_[i].count > 0) order.push_back(i);
+  }
+  if (order.empty()) return 0;
+  std::stable_sort(order.begin(), order.end(), [this](int a, int b) {
+    return tc_[a].mean() > tc_[b].mean();
+  });
+  if (order.size() >= 2) {
+    const double best = tc_[order[0]].mean(), second = tc_[order[1]].mean();
+    // omega saturation: a tie goes to the higher gain (less compression).
+    if (best > 0 && (best - second) / best <= options_.omega &&
+        gains_[order[1]] > gains_[order[0]]) {
+      return order[1];
+    }
+  }
+  return order[0];
+}
+
+Decision PortfolioPolicy::Send(int i) const {
+  const Choice& c = candidates_[i];
+  Decision d;
+  d.compressor = c.compressor;
+  d.send_cf = c.compressor == "none" ? 1 : c.cf;
+  d.level = c.level;
+  d.clear_residual = c.compressor == "none";
+  return d;
+}
+
+Decision PortfolioPolicy::Decide() {
+  if (trial_left_ == 0 && !queue_.empty()) {
+    trying_ = queue_.front();
+    queue_.pop_front();
+    trial_left_ = trial_;
+  }
+  int send;
+  if (trial_left_ > 0) {
+    send = trying_;
+    if (--trial_left_ == 0 && queue_.empty()) {
+      trying_ = -1;
+      pick_after_trials_ = true;
+    }
+  } else {
+    if (pick_after_trials_ || !Eligible(current_)) {
+      const int before = current_;
+      current_ = Best(-1);
+      if (!pick_after_trials_ && current_ != before) {
+        last_reason_ = absl::StrCat(ChoiceName(candidates_[before]),
+                                    " lost its gain: ");
+      } else {
+        last_reason_.clear();
+      }
+      absl::StrAppend(&last_reason_, "best T_c among gains >= ",
+                      options_.epsilon);
+      pick_after_trials_ = false;
+    }
+    send = current_;
+  }
+  Decision d = Send(send);
+  const bool survey = decisions_ % options_.window == 0;
+  if (survey) {
+    for (size_t i = 1; i < candidates_.size(); ++i) {
+      if (static_cast<int>(i) != send) d.gain_probes.push_back(candidates_[i]);
+    }
+  }
+  const bool quiet = send == 0 && !survey && !exploring() &&
+                     decisions_ % options_.window != options_.window / 2;
+  d.wants_stats = !quiet;
+  ++decisions_;
+  return d;
+}
+
+void PortfolioPolicy::UpdateGain(int i, double gain) {
+  if (i <= 0 || !std::isfinite(gain)) return;
+  gain = std::min(1.0, std::max(0.0, gain));
+  if (!has_gain_[i]) {
+    gains_[i] = gain;
+    has_gain_[i] = true;
+  } else {
+    gains_[i] = options_.ewma * gain + (1 - options_.ewma) * gains_[i];
+  }
+}
+
+void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
+  ++observed_;
+  const int i = IndexOf(Choice{taken.compressor,
+                               taken.compressor == "none" ? 1 : taken.send_cf,
+                               taken.level});
+  if (stats.norm2_ef > 0) {
+    if (i > 0) UpdateGain(i, stats.norm2_sent / stats.norm2_ef);
+    for (size_t k = 0;
+         k < taken.gain_probes.size() && k < stats.probe_norm2.size(); ++k) {
+      UpdateGain(IndexOf(taken.gain_probes[k]),
+                 stats.probe_norm2[k] / stats.norm2_ef);
+    }
+  }
+  if (i >= 0 && stats.seconds > 0) {
+    // The step that switched to a candidate pays for the switch (a new
+    // compressor, a cold PowerSGD start): not counted.
+    if (i == last_sent_) {
+      tc_[i].sum += stats.samples / stats.seconds * gains_[i];
+      ++tc_[i].count;
+    }
+  }
+  if (i >= 0) last_sent_ = i;
+  if (!taken.gain_probes.empty() && stats.norm2_ef > 0) AfterSurvey();
+}
+
+void PortfolioPolicy::AfterSurvey() {
+  for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
+    const bool waiting = i == trying_ ||
+                         std::find(queue_.begin(), queue_.end(), i) !=
+                             queue_.end();
+    if (Eligible(i) && tc_[i].count == 0 && !waiting) queue_.push_back(i);
+  }
+  // The window's re-pick: stale choices give way to better measured ones.
+  if (!exploring()) pick_after_trials_ = true;
+  TERSE_LOG(Debug) << "portfolio: survey at decision " << decisions_ << ": "
+                   << Describe();
+}
+
+std::string PortfolioPolicy::Describe() const {
+  std::string out = absl::StrCat("portfolio ", ChoiceName(choice()));
+  if (trying_ >= 0) {
+    absl::StrAppend(&out, " trying ", ChoiceName(candidates_[trying_]));
+  }
+  absl::StrAppend(&out, " (", last_reason_, ") [");
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    absl::StrAppend(&out, i ? " " : "", ChoiceName(candidates_[i]),
+                    " gain=");
+    if (has_gain_[i]) {
+      absl::StrAppend(&out, absl::SixDigits(gains_[i]));
+    } else {
+      absl::StrAppend(&out, "?");
+    }
+    absl::StrAppend(&out, " T_c=");
+    if (tc_[i].count > 0) {
+      absl::StrAppend(&out, absl::SixDigits(tc_[i].mean()));
+    } else {
+      absl::StrAppend(&out, "?");
+    }
+  }
+  absl::StrAppend(&out, "]");
+  return out;
+}
+
+void PortfolioPolicy::SaveState(proto::PolicyState* state) const {
+  state->Clear();
+  state->set_kind("portfolio");
+  state->set_step(observed_);
+  state->set_decisions(decisions_);
+  proto::PortfolioState* p = state->mutable_portfolio();
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    proto::PortfolioCandidate* c = p->add_candidates();
+    c->set_name(ChoiceName(candidates_[i]));
+    c->set_gain(gains_[i]);
+    c->set_has_gain(has_gain_[i]);
+    c->set_throughput_sum(tc_[i].sum);
+    c->set_throughput_count(tc_[i].count);
+  }
+  p->set_current(current_);
+  for (int q : queue_) p->add_queue(q);
+  p->set_trying(trying_);
+  p->set_trial_left(trial_left_);
+  p->set_last_sent(last_sent_);
+  p->set_pick_after_trials(pick_after_trials_);
+  p->set_reason(last_reason_);
+}
+
+absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
+  if (state.kind() != "portfolio") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot restore a '", state.kind(), "' policy state into portfolio"));
+  }
+  const proto::PortfolioState& p = state.portfolio();
+  const int k = static_cast<int>(candidates_.size());
+  if (p.candidates_size() != k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "portfolio state has ", p.candidates_size(), " candidates, ",
+        "TERSE_GRAVAC_CANDIDATES gives ", k));
+  }
+  for (int i = 0; i < k; ++i) {
+    if (p.candidates(i).name() != ChoiceName(candidates_[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "portfolio state's candidate ", i, " is '", p.candidates(i).name(),
+          "', TERSE_GRAVAC_CANDIDATES gives '", ChoiceName(candidates_[i]),
+          "'"));
+    }
+  }
+  auto in_range = [k](int64_t x) { return x >= -1 && x < k; };
+  if (p.current() < 0 || p.current() >= k || !in_range(p.trying()) ||
+      !in_range(p.last_sent()) || p.trial_left() < 0 ||
+      state.decisions() < 0 || state.step() < 0) {
+    return absl::InvalidArgumentError("portfolio policy state is inconsistent");
+  }
+  for (int q : p.queue()) {
+    if (q < 1 || q >= k) {
+      return absl::InvalidArgumentError(
+          "portfolio policy state is inconsistent (queue)");
+    }
+  }
+  for (int i = 0; i < k; ++i) {
+    gains_[i] = p.candidates(i).gain();
+    has_gain_[i] = i == 0 || p.candidates(i).has_gain();
+    tc_[i] = Throughput{p.candidates(i).throughput_sum(),
+                        p.candidates(i).throughput_count()};
+  }
+  observed_ = state.step();
+  decisions_ = state.decisions();
+  current_ = p.current();
+  queue_.assign(p.queue().begin(), p.queue().end());
+  trying_ = p.trying();
+  trial_left_ = p.trial_left();
+  last_sent_ = p.last_sent();
+  pick_after_trials_ = p.pick_after_trials();
+  last_reason_ = p.reason();
+  return absl::OkStatus();
+}
+
+}  // namespace gravac
+}  // namespace terse

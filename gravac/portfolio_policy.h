@@ -1,0 +1,137 @@
+// PortfolioPolicy: GraVAC's controller over a portfolio of compressors, one
+// per bucket (DESIGN §5, "Portfolio"; TERSE_GRAVAC_CANDIDATES).
+//
+// The candidates are (compressor, level) pairs across families: dense,
+// fp16/bf16, PowerSGD ranks, sparsifier CFs, QSGD bits. Each has its own
+// compression gain d_c = ||C(g_ef)||^2 / ||g_ef||^2 (an EWMA, as in the
+// paper) and its compression throughput T_c = (samples / seconds) * d_c,
+// measured over the steps it was sent. The paper's rule picks among them:
+//
+//   eligible = { c : d_c >= epsilon }  (dense, d = 1, always is)
+//   send argmax_{c in eligible} T_c; when the two best are within omega
+//   (relative), the one with the higher gain (omega saturation).
+//
+// How the gains and throughputs are measured (every input is an average
+// over ranks, so every rank takes the same decisions):
+//   - Survey: the first decision of every window (`window` steps) asks the
+//     engine to compress g_ef with every candidate locally and report their
+//     norms (Decision::gain_probes); nothing extra is sent. The step sends
+//     the current choice.
+//   - Every step, the gain of what was sent is measured too
+//     (StepStats::norm2_sent), so the current choice's gain stays fresh.
+//   - Trials: after a survey, every eligible candidate whose T_c was never
+//     measured is sent for `trial` steps in the order listed, its T_c the
+//     mean over its trial (the first step of a trial, which pays for the
+//     switch, is not counted when the trial is longer than two steps). Then
+//     the policy settles on the rule above.
+//   - Scale-down is immediate: when the gain of the choice drops below
+//     epsilon, the next decision sends the best eligible other candidate.
+// Exploration cost, bounded: a survey costs one local compression per
+// candidate once per window; trials take at most K * trial steps, trial =
+// max(2, window / (2K)) for K candidates, so at most half of a window, and
+// only for candidates that became eligible unmeasured (all of them in the
+// first window, few later). One step of lag: a decision uses statistics up
+// to the previous step, like GravacPolicy.
+//
+// While the choice is dense and nothing is being tried, only the survey and
+// one mid-window step want statistics (Decision::wants_stats), so a fast link
+// that settles on dense pays no per-step statistics exchange.
+//
+// Not thread-safe: one bucket's policy is used by one thread.
+#ifndef TERSE_GRAVAC_PORTFOLIO_POLICY_H_
+#define TERSE_GRAVAC_PORTFOLIO_POLICY_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gravac/policy.h"
+
+namespace terse {
+namespace gravac {
+
+// "none", "fp16", "powersgd:4", "topk:100", "qsgd:8".
+std::string ChoiceName(const Choice& c);
+
+// Expands TERSE_GRAVAC_CANDIDATES entries ("family[:level]", validated by
+// the config parser) into choices, in the order listed, without duplicates.
+// A sparsifier without a level expands to GraVAC's CF ladder from cf_min to
+// cf_max (exponential: 10, 20, 40, 160, 1000 for 10..1000; geometric:
+// doubling). InvalidArgument names a bad entry.
+absl::StatusOr<std::vector<Choice>> ExpandCandidates(
+    const std::vector<std::string>& entries, double cf_min, double cf_max,
+    bool exponential);
+
+// True, with *family set, when the entries are "paper" or name exactly one
+// sparsifier family without a level (optionally beside "none"): GraVAC's
+// single-family controller (GravacPolicy) then runs exactly as the paper.
+// For "paper", *family is left unchanged (TERSE_GRAVAC_COMPRESSOR).
+bool IsSingleFamily(const std::vector<std::string>& entries,
+                    std::string* family);
+
+struct PortfolioOptions {
+  std::vector<Choice> candidates;  // Dense is added first if missing.
+  double epsilon = 0.9;
+  double omega = 0.01;
+  int64_t window = 500;
+  double ewma = 0.04;  // Weight of the newest gain, in (0, 1].
+};
+
+class PortfolioPolicy : public Policy {
+ public:
+  explicit PortfolioPolicy(const PortfolioOptions& options);
+
+  Decision Decide() override;
+  void Observe(const Decision& taken, const StepStats& stats) override;
+  std::string Describe() const override;
+  void SaveState(proto::PolicyState* state) const override;
+  absl::Status RestoreState(const proto::PolicyState& state) override;
+
+  // Introspection for tests and reports.
+  const std::vector<Choice>& candidates() const { return candidates_; }
+  const Choice& choice() const { return candidates_[current_]; }
+  double gain(int i) const { return gains_[i]; }
+  double throughput(int i) const { return tc_[i].mean(); }
+  bool exploring() const { return !queue_.empty() || trial_left_ > 0; }
+  int64_t trial_steps() const { return trial_; }
+
+ private:
+  struct Throughput {
+    double sum = 0;
+    int64_t count = 0;
+    double mean() const { return count ? sum / count : 0; }
+  };
+
+  int IndexOf(const Choice& c) const;
+  bool Eligible(int i) const;
+  // argmax T_c among measured eligible candidates, with omega saturation;
+  // `exclude` (or -1) is left out. Dense when nothing else qualifies.
+  int Best(int exclude) const;
+  void AfterSurvey();
+  void UpdateGain(int i, double gain);
+  Decision Send(int i) const;
+
+  std::vector<Choice> candidates_;  // [0] is dense.
+  const PortfolioOptions options_;
+  int64_t trial_ = 2;
+
+  int64_t decisions_ = 0;  // Decide() calls so far.
+  int64_t observed_ = 0;   // Observe() calls so far.
+  int current_ = 0;        // Candidate sent when not in a trial.
+  std::vector<double> gains_;
+  std::vector<bool> has_gain_;
+  std::vector<Throughput> tc_;
+  std::deque<int> queue_;  // Candidates waiting for their trial.
+  int trying_ = -1;        // Candidate in a trial (-1: none).
+  int64_t trial_left_ = 0;
+  int last_sent_ = 0;        // Candidate of the last observed step.
+  bool pick_after_trials_ = false;  // Re-pick current_ at the next decision.
+  std::string last_reason_ = "start: dense until the first survey";
+};
+
+}  // namespace gravac
+}  // namespace terse
+
+#endif  // TERSE_GRAVAC_PORTFOLIO_POLICY_H_

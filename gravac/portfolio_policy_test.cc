@@ -1,0 +1,227 @@
+#include "gravac/portfolio_policy.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace gravac {
+namespace {
+
+using ::testing::ElementsAre;
+
+// A synthetic bucket: each candidate's gain and step time, by ChoiceName, as
+// if measured and averaged over ranks.
+struct Trace {
+  std::map<std::string, double> gain;     // ||C(g_ef)||^2 / ||g_ef||^2
+  std::map<std::string, double> seconds;  // time of a step sending it
+};
+
+Choice Of(const Decision& d) {
+  return Choice{d.compressor, d.compressor == "none" ? 1 : d.send_cf,
+                d.level};
+}
+
+StepStats Measure(const Decision& d, const Trace& t) {
+  StepStats s;
+  if (!d.wants_stats) return s;  // The engine skips the exchange: zeros.
+  const std::string sent = ChoiceName(Of(d));
+  s.norm2_ef = 1;
+  s.norm2_sent = t.gain.at(sent);
+  for (const Choice& p : d.gain_probes) {
+    s.probe_norm2.push_back(t.gain.at(ChoiceName(p)));
+  }
+  s.seconds = t.seconds.at(sent);
+  s.samples = 256;
+  return s;
+}
+
+// Drives a policy as the engine does (Observe lags one decision) and returns
+// the name of what each step sent.
+class Driver {
+ public:
+  explicit Driver(PortfolioPolicy* p) : policy_(p) {}
+  std::vector<std::string> Run(const Trace& t, int steps) {
+    std::vector<std::string> sent;
+    for (int i = 0; i < steps; ++i) {
+      Decision d = policy_->Decide();
+      if (has_pending_) policy_->Observe(pending_, Measure(pending_, t));
+      pending_ = d;
+      has_pending_ = true;
+      sent.push_back(ChoiceName(Of(d)));
+    }
+    return sent;
+  }
+
+ private:
+  PortfolioPolicy* policy_;
+  Decision pending_;
+  bool has_pending_ = false;
+};
+
+std::vector<std::string> Collapse(const std::vector<std::string>& v) {
+  std::vector<std::string> out;
+  for (const std::string& x : v) {
+    if (out.empty() || out.back() != x) out.push_back(x);
+  }
+  return out;
+}
+
+PortfolioOptions Options(std::vector<std::string> entries, int window = 40,
+                         double epsilon = 0.9) {
+  PortfolioOptions o;
+  o.candidates = *ExpandCandidates(entries, 10, 1000, true);
+  o.window = window;
+  o.epsilon = epsilon;
+  o.omega = 0.01;
+  o.ewma = 1;  // The newest gain alone: sequences are easy to follow.
+  return o;
+}
+
+const std::vector<std::string> kEntries = {"none", "fp16", "powersgd:1",
+                                           "powersgd:4", "topk:10",
+                                           "topk:100"};
+
+// A slow link: time is mostly bytes on the wire.
+Trace SlowLink() {
+  Trace t;
+  t.gain = {{"none", 1},         {"fp16", 0.9999},  {"powersgd:1", 0.6},
+            {"powersgd:4", 0.93}, {"topk:10", 0.91}, {"topk:100", 0.5}};
+  t.seconds = {{"none", 1.0},        {"fp16", 0.52},    {"powersgd:1", 0.05},
+               {"powersgd:4", 0.08}, {"topk:10", 0.17}, {"topk:100", 0.03}};
+  return t;
+}
+
+TEST(ExpandCandidatesTest, LadderLevelsAndNames) {
+  auto c = ExpandCandidates({"none", "topk", "powersgd:4", "qsgd:8", "fp16",
+                             "topk:20"},
+                            10, 1000, true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> names;
+  for (const Choice& x : *c) names.push_back(ChoiceName(x));
+  // topk's ladder 10, 20, 40, 160, 1000; "topk:20" is a duplicate.
+  EXPECT_THAT(names, ElementsAre("none", "topk:10", "topk:20", "topk:40",
+                                 "topk:160", "topk:1000", "powersgd:4",
+                                 "qsgd:8", "fp16"));
+  EXPECT_EQ((*c)[6].level, 4);
+  EXPECT_DOUBLE_EQ((*c)[7].cf, 4);  // 32 / 8 bits.
+  EXPECT_FALSE(ExpandCandidates({"powersgd"}, 10, 1000, true).ok());
+  EXPECT_FALSE(ExpandCandidates({"zip:3"}, 10, 1000, true).ok());
+}
+
+TEST(IsSingleFamilyTest, OnlyOneSparsifierWithoutLevels) {
+  std::string family = "dgc";
+  EXPECT_TRUE(IsSingleFamily({"paper"}, &family));
+  EXPECT_EQ(family, "dgc");  // "paper": TERSE_GRAVAC_COMPRESSOR stays.
+  EXPECT_TRUE(IsSingleFamily({"none", "topk"}, &family));
+  EXPECT_EQ(family, "topk");
+  EXPECT_FALSE(IsSingleFamily({"topk:10"}, &family));
+  EXPECT_FALSE(IsSingleFamily({"topk", "dgc"}, &family));
+  EXPECT_FALSE(IsSingleFamily({"topk", "fp16"}, &family));
+  EXPECT_FALSE(IsSingleFamily({"none"}, &family));
+}
+
+TEST(PortfolioPolicyTest, SlowLinkSettlesOnTheBestEligibleThroughput) {
+  PortfolioPolicy p(Options(kEntries));
+  Driver driver(&p);
+  const std::vector<std::string> sent = driver.Run(SlowLink(), 120);
+  // Survey at step 0 (dense), its gains arrive with decision 2, then the
+  // eligible candidates (gain >= 0.9: fp16, powersgd:4, topk:10) are tried
+  // in the order listed, and the best T_c wins: powersgd:4 (0.93/0.08).
+  // powersgd:1 and topk:100 (gains 0.6, 0.5) are never sent.
+  EXPECT_THAT(Collapse(sent),
+              ElementsAre("none", "fp16", "powersgd:4", "topk:10",
+                          "powersgd:4"));
+  EXPECT_EQ(ChoiceName(p.choice()), "powersgd:4");
+  EXPECT_FALSE(p.exploring());
+  // The bound: at most K * trial steps on trials, half a window.
+  int tried = 0;
+  for (const std::string& s : sent) tried += s != "none" && s != "powersgd:4";
+  EXPECT_LE(tried, 40 / 2);
+  EXPECT_NE(p.Describe().find("powersgd:4 gain=0.93"), std::string::npos)
+      << p.Describe();
+}
+
+TEST(PortfolioPolicyTest, FastLinkStaysDenseAndGoesQuiet) {
+  Trace t = SlowLink();
+  for (auto& [name, s] : t.seconds) s = name == "none" ? 0.010 : 0.012;
+  PortfolioPolicy p(Options(kEntries));
+  Driver driver(&p);
+  const std::vector<std::string> sent = driver.Run(t, 200);
+  EXPECT_EQ(sent.back(), "none");
+  EXPECT_EQ(ChoiceName(p.choice()), "none");
+  // Settled on dense: only the survey and one mid-window step per window
+  // want statistics.
+  int wanting = 0;
+  for (int i = 0; i < 40; ++i) wanting += p.Decide().wants_stats;
+  EXPECT_EQ(wanting, 2);
+}
+
+TEST(PortfolioPolicyTest, ScaleDownIsImmediateWhenTheChoiceLosesItsGain) {
+  PortfolioPolicy p(Options(kEntries));
+  Driver driver(&p);
+  Trace t = SlowLink();
+  driver.Run(t, 60);
+  ASSERT_EQ(ChoiceName(p.choice()), "powersgd:4");
+  t.gain["powersgd:4"] = 0.5;  // The sent gain is measured every step.
+  const std::vector<std::string> after = driver.Run(t, 3);
+  // The first decision is taken before the low gain (of the step still
+  // pending) is observed; the next one switches to the best remaining
+  // eligible T_c: topk:10 (0.91/0.17 beats fp16's 0.9999/0.52).
+  EXPECT_EQ(after[0], "powersgd:4");
+  EXPECT_EQ(after[1], "topk:10");
+  EXPECT_EQ(after[2], "topk:10");
+}
+
+TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGain) {
+  Trace t = SlowLink();
+  // powersgd:4 and topk:10 within 1% of T_c; topk:10 has the higher gain.
+  t.gain["topk:10"] = 0.95;
+  t.seconds["topk:10"] = 0.95 / (0.93 / 0.08) * 1.005;
+  PortfolioPolicy p(Options(kEntries));
+  Driver driver(&p);
+  driver.Run(t, 80);
+  EXPECT_EQ(ChoiceName(p.choice()), "topk:10");
+}
+
+TEST(PortfolioPolicyTest, NothingEligibleMeansDense) {
+  Trace t = SlowLink();
+  for (auto& [name, g] : t.gain) {
+    if (name != "none") g = 0.2;
+  }
+  PortfolioPolicy p(Options(kEntries));
+  Driver driver(&p);
+  const std::vector<std::string> sent = driver.Run(t, 100);
+  EXPECT_THAT(Collapse(sent), ElementsAre("none"));
+}
+
+TEST(PortfolioPolicyTest, SameInputsSameDecisionsAndRestoreContinues) {
+  PortfolioPolicy a(Options(kEntries)), b(Options(kEntries));
+  Driver da(&a), db(&b);
+  EXPECT_EQ(da.Run(SlowLink(), 17), db.Run(SlowLink(), 17));
+
+  proto::PolicyState saved;
+  a.SaveState(&saved);
+  PortfolioPolicy c(Options(kEntries));
+  ASSERT_TRUE(c.RestoreState(saved).ok());
+  // The restored policy continues exactly as the original (the pending
+  // decision lives in the engine's checkpoint; both drivers start fresh).
+  Driver da2(&a), dc(&c);
+  EXPECT_EQ(da2.Run(SlowLink(), 50), dc.Run(SlowLink(), 50));
+
+  PortfolioPolicy other(Options({"none", "fp16"}));
+  EXPECT_FALSE(other.RestoreState(saved).ok());
+  proto::PolicyState wrong = saved;
+  wrong.mutable_portfolio()->set_current(99);
+  EXPECT_FALSE(c.RestoreState(wrong).ok());
+  wrong.set_kind("gravac");
+  EXPECT_FALSE(c.RestoreState(wrong).ok());
+}
+
+}  // namespace
+}  // namespace gravac
+}  // namespace terse
