@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,10 +16,21 @@
 namespace terse {
 namespace {
 
-// Statistics exchanged per step: ||a||^2, ||g_min||^2, ||g_c||^2 and the
-// bucket's previous step time.
-constexpr int kNumStats = 4;
-constexpr int64_t kStatsBytes = kNumStats * sizeof(double);
+// Statistics exchanged per step: ||a||^2, ||g_min||^2, ||g_c||^2, the
+// bucket's previous step time and ||what was sent||^2, then ||C(a)||^2 of
+// each of the decision's gain probes (the same number on every rank: every
+// rank takes the same decision).
+constexpr int kNumStats = 5;
+enum StatIndex { kNormEf = 0, kNormMin, kNormCandidate, kSeconds, kNormSent };
+
+// Slots of the pending norms kept for Observe: the stats above with the
+// time slot holding Accordion's accumulated norm instead.
+constexpr int kAccumulatedSlot = kSeconds;
+
+// A compressor's name as reports show it: PowerSGD with its rank.
+std::string ReportName(const std::string& compressor, int64_t level) {
+  return level > 0 ? absl::StrCat(compressor, ":", level) : compressor;
+}
 
 double SquaredNorm(const std::vector<float>& v) {
   double sum = 0;
@@ -84,13 +96,17 @@ struct CompressedReducer::BucketState {
   std::unique_ptr<gravac::Policy> policy;
   bool adaptive = false;  // Needs statistics averaged over ranks.
   bool accumulates = false;
-  std::map<std::pair<std::string, double>, std::unique_ptr<Compressor>>
+  // By (name, cf, level, probe): probe instances keep state (PowerSGD's warm
+  // start) apart from the ones that send.
+  std::map<std::tuple<std::string, double, int64_t, bool>,
+           std::unique_ptr<Compressor>>
       compressors;
   std::vector<Segment> segments;
-  std::vector<float> a, level1, level2, accumulator;
+  std::vector<float> a, level1, level2, accumulator, scratch;
   bool has_pending = false;
   gravac::Decision pending;
-  double pending_norms[kNumStats] = {0, 0, 0, 0};  // ef, min, cand, accum.
+  // ef, min, candidate, accumulated, sent, then the gain probes'.
+  std::vector<double> pending_norms = std::vector<double>(kNumStats, 0.0);
   bool has_last_start = false;
   Clock::time_point last_start;
   double last_own = 0;
@@ -154,24 +170,32 @@ CompressedReducer::BucketState& CompressedReducer::StateFor(
     s.has_pending = r.has_pending();
     s.pending.compressor = r.pending_compressor();
     s.pending.send_cf = r.pending_send_cf();
+    s.pending.level = r.pending_level();
+    for (const proto::PendingProbe& p : r.pending_probes()) {
+      s.pending.gain_probes.push_back(
+          gravac::Choice{p.compressor(), p.cf(), p.level()});
+    }
     s.pending.probe_cf_min = r.pending_probe_cf_min();
     s.pending.probe_cf_candidate = r.pending_probe_cf_candidate();
     s.pending.wants_stats = !r.pending_quiet();
-    for (int i = 0; i < kNumStats && i < r.pending_norms_size(); ++i) {
-      s.pending_norms[i] = r.pending_norms(i);
-    }
+    s.pending_norms.assign(r.pending_norms().begin(), r.pending_norms().end());
+    s.pending_norms.resize(
+        std::max<size_t>(s.pending_norms.size(), kNumStats), 0.0);
     restored_.erase(restored);
   }
   return s;
 }
 
 absl::StatusOr<Compressor*> CompressedReducer::CompressorFor(
-    BucketState& state, const std::string& name, double cf) {
-  std::unique_ptr<Compressor>& slot = state.compressors[{name, cf}];
+    BucketState& state, const std::string& name, double cf, int64_t level,
+    bool probe) {
+  std::unique_ptr<Compressor>& slot =
+      state.compressors[{name, cf, level, probe}];
   if (slot == nullptr) {
     // Error feedback is the reducer's (it decides what counts as sent).
     CompressorOptions options = OptionsFromConfig(config_);
     options.error_feedback = ErrorFeedbackMode::kOff;
+    if (level > 0) options.powersgd_rank = level;
     TERSE_ASSIGN_OR_RETURN(slot, CreateCompressor(name, cf, options));
   }
   return slot.get();
@@ -264,7 +288,8 @@ absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
     // GraVAC: level one at theta_min, level two from level one's output.
     TERSE_ASSIGN_OR_RETURN(
         Compressor * first,
-        CompressorFor(state, decision.compressor, decision.probe_cf_min));
+        CompressorFor(state, decision.compressor, decision.probe_cf_min,
+                      /*level=*/0, /*probe=*/false));
     Payload p1;
     TERSE_RETURN_IF_ERROR(first->Compress(state.a, cctx, &p1));
     state.level1.assign(n, 0.0f);
@@ -273,9 +298,10 @@ absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
     Compressor* second = first;
     Payload p2;
     if (decision.probe_cf_candidate > decision.probe_cf_min) {
-      TERSE_ASSIGN_OR_RETURN(second,
-                             CompressorFor(state, decision.compressor,
-                                           decision.probe_cf_candidate));
+      TERSE_ASSIGN_OR_RETURN(
+          second, CompressorFor(state, decision.compressor,
+                                decision.probe_cf_candidate, /*level=*/0,
+                                /*probe=*/false));
       TERSE_RETURN_IF_ERROR(second->Compress(state.level1, cctx, &p2));
       state.level2.assign(n, 0.0f);
       TERSE_RETURN_IF_ERROR(
@@ -294,7 +320,8 @@ absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
   } else if (!decision.dense()) {
     TERSE_ASSIGN_OR_RETURN(
         Compressor * c,
-        CompressorFor(state, decision.compressor, decision.send_cf));
+        CompressorFor(state, decision.compressor, decision.send_cf,
+                      decision.level, /*probe=*/false));
     sent->dense = false;
     sent->compressor = c;
     if (c->num_rounds() > 0) {
@@ -310,10 +337,37 @@ absl::Status CompressedReducer::Compress(const BucketReduceContext& ctx,
   if (sent->dense) {
     sent->local = &state.a;
   } else {
-    sent->compressor_name = sent->compressor->name();
+    sent->compressor_name =
+        ReportName(sent->compressor->name(), decision.level);
     sent->cf = decision.send_cf;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<double> CompressedReducer::ProbeGain(
+    BucketState& state, const gravac::Choice& choice,
+    const CompressContext& cctx) {
+  TERSE_ASSIGN_OR_RETURN(Compressor * c,
+                         CompressorFor(state, choice.compressor, choice.cf,
+                                       choice.level, /*probe=*/true));
+  state.scratch.assign(state.a.size(), 0.0f);
+  if (c->num_rounds() > 0) {
+    // A rank alone: each round's buffer is its own "sum". The probe
+    // instance's warm start stays local and never reaches a sending one.
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<RoundState> rounds,
+                           c->BeginRounds(state.a, cctx));
+    for (int r = 0; r < rounds->num_rounds(); ++r) {
+      TERSE_RETURN_IF_ERROR(rounds->EndRound(r));
+    }
+    TERSE_RETURN_IF_ERROR(
+        rounds->AccumulateLocal(absl::MakeSpan(state.scratch)));
+  } else {
+    Payload payload;
+    TERSE_RETURN_IF_ERROR(c->Compress(state.a, cctx, &payload));
+    TERSE_RETURN_IF_ERROR(
+        c->Decompress(payload.bytes, absl::MakeSpan(state.scratch)));
+  }
+  return SquaredNorm(state.scratch);
 }
 
 absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
@@ -321,6 +375,8 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
                                             std::vector<double>* stats) {
   Communicator* comm = ctx.comm;
   const int64_t n = ctx.bucket->count;
+  const size_t num_stats = stats->size();
+  const int64_t stats_bytes = static_cast<int64_t>(num_stats * sizeof(double));
   float* out = static_cast<float*>(ctx.data);
   bool stats_gathered = false;
 
@@ -344,6 +400,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     TERSE_RETURN_IF_ERROR(
         sent->rounds->AccumulateLocal(absl::MakeSpan(state.level1)));
     sent->local = &state.level1;
+    if (state.adaptive) (*stats)[kNormSent] = SquaredNorm(state.level1);
   } else if (sent->compressor->summable()) {
     TERSE_ASSIGN_OR_RETURN(SummableRegion region,
                            sent->compressor->SummableBody(&sent->payload));
@@ -358,8 +415,8 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     std::vector<uint8_t> message = std::move(sent->payload.bytes);
     const size_t payload_bytes = message.size();
     sent->bytes = static_cast<int64_t>(payload_bytes);
-    message.resize(payload_bytes + kStatsBytes);
-    std::memcpy(message.data() + payload_bytes, stats->data(), kStatsBytes);
+    message.resize(payload_bytes + stats_bytes);
+    std::memcpy(message.data() + payload_bytes, stats->data(), stats_bytes);
     MaybeCorruptPayloadForTest(rank_, message.data(), payload_bytes);
     std::vector<uint8_t> gathered;
     std::vector<int64_t> sizes;
@@ -375,17 +432,17 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
           &sizes));
     }
     std::fill(out, out + n, 0.0f);
-    std::vector<double> total(kNumStats, 0.0);
+    std::vector<double> total(num_stats, 0.0);
     size_t at = 0;
     for (int r = 0; r < comm->size(); ++r) {
       const int64_t size = sizes[r];
-      if (size < kStatsBytes) {
+      if (size < stats_bytes) {
         return absl::InvalidArgumentError(
             absl::StrCat("bucket ", ctx.bucket->id, ": rank ", r, " sent ",
                          size, " bytes, too short for a payload"));
       }
       absl::Span<const uint8_t> payload(gathered.data() + at,
-                                        size - kStatsBytes);
+                                        size - stats_bytes);
       absl::Status decoded =
           sent->compressor->AccumulateInto(payload, absl::MakeSpan(out, n));
       if (!decoded.ok()) {
@@ -393,10 +450,10 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
             "bucket ", ctx.bucket->id, ": the ", sent->compressor_name,
             " payload from rank ", r, " does not decode: ", decoded.message()));
       }
-      double theirs[kNumStats];
-      std::memcpy(theirs, gathered.data() + at + size - kStatsBytes,
-                  kStatsBytes);
-      for (int i = 0; i < kNumStats; ++i) total[i] += theirs[i];
+      std::vector<double> theirs(num_stats);
+      std::memcpy(theirs.data(), gathered.data() + at + size - stats_bytes,
+                  stats_bytes);
+      for (size_t i = 0; i < num_stats; ++i) total[i] += theirs[i];
       at += size;
     }
     *stats = total;
@@ -405,12 +462,14 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
   if (!stats_gathered && state.adaptive && !sent->gather_stats) {
     std::fill(stats->begin(), stats->end(), 0.0);  // The same on every rank.
   } else if (!stats_gathered && state.adaptive) {
-    std::vector<double> all(kNumStats * comm->size());
+    std::vector<double> all(num_stats * comm->size());
     TERSE_RETURN_IF_ERROR(
-        comm->Allgather(stats->data(), all.data(), kStatsBytes));
-    std::vector<double> total(kNumStats, 0.0);
+        comm->Allgather(stats->data(), all.data(), stats_bytes));
+    std::vector<double> total(num_stats, 0.0);
     for (int r = 0; r < comm->size(); ++r) {  // Rank order: same everywhere.
-      for (int i = 0; i < kNumStats; ++i) total[i] += all[r * kNumStats + i];
+      for (size_t i = 0; i < num_stats; ++i) {
+        total[i] += all[r * num_stats + i];
+      }
     }
     *stats = total;
   }
@@ -427,8 +486,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
 
   // Dense with nothing to add or measure: reduce the input where it is.
   const bool in_place = decision.dense() && decision.probe_cf_min <= 0 &&
-                        !state.accumulates && state.residual_empty &&
-                        !momenta_.enabled();
+                        decision.gain_probes.empty() && !state.accumulates &&
+                        state.residual_empty && !momenta_.enabled();
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
@@ -450,12 +509,20 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   // decision's norms: skipped when neither wants them.
   sent.gather_stats =
       decision.wants_stats || (state.has_pending && state.pending.wants_stats);
-  std::vector<double> stats = {in_place ? 0.0 : SquaredNorm(state.a), 0, 0,
-                               previous_seconds};
+  std::vector<double> stats(kNumStats + decision.gain_probes.size(), 0.0);
+  stats[kNormEf] = in_place ? 0.0 : SquaredNorm(state.a);
+  stats[kSeconds] = previous_seconds;
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
   if (decision.probe_cf_min > 0) {
-    stats[1] = SquaredNorm(state.level1);
-    stats[2] = SquaredNorm(state.level2);
+    stats[kNormMin] = SquaredNorm(state.level1);
+    stats[kNormCandidate] = SquaredNorm(state.level2);
+  }
+  for (size_t i = 0; i < decision.gain_probes.size(); ++i) {
+    TERSE_ASSIGN_OR_RETURN(stats[kNumStats + i],
+                           ProbeGain(state, decision.gain_probes[i], cctx));
+  }
+  if (state.adaptive && sent.local != nullptr) {
+    stats[kNormSent] = sent.dense ? stats[kNormEf] : SquaredNorm(*sent.local);
   }
   const Clock::time_point compressed = Clock::now();
 
@@ -490,18 +557,19 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     for (double& s : stats) s /= size_;
     if (state.has_pending) {
       gravac::StepStats step;
-      step.norm2_ef = state.pending_norms[0];
-      step.norm2_min = state.pending_norms[1];
-      step.norm2_candidate = state.pending_norms[2];
-      step.accumulated_norm2 = state.pending_norms[3];
-      step.seconds = stats[3];
+      const std::vector<double>& p = state.pending_norms;
+      step.norm2_ef = p[kNormEf];
+      step.norm2_min = p[kNormMin];
+      step.norm2_candidate = p[kNormCandidate];
+      step.accumulated_norm2 = p[kAccumulatedSlot];
+      step.norm2_sent = p[kNormSent];
+      step.probe_norm2.assign(p.begin() + kNumStats, p.end());
+      step.seconds = stats[kSeconds];
       state.policy->Observe(state.pending, step);
     }
     state.pending = decision;
-    state.pending_norms[0] = stats[0];
-    state.pending_norms[1] = stats[1];
-    state.pending_norms[2] = stats[2];
-    state.pending_norms[3] = accumulated_norm2;
+    state.pending_norms = stats;
+    state.pending_norms[kAccumulatedSlot] = accumulated_norm2;
     state.has_pending = true;
   } else {
     state.policy->Observe(decision, gravac::StepStats{});
@@ -512,6 +580,10 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
 
   // Payloads were moved into the message by Communicate: count what it sent.
   const int64_t bytes = sent.bytes;
+  // PowerSGD's strength is its rank: report the CF its factors achieved.
+  if (decision.level > 0 && !sent.dense && bytes > 0) {
+    sent.cf = static_cast<double>(bucket.bytes) / static_cast<double>(bytes);
+  }
   BucketReport& r = reports_[bucket.id];
   r = BucketReport{bucket.id,
                    static_cast<int>(bucket.members.size()),
@@ -572,6 +644,13 @@ std::string CompressedReducer::SaveState() const {
     b->set_pending_compressor(s->pending.compressor);
     b->set_pending_quiet(!s->pending.wants_stats);
     b->set_pending_send_cf(s->pending.send_cf);
+    b->set_pending_level(s->pending.level);
+    for (const gravac::Choice& c : s->pending.gain_probes) {
+      proto::PendingProbe* p = b->add_pending_probes();
+      p->set_compressor(c.compressor);
+      p->set_cf(c.cf);
+      p->set_level(c.level);
+    }
     b->set_pending_probe_cf_min(s->pending.probe_cf_min);
     b->set_pending_probe_cf_candidate(s->pending.probe_cf_candidate);
     for (double v : s->pending_norms) b->add_pending_norms(v);

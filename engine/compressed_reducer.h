@@ -93,8 +93,17 @@ class CompressedReducer : public BucketReducer {
 
   BucketState& StateFor(const Bucket& bucket, const std::string& policy,
                         double cf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bucket's compressor `name` at cf (and PowerSGD rank `level` > 0);
+  // `probe` instances only measure gains and keep their own state.
   absl::StatusOr<Compressor*> CompressorFor(BucketState& state,
-                                            const std::string& name, double cf)
+                                            const std::string& name, double cf,
+                                            int64_t level, bool probe)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ||C(a)||^2 of `choice` applied to the bucket's a, locally (a portfolio
+  // gain probe: nothing is sent).
+  absl::StatusOr<double> ProbeGain(BucketState& state,
+                                   const gravac::Choice& choice,
+                                   const CompressContext& cctx)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TERSE_MOMENTUM_CORRECTION on a bucket that goes dense without
   // compression: replaces its gradients by their velocities in ctx.data.

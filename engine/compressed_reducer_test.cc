@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +72,7 @@ std::vector<float> TopKReference(const std::vector<float>& a, int64_t k) {
 struct RunResult {
   std::vector<std::vector<std::vector<float>>> results;
   std::vector<std::vector<std::string>> policies;  // [step][rank]
+  std::vector<std::string> sent;  // What rank 0 sent at each step.
 };
 
 RunResult RunRanks(
@@ -104,6 +106,9 @@ RunResult RunRanks(
           run.policies[step][rank] =
               (*reducers)[rank]->Reports().at(0).policy + " sent " +
               absl::StrCat((*reducers)[rank]->Reports().at(0).cf);
+          if (rank == 0) {
+            run.sent.push_back((*reducers)[rank]->Reports().at(0).compressor);
+          }
         }
         return absl::OkStatus();
       });
@@ -160,6 +165,7 @@ TEST(CompressedReducerTest, GravacDecidesIdenticallyOnEveryRank) {
     const Config config =
         MakeConfig({{"TERSE_COMPRESSION", "gravac"},
                     {"TERSE_GRAVAC_WINDOW", "2"},
+                    {"TERSE_GRAVAC_CANDIDATES", "topk"},
                     {"TERSE_GRAVAC_EPSILON", "0.7"},
                     {"TERSE_GRAVAC_EWMA", "0.5"},
                     {"TERSE_GRAVAC_THROUGHPUT_GUARD", guard},
@@ -215,6 +221,7 @@ TEST(CompressedReducerTest, MultiLevelSendsTopKOfTopK) {
   const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
                                     {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"},
                                     {"TERSE_GRAVAC_WINDOW", "1"},
+                                    {"TERSE_GRAVAC_CANDIDATES", "topk"},
                                     {"TERSE_GRAVAC_EPSILON", "0.5"},
                                     {"TERSE_GRAVAC_EWMA", "1"}});
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
@@ -294,6 +301,60 @@ TEST(CompressedReducerTest, CorruptPayloadFailsEveryRankNamingTheSender) {
               HasSubstr("payload from rank 2 does not decode"));
 }
 
+// The portfolio (TERSE_GRAVAC_CANDIDATES across families) on a bucket of a
+// weight matrix and a bias: every rank decides the same, several families
+// are sent, and error feedback conserves the gradient: the sum of every
+// step's result plus every rank's final residual is the sum of every
+// gradient (fp16's rounding, which is not fed back, within tolerance).
+TEST(CompressedReducerTest, PortfolioAgreesAcrossRanksAndConservesTheGradient) {
+  Bucket bucket = MakeBucket({48 * 40, 40}, "layer.");
+  bucket.members[0].shape = {48, 40};
+  bucket.members[1].shape = {40};
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                  {"TERSE_GRAVAC_CANDIDATES",
+                   "none,fp16,powersgd:1,powersgd:4,topk:10"},
+                  {"TERSE_GRAVAC_EPSILON", "0.05"},
+                  {"TERSE_GRAVAC_WINDOW", "12"}});
+  const int size = 4, steps = 40;
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
+  std::vector<double> delivered(bucket.count, 0.0), expected(bucket.count, 0.0);
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 1; r < size; ++r) {
+      ASSERT_EQ(run.policies[s][r], run.policies[s][0]) << "step " << s;
+      ASSERT_EQ(run.results[s][r], run.results[s][0]) << "step " << s;
+    }
+    for (int64_t i = 0; i < bucket.count; ++i) {
+      delivered[i] += run.results[s][0][i];
+    }
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> g = grads(r, s);
+      for (int64_t i = 0; i < bucket.count; ++i) expected[i] += g[i];
+    }
+  }
+  for (int r = 0; r < size; ++r) {
+    int64_t at = 0;
+    for (const BucketMember& m : bucket.members) {
+      const std::vector<float> e = reducers[r]->Residual(m.name, m.count);
+      for (int64_t i = 0; i < m.count; ++i) delivered[at + i] += e[i];
+      at += m.count;
+    }
+  }
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < bucket.count; ++i) {
+    err += (delivered[i] - expected[i]) * (delivered[i] - expected[i]);
+    norm += expected[i] * expected[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 1e-3);
+  std::set<std::string> families(run.sent.begin(), run.sent.end());
+  EXPECT_TRUE(families.count("none")) << ::testing::PrintToString(families);
+  EXPECT_TRUE(families.count("powersgd:4")) << ::testing::PrintToString(families);
+  EXPECT_TRUE(families.count("topk")) << ::testing::PrintToString(families);
+  EXPECT_THAT(run.policies.back()[0], HasSubstr("portfolio "));
+}
+
 TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   const Bucket bucket = MakeBucket({800});
   // omega = 0 and no throughput guard: no decision depends on measured wall
@@ -302,6 +363,7 @@ TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   const Config config = MakeConfig({{"TERSE_COMPRESSION", "gravac"},
                                     {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"},
                                     {"TERSE_GRAVAC_WINDOW", "2"},
+                                    {"TERSE_GRAVAC_CANDIDATES", "topk"},
                                     {"TERSE_GRAVAC_OMEGA", "0"},
                                     {"TERSE_GRAVAC_EPSILON", "0.7"}});
   auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
