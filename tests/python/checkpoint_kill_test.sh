@@ -23,6 +23,9 @@ export TERSE_MIN_COMPRESS_BYTES=0 TERSE_CYCLE_TIME_MS=100
 # equal ones, so the decisions depend only on the gradients.
 export TERSE_GRAVAC_WINDOW=2 TERSE_GRAVAC_EPSILON=0.3 TERSE_GRAVAC_EWMA=0.5
 export TERSE_GRAVAC_OMEGA=0
+# The paper's single-family controller (a portfolio's trials follow measured
+# throughputs, different in every run).
+export TERSE_GRAVAC_CANDIDATES=topk
 # The throughput guard (gravac_policy.h) vetoes compression from measured
 # step times too: off here for the same reason. Its ranks' agreement under
 # mpirun is checked by one extra job with it on (below).
