@@ -42,7 +42,11 @@ std::string FormatDouble(double v) {
 Knob IntKnob(std::string name, std::string unit, std::string def,
              std::string doc, int64_t Config::*field, int64_t lo, int64_t hi) {
   std::string accepted = absl::StrCat("an integer in [", lo, ", ", hi, "]");
-  return Knob{name, unit, def, accepted, doc,
+  return Knob{name,
+              unit,
+              def,
+              accepted,
+              doc,
               [field, lo, hi, accepted](absl::string_view v, Config* c) {
                 int64_t x;
                 if (!absl::SimpleAtoi(v, &x) || x < lo || x > hi) {
@@ -61,7 +65,11 @@ Knob DoubleKnob(std::string name, std::string unit, std::string def,
   std::string accepted =
       absl::StrCat("a number in ", lo_open ? "(" : "[", FormatDouble(lo), ", ",
                    FormatDouble(hi), "]");
-  return Knob{name, unit, def, accepted, doc,
+  return Knob{name,
+              unit,
+              def,
+              accepted,
+              doc,
               [=](absl::string_view v, Config* c) {
                 double x;
                 if (!absl::SimpleAtod(v, &x) || std::isnan(x) || x > hi ||
@@ -77,7 +85,11 @@ Knob DoubleKnob(std::string name, std::string unit, std::string def,
 Knob WordKnob(std::string name, std::string def, std::string doc,
               std::string Config::*field, std::vector<std::string> words) {
   std::string accepted = absl::StrCat("one of: ", absl::StrJoin(words, " "));
-  return Knob{name, "", def, accepted, doc,
+  return Knob{name,
+              "",
+              def,
+              accepted,
+              doc,
               [=](absl::string_view v, Config* c) {
                 if (std::find(words.begin(), words.end(), v) == words.end()) {
                   return absl::InvalidArgumentError(accepted);
@@ -92,7 +104,11 @@ Knob WordKnob(std::string name, std::string def, std::string doc,
 Knob BoolKnob(std::string name, std::string def, std::string doc,
               bool Config::*field) {
   const std::string accepted = "one of: on off true false 1 0";
-  return Knob{name, "", def, accepted, doc,
+  return Knob{name,
+              "",
+              def,
+              accepted,
+              doc,
               [=](absl::string_view v, Config* c) {
                 if (v == "on" || v == "true" || v == "1") {
                   c->*field = true;
@@ -115,9 +131,9 @@ constexpr char kDefaultCandidates[] =
 
 const std::vector<std::string>& CompressionWords() {
   static const auto* words = new std::vector<std::string>{
-      "none",     "fp16",     "bf16", "topk",      "randomk",
-      "dgc",      "redsync",  "threshold", "powersgd", "qsgd",
-      "efsignsgd", "gravac", "accordion"};
+      "none",      "fp16",    "bf16",      "topk",     "randomk",
+      "dgc",       "redsync", "threshold", "powersgd", "qsgd",
+      "efsignsgd", "gravac",  "accordion"};
   return *words;
 }
 
@@ -236,8 +252,8 @@ const std::vector<Knob>& Knobs() {
            "per-tensor overrides of TERSE_COMPRESSION, first match wins",
            ParseRules, ShowRules},
       IntKnob("TERSE_MIN_COMPRESS_BYTES", "bytes", "65536",
-              "buckets smaller than this go dense",
-              &Config::min_compress_bytes, 0, kMaxBytes),
+              "buckets smaller than this go dense", &Config::min_compress_bytes,
+              0, kMaxBytes),
       DoubleKnob("TERSE_MOMENTUM_CORRECTION", "", "0",
                  "momentum m applied by terse before compression (DGC's "
                  "momentum correction and factor masking) to gradients "
@@ -262,8 +278,8 @@ const std::vector<Knob>& Knobs() {
                  "relative tolerance omega for gains and throughputs",
                  &Config::gravac_omega, 0, 1),
       IntKnob("TERSE_GRAVAC_WINDOW", "steps", "500",
-              "steps between GraVAC scale-up decisions",
-              &Config::gravac_window, 1, int64_t{1} << 40),
+              "steps between GraVAC scale-up decisions", &Config::gravac_window,
+              1, int64_t{1} << 40),
       WordKnob("TERSE_GRAVAC_POLICY", "exponential",
                "how the candidate CF grows at a window boundary",
                &Config::gravac_policy, {"exponential", "geometric"}),
@@ -305,9 +321,19 @@ const std::vector<Knob>& Knobs() {
            [](const Config& c) {
              return absl::StrJoin(c.gravac_candidates, ",");
            }},
+      WordKnob("TERSE_GRAVAC_GAIN", "window",
+               "how the portfolio measures a candidate's gain: 'window' "
+               "(extension) credits what error feedback delivers late, "
+               "1 - ||sum(g - sent)||^2 / ||sum g||^2 over "
+               "TERSE_GRAVAC_GAIN_WINDOW steps; 'step' is the paper's "
+               "||C(g_ef)||^2 / ||g_ef||^2",
+               &Config::gravac_gain, {"window", "step"}),
+      IntKnob("TERSE_GRAVAC_GAIN_WINDOW", "steps", "20",
+              "steps per window-gain sample (TERSE_GRAVAC_GAIN=window)",
+              &Config::gravac_gain_window, 1, 1000000),
       DoubleKnob("TERSE_ACCORDION_LOW_CF", "x", "10",
-                 "Accordion's CF in critical regimes", &Config::accordion_low_cf,
-                 1, 1e6),
+                 "Accordion's CF in critical regimes",
+                 &Config::accordion_low_cf, 1, 1e6),
       DoubleKnob("TERSE_ACCORDION_HIGH_CF", "x", "1000",
                  "Accordion's CF outside critical regimes",
                  &Config::accordion_high_cf, 1, 1e6),
@@ -380,7 +406,8 @@ const Knob* FindKnob(absl::string_view name) {
 absl::Status Apply(const Knob& knob, absl::string_view value, Config* c) {
   absl::Status s = knob.set(value, c);
   if (s.ok()) return s;
-  std::string unit = knob.unit.empty() ? "" : absl::StrCat(" (", knob.unit, ")");
+  std::string unit =
+      knob.unit.empty() ? "" : absl::StrCat(" (", knob.unit, ")");
   return absl::InvalidArgumentError(
       absl::StrCat(knob.name, "='", value, "' is invalid: expected ",
                    s.message(), unit, "; default ", knob.default_value));
@@ -388,10 +415,10 @@ absl::Status Apply(const Knob& knob, absl::string_view value, Config* c) {
 
 absl::Status CheckConsistency(const Config& c) {
   if (c.gravac_cf_min > c.gravac_cf_max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TERSE_GRAVAC_CF_MIN='", FormatDouble(c.gravac_cf_min),
-        "' is invalid: expected at most TERSE_GRAVAC_CF_MAX (",
-        FormatDouble(c.gravac_cf_max), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TERSE_GRAVAC_CF_MIN='", FormatDouble(c.gravac_cf_min),
+                     "' is invalid: expected at most TERSE_GRAVAC_CF_MAX (",
+                     FormatDouble(c.gravac_cf_max), ")"));
   }
   if (c.accordion_low_cf > c.accordion_high_cf) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -463,7 +490,8 @@ absl::StatusOr<Config> Config::FromEnvironment() {
     if (!absl::StartsWith(entry, "TERSE_")) continue;
     size_t eq = entry.find('=');
     if (eq == absl::string_view::npos) continue;
-    values[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
+    values[std::string(entry.substr(0, eq))] =
+        std::string(entry.substr(eq + 1));
   }
   return FromMap(values);
 }

@@ -60,6 +60,10 @@ struct Config {
   // The portfolio (gravac/portfolio.h): "family[:level]" entries, e.g.
   // {"none", "fp16", "powersgd:4", "topk"}; validated when parsed.
   std::vector<std::string> gravac_candidates;
+  // How the portfolio measures a candidate's gain: "window" (extension,
+  // default) or "step" (the paper's per-step ||C(g_ef)||^2 / ||g_ef||^2).
+  std::string gravac_gain;
+  int64_t gravac_gain_window;  // steps per window-gain sample
 
   // Accordion.
   double accordion_low_cf;

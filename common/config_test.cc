@@ -38,6 +38,8 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.powersgd_start_step, 0);
   EXPECT_EQ(c.powersgd_min_compression_rate, 2.0);
   EXPECT_EQ(c.accordion_compressor, "powersgd");
+  EXPECT_EQ(c.gravac_gain, "window");
+  EXPECT_EQ(c.gravac_gain_window, 20);
   EXPECT_EQ(c.accordion_high_rank, 4);
   EXPECT_EQ(c.accordion_low_rank, 1);
   EXPECT_THAT(c.gravac_candidates,
@@ -57,7 +59,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 35u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 37u);
 }
 
 TEST(ConfigTest, ParsesValues) {

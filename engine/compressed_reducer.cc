@@ -20,8 +20,17 @@ namespace {
 // bucket's previous step time and ||what was sent||^2, then ||C(a)||^2 of
 // each of the decision's gain probes (the same number on every rank: every
 // rank takes the same decision).
-constexpr int kNumStats = 5;
-enum StatIndex { kNormEf = 0, kNormMin, kNormCandidate, kSeconds, kNormSent };
+constexpr int kNumStats = 8;
+enum StatIndex {
+  kNormEf = 0,
+  kNormMin,
+  kNormCandidate,
+  kSeconds,
+  kNormSent,
+  kWindowDev,    // ||sum over the window of (g - sent)||^2
+  kWindowGrad,   // ||sum over the window of g||^2
+  kWindowSteps,  // steps in the window so far
+};
 
 // Slots of the pending norms kept for Observe: the stats above with the
 // time slot holding Accordion's accumulated norm instead.
@@ -103,6 +112,11 @@ struct CompressedReducer::BucketState {
       compressors;
   std::vector<Segment> segments;
   std::vector<float> a, level1, level2, accumulator, scratch;
+  // Window gain (Decision::window_gain_steps): this step's raw gradient and
+  // the sums of g and of g - sent over the window of `window_choice`.
+  std::vector<float> g, window_grad, window_dev;
+  int64_t window_steps = 0;
+  gravac::Choice window_choice;
   bool has_pending = false;
   gravac::Decision pending;
   // ef, min, candidate, accumulated, sent, then the gain probes'.
@@ -179,8 +193,8 @@ CompressedReducer::BucketState& CompressedReducer::StateFor(
     s.pending.probe_cf_candidate = r.pending_probe_cf_candidate();
     s.pending.wants_stats = !r.pending_quiet();
     s.pending_norms.assign(r.pending_norms().begin(), r.pending_norms().end());
-    s.pending_norms.resize(
-        std::max<size_t>(s.pending_norms.size(), kNumStats), 0.0);
+    s.pending_norms.resize(std::max<size_t>(s.pending_norms.size(), kNumStats),
+                           0.0);
     restored_.erase(restored);
   }
   return s;
@@ -370,6 +384,20 @@ absl::StatusOr<double> CompressedReducer::ProbeGain(
   return SquaredNorm(state.scratch);
 }
 
+void CompressedReducer::AddToWindowGain(BucketState& state,
+                                        const std::vector<float>& local,
+                                        std::vector<double>* stats) {
+  const size_t n = state.g.size();
+  for (size_t i = 0; i < n; ++i) {
+    state.window_grad[i] += state.g[i];
+    state.window_dev[i] += state.g[i] - local[i];
+  }
+  ++state.window_steps;
+  (*stats)[kWindowDev] = SquaredNorm(state.window_dev);
+  (*stats)[kWindowGrad] = SquaredNorm(state.window_grad);
+  (*stats)[kWindowSteps] = static_cast<double>(state.window_steps);
+}
+
 absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
                                             BucketState& state, Sent* sent,
                                             std::vector<double>* stats) {
@@ -401,6 +429,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
         sent->rounds->AccumulateLocal(absl::MakeSpan(state.level1)));
     sent->local = &state.level1;
     if (state.adaptive) (*stats)[kNormSent] = SquaredNorm(state.level1);
+    if (!state.g.empty()) AddToWindowGain(state, state.level1, stats);
   } else if (sent->compressor->summable()) {
     TERSE_ASSIGN_OR_RETURN(SummableRegion region,
                            sent->compressor->SummableBody(&sent->payload));
@@ -488,6 +517,24 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   const bool in_place = decision.dense() && decision.probe_cf_min <= 0 &&
                         decision.gain_probes.empty() && !state.accumulates &&
                         state.residual_empty && !momenta_.enabled();
+  const bool window_gain = decision.window_gain_steps > 0;
+  if (window_gain) {
+    const gravac::Choice sending{decision.compressor,
+                                 decision.dense() ? 1.0 : decision.send_cf,
+                                 decision.level};
+    if (decision.dense()) state.window_choice = gravac::Choice{};
+    if (!(sending == state.window_choice) || state.window_grad.empty() ||
+        state.window_steps >= decision.window_gain_steps) {
+      state.window_choice = decision.dense() ? gravac::Choice{} : sending;
+      state.window_grad.assign(n, 0.0f);
+      state.window_dev.assign(n, 0.0f);
+      state.window_steps = 0;
+    }
+    const float* g = static_cast<const float*>(ctx.data);
+    state.g.assign(g, g + n);
+  } else {
+    state.g.clear();
+  }
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
@@ -523,6 +570,10 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   }
   if (state.adaptive && sent.local != nullptr) {
     stats[kNormSent] = sent.dense ? stats[kNormEf] : SquaredNorm(*sent.local);
+  }
+  if (window_gain && sent.rounds == nullptr) {
+    // Dense in place sends g itself; otherwise what `local` holds.
+    AddToWindowGain(state, in_place ? state.g : *sent.local, &stats);
   }
   const Clock::time_point compressed = Clock::now();
 
@@ -563,6 +614,9 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
       step.norm2_candidate = p[kNormCandidate];
       step.accumulated_norm2 = p[kAccumulatedSlot];
       step.norm2_sent = p[kNormSent];
+      step.window_dev_norm2 = p[kWindowDev];
+      step.window_grad_norm2 = p[kWindowGrad];
+      step.window_steps = p[kWindowSteps];
       step.probe_norm2.assign(p.begin() + kNumStats, p.end());
       step.seconds = stats[kSeconds];
       state.policy->Observe(state.pending, step);

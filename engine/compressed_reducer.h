@@ -117,6 +117,11 @@ class CompressedReducer : public BucketReducer {
                         const gravac::Decision& decision,
                         const CompressContext& cctx, Sent* sent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Window gain: adds this step's g and g - local to the bucket's window
+  // sums and writes their norms into `stats`.
+  void AddToWindowGain(BucketState& state, const std::vector<float>& local,
+                       std::vector<double>* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the bytes and leaves the sum over ranks in ctx.data; `stats` holds
   // this rank's statistics on entry and their sum over ranks on return.
   absl::Status Communicate(const BucketReduceContext& ctx, BucketState& state,

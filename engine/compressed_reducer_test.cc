@@ -175,8 +175,7 @@ TEST(CompressedReducerTest, GravacDecidesIdenticallyOnEveryRank) {
     std::vector<std::unique_ptr<CompressedReducer>> reducers;
     RunResult run = RunRanks(
         4, config, bucket, 16,
-        [&](int r, int s) { return Gradient(r, s, bucket.count); },
-        &reducers);
+        [&](int r, int s) { return Gradient(r, s, bucket.count); }, &reducers);
     std::set<std::string> seen;
     for (int s = 0; s < 16; ++s) {
       for (int r = 1; r < 4; ++r) {
@@ -307,52 +306,58 @@ TEST(CompressedReducerTest, CorruptPayloadFailsEveryRankNamingTheSender) {
 // step's result plus every rank's final residual is the sum of every
 // gradient (fp16's rounding, which is not fed back, within tolerance).
 TEST(CompressedReducerTest, PortfolioAgreesAcrossRanksAndConservesTheGradient) {
-  Bucket bucket = MakeBucket({48 * 40, 40}, "layer.");
-  bucket.members[0].shape = {48, 40};
-  bucket.members[1].shape = {40};
-  const Config config =
-      MakeConfig({{"TERSE_COMPRESSION", "gravac"},
-                  {"TERSE_GRAVAC_CANDIDATES",
-                   "none,fp16,powersgd:1,powersgd:4,topk:10"},
-                  {"TERSE_GRAVAC_EPSILON", "0.05"},
-                  {"TERSE_GRAVAC_WINDOW", "12"}});
-  const int size = 4, steps = 40;
-  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
-  std::vector<std::unique_ptr<CompressedReducer>> reducers;
-  RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
-  std::vector<double> delivered(bucket.count, 0.0), expected(bucket.count, 0.0);
-  for (int s = 0; s < steps; ++s) {
-    for (int r = 1; r < size; ++r) {
-      ASSERT_EQ(run.policies[s][r], run.policies[s][0]) << "step " << s;
-      ASSERT_EQ(run.results[s][r], run.results[s][0]) << "step " << s;
-    }
-    for (int64_t i = 0; i < bucket.count; ++i) {
-      delivered[i] += run.results[s][0][i];
+  for (const char* gain : {"window", "step"}) {
+    SCOPED_TRACE(absl::StrCat("TERSE_GRAVAC_GAIN=", gain));
+    Bucket bucket = MakeBucket({48 * 40, 40}, "layer.");
+    bucket.members[0].shape = {48, 40};
+    bucket.members[1].shape = {40};
+    const Config config = MakeConfig(
+        {{"TERSE_COMPRESSION", "gravac"},
+         {"TERSE_GRAVAC_CANDIDATES", "none,fp16,powersgd:1,powersgd:4,topk:10"},
+         {"TERSE_GRAVAC_EPSILON", "0.05"},
+         {"TERSE_GRAVAC_WINDOW", "12"},
+         {"TERSE_GRAVAC_GAIN", gain},
+         {"TERSE_GRAVAC_GAIN_WINDOW", "4"}});
+    const int size = 4, steps = 40;
+    auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+    std::vector<std::unique_ptr<CompressedReducer>> reducers;
+    RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
+    std::vector<double> delivered(bucket.count, 0.0),
+        expected(bucket.count, 0.0);
+    for (int s = 0; s < steps; ++s) {
+      for (int r = 1; r < size; ++r) {
+        ASSERT_EQ(run.policies[s][r], run.policies[s][0]) << "step " << s;
+        ASSERT_EQ(run.results[s][r], run.results[s][0]) << "step " << s;
+      }
+      for (int64_t i = 0; i < bucket.count; ++i) {
+        delivered[i] += run.results[s][0][i];
+      }
+      for (int r = 0; r < size; ++r) {
+        const std::vector<float> g = grads(r, s);
+        for (int64_t i = 0; i < bucket.count; ++i) expected[i] += g[i];
+      }
     }
     for (int r = 0; r < size; ++r) {
-      const std::vector<float> g = grads(r, s);
-      for (int64_t i = 0; i < bucket.count; ++i) expected[i] += g[i];
+      int64_t at = 0;
+      for (const BucketMember& m : bucket.members) {
+        const std::vector<float> e = reducers[r]->Residual(m.name, m.count);
+        for (int64_t i = 0; i < m.count; ++i) delivered[at + i] += e[i];
+        at += m.count;
+      }
     }
-  }
-  for (int r = 0; r < size; ++r) {
-    int64_t at = 0;
-    for (const BucketMember& m : bucket.members) {
-      const std::vector<float> e = reducers[r]->Residual(m.name, m.count);
-      for (int64_t i = 0; i < m.count; ++i) delivered[at + i] += e[i];
-      at += m.count;
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < bucket.count; ++i) {
+      err += (delivered[i] - expected[i]) * (delivered[i] - expected[i]);
+      norm += expected[i] * expected[i];
     }
+    EXPECT_LT(std::sqrt(err / norm), 1e-3);
+    std::set<std::string> families(run.sent.begin(), run.sent.end());
+    EXPECT_TRUE(families.count("none")) << ::testing::PrintToString(families);
+    EXPECT_TRUE(families.count("powersgd:4"))
+        << ::testing::PrintToString(families);
+    EXPECT_TRUE(families.count("topk")) << ::testing::PrintToString(families);
+    EXPECT_THAT(run.policies.back()[0], HasSubstr("portfolio "));
   }
-  double err = 0, norm = 0;
-  for (int64_t i = 0; i < bucket.count; ++i) {
-    err += (delivered[i] - expected[i]) * (delivered[i] - expected[i]);
-    norm += expected[i] * expected[i];
-  }
-  EXPECT_LT(std::sqrt(err / norm), 1e-3);
-  std::set<std::string> families(run.sent.begin(), run.sent.end());
-  EXPECT_TRUE(families.count("none")) << ::testing::PrintToString(families);
-  EXPECT_TRUE(families.count("powersgd:4")) << ::testing::PrintToString(families);
-  EXPECT_TRUE(families.count("topk")) << ::testing::PrintToString(families);
-  EXPECT_THAT(run.policies.back()[0], HasSubstr("portfolio "));
 }
 
 TEST(CompressedReducerTest, SavedStateContinuesIdentically) {

@@ -28,6 +28,8 @@ std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
       o.omega = config.gravac_omega;
       o.window = config.gravac_window;
       o.ewma = ewma;
+      o.gain_window =
+          config.gravac_gain == "window" ? config.gravac_gain_window : 0;
       return std::make_unique<PortfolioPolicy>(o);
     }
     GravacOptions o;

@@ -14,11 +14,18 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   EXPECT_EQ(topk.send_cf, 100);
   EXPECT_EQ(CreatePolicy("accordion", 100, c, 4)->Decide().send_cf,
             c.accordion_low_cf);
-  // The default portfolio: the first decision is dense and surveys every
-  // other candidate's gain.
+  // The default portfolio measures window gains: dense first, no survey.
+  Decision start = CreatePolicy("gravac", 100, c, 4)->Decide();
+  EXPECT_TRUE(start.dense());
+  EXPECT_EQ(start.window_gain_steps, 20);
+  EXPECT_TRUE(start.gain_probes.empty());
+  // The paper's step gain: the first decision surveys every other
+  // candidate's gain.
+  c.gravac_gain = "step";
   Decision survey = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(survey.dense());
   EXPECT_EQ(survey.gain_probes.size(), 5u);
+  EXPECT_EQ(survey.window_gain_steps, 0);
   // One sparsifier family: the paper's controller. With the throughput
   // guard (default) the first steps measure dense without probes; without
   // it the first step probes at theta_min.

@@ -66,8 +66,7 @@ absl::StatusOr<std::vector<Choice>> ExpandCandidates(
     } else if (family == "fp16" || family == "bf16") {
       c.cf = 2;
     } else if (family == "powersgd") {
-      if (!has_level || !absl::SimpleAtoi(fl.second, &c.level) ||
-          c.level < 1) {
+      if (!has_level || !absl::SimpleAtoi(fl.second, &c.level) || c.level < 1) {
         return bad;
       }
       c.cf = 1;
@@ -121,7 +120,14 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
     }
   }
   const int64_t k = static_cast<int64_t>(candidates_.size());
-  trial_ = std::max<int64_t>(3, options_.window / (2 * k));
+  window_mode_ = options_.gain_window > 0;
+  trial_ = std::max<int64_t>(window_mode_ ? options_.gain_window : 3,
+                             options_.window / (2 * k));
+  if (window_mode_) {
+    // Every candidate is tried once: its window gain needs it sent.
+    for (int i = 1; i < k; ++i) queue_.push_back(i);
+    last_reason_ = "start: dense, then one trial of each candidate";
+  }
   gains_.assign(k, 1.0);
   has_gain_.assign(k, false);
   has_gain_[0] = true;  // Dense sends everything.
@@ -171,7 +177,8 @@ Decision PortfolioPolicy::Send(int i) const {
 }
 
 Decision PortfolioPolicy::Decide() {
-  if (trial_left_ == 0 && !queue_.empty()) {
+  if (trial_left_ == 0 && !queue_.empty() &&
+      !(window_mode_ && decisions_ == 0)) {  // Dense's T_c first.
     trying_ = queue_.front();
     queue_.pop_front();
     trial_left_ = trial_;
@@ -188,19 +195,19 @@ Decision PortfolioPolicy::Decide() {
       const int before = current_;
       current_ = Best(-1);
       if (!pick_after_trials_ && current_ != before) {
-        last_reason_ = absl::StrCat(ChoiceName(candidates_[before]),
-                                    " lost its gain: ");
+        last_reason_ =
+            absl::StrCat(ChoiceName(candidates_[before]), " lost its gain: ");
       } else {
         last_reason_.clear();
       }
-      absl::StrAppend(&last_reason_, "best T_c among gains >= ",
-                      options_.epsilon);
+      absl::StrAppend(&last_reason_,
+                      "best T_c among gains >= ", options_.epsilon);
       pick_after_trials_ = false;
     }
     send = current_;
   }
   Decision d = Send(send);
-  const bool survey = decisions_ % options_.window == 0;
+  const bool survey = !window_mode_ && decisions_ % options_.window == 0;
   if (survey) {
     for (size_t i = 1; i < candidates_.size(); ++i) {
       if (static_cast<int>(i) != send) d.gain_probes.push_back(candidates_[i]);
@@ -209,6 +216,7 @@ Decision PortfolioPolicy::Decide() {
   const bool quiet = send == 0 && !survey && !exploring() &&
                      decisions_ % options_.window != options_.window / 2;
   d.wants_stats = !quiet;
+  if (window_mode_) d.window_gain_steps = options_.gain_window;
   ++decisions_;
   return d;
 }
@@ -229,7 +237,16 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
   const int i = IndexOf(Choice{taken.compressor,
                                taken.compressor == "none" ? 1 : taken.send_cf,
                                taken.level});
-  if (stats.norm2_ef > 0) {
+  if (window_mode_) {
+    // A complete window of the candidate sent: one gain sample.
+    if (i > 0 && stats.window_grad_norm2 > 0 &&
+        stats.window_steps >= options_.gain_window) {
+      UpdateGain(i, 1 - stats.window_dev_norm2 / stats.window_grad_norm2);
+      // A fresh gain (the last trial's arrives one step after it ended):
+      // choose again by the rule.
+      if (!exploring()) pick_after_trials_ = true;
+    }
+  } else if (stats.norm2_ef > 0) {
     if (i > 0) UpdateGain(i, stats.norm2_sent / stats.norm2_ef);
     for (size_t k = 0;
          k < taken.gain_probes.size() && k < stats.probe_norm2.size(); ++k) {
@@ -251,9 +268,8 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
 
 void PortfolioPolicy::AfterSurvey() {
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
-    const bool waiting = i == trying_ ||
-                         std::find(queue_.begin(), queue_.end(), i) !=
-                             queue_.end();
+    const bool waiting = i == trying_ || std::find(queue_.begin(), queue_.end(),
+                                                   i) != queue_.end();
     if (Eligible(i) && tc_[i].count == 0 && !waiting) queue_.push_back(i);
   }
   // The window's re-pick: stale choices give way to better measured ones.
@@ -267,10 +283,10 @@ std::string PortfolioPolicy::Describe() const {
   if (trying_ >= 0) {
     absl::StrAppend(&out, " trying ", ChoiceName(candidates_[trying_]));
   }
-  absl::StrAppend(&out, " (", last_reason_, ") [");
+  absl::StrAppend(&out, " (", last_reason_, ") ",
+                  window_mode_ ? "window" : "step", " gains [");
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    absl::StrAppend(&out, i ? " " : "", ChoiceName(candidates_[i]),
-                    " gain=");
+    absl::StrAppend(&out, i ? " " : "", ChoiceName(candidates_[i]), " gain=");
     if (has_gain_[i]) {
       absl::StrAppend(&out, absl::SixDigits(gains_[i]));
     } else {
@@ -318,9 +334,9 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   const proto::PortfolioState& p = state.portfolio();
   const int k = static_cast<int>(candidates_.size());
   if (p.candidates_size() != k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "portfolio state has ", p.candidates_size(), " candidates, ",
-        "TERSE_GRAVAC_CANDIDATES gives ", k));
+    return absl::InvalidArgumentError(
+        absl::StrCat("portfolio state has ", p.candidates_size(),
+                     " candidates, ", "TERSE_GRAVAC_CANDIDATES gives ", k));
   }
   for (int i = 0; i < k; ++i) {
     if (p.candidates(i).name() != ChoiceName(candidates_[i])) {
@@ -332,8 +348,8 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   }
   auto in_range = [k](int64_t x) { return x >= -1 && x < k; };
   if (p.current() < 0 || p.current() >= k || !in_range(p.trying()) ||
-      !in_range(p.last_sent()) || p.trial_left() < 0 ||
-      state.decisions() < 0 || state.step() < 0) {
+      !in_range(p.last_sent()) || p.trial_left() < 0 || state.decisions() < 0 ||
+      state.step() < 0) {
     return absl::InvalidArgumentError("portfolio policy state is inconsistent");
   }
   for (int q : p.queue()) {

@@ -33,6 +33,22 @@
 // first window, few later). One step of lag: a decision uses statistics up
 // to the previous step, like GravacPolicy.
 //
+// Window gain (this project's extension, TERSE_GRAVAC_GAIN=window, the
+// default; `gain_window` > 0). The paper's gain compares one step's C(g_ef)
+// with g_ef. Under error feedback a low-rank sketch sends little of each
+// step (PowerSGD rank 4 on the experiment's MLP: gain 0.08) yet delivers
+// nearly all of the gradient within a few steps, and trains as well as
+// dense (integration/portfolio_gains.py, docs/gravac_portfolio.md). The
+// window gain measures what got through: over `gain_window` consecutive
+// steps sending the same candidate,
+//   gain = 1 - ||sum_t (g_t - sent_t)||^2 / ||sum_t g_t||^2
+// (with error feedback the deviation telescopes to the change of the
+// residual). In this mode there is no survey: every candidate gets one trial
+// of trial = max(gain_window, window / (2K)) steps in the order listed (at
+// most K * trial steps, once), its gain is the window gain of its trial, and
+// the choice's gain is re-measured every gain_window steps while it is sent.
+// Window sums live in the engine and restart after a checkpoint restore.
+//
 // While the choice is dense and nothing is being tried, only the survey and
 // one mid-window step want statistics (Decision::wants_stats), so a fast link
 // that settles on dense pays no per-step statistics exchange.
@@ -77,6 +93,9 @@ struct PortfolioOptions {
   double omega = 0.01;
   int64_t window = 500;
   double ewma = 0.04;  // Weight of the newest gain, in (0, 1].
+  // Window gain (extension, see the header comment); 0: the paper's step
+  // gain.
+  int64_t gain_window = 0;
 };
 
 class PortfolioPolicy : public Policy {
@@ -126,9 +145,10 @@ class PortfolioPolicy : public Policy {
   std::deque<int> queue_;  // Candidates waiting for their trial.
   int trying_ = -1;        // Candidate in a trial (-1: none).
   int64_t trial_left_ = 0;
-  int last_sent_ = 0;        // Candidate of the last observed step.
+  int last_sent_ = 0;               // Candidate of the last observed step.
   bool pick_after_trials_ = false;  // Re-pick current_ at the next decision.
   std::string last_reason_ = "start: dense until the first survey";
+  bool window_mode_ = false;
 };
 
 }  // namespace gravac

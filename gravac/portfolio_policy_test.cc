@@ -19,17 +19,26 @@ using ::testing::ElementsAre;
 struct Trace {
   std::map<std::string, double> gain;     // ||C(g_ef)||^2 / ||g_ef||^2
   std::map<std::string, double> seconds;  // time of a step sending it
+  // Window gains (TERSE_GRAVAC_GAIN=window); missing: the step gain.
+  std::map<std::string, double> window_gain;
 };
 
 Choice Of(const Decision& d) {
-  return Choice{d.compressor, d.compressor == "none" ? 1 : d.send_cf,
-                d.level};
+  return Choice{d.compressor, d.compressor == "none" ? 1 : d.send_cf, d.level};
 }
 
-StepStats Measure(const Decision& d, const Trace& t) {
+// `window_steps`: steps in the engine's current window, this one included.
+StepStats Measure(const Decision& d, const Trace& t, int64_t window_steps = 0) {
   StepStats s;
   if (!d.wants_stats) return s;  // The engine skips the exchange: zeros.
   const std::string sent = ChoiceName(Of(d));
+  if (d.window_gain_steps > 0) {
+    auto w = t.window_gain.find(sent);
+    const double wg = w != t.window_gain.end() ? w->second : t.gain.at(sent);
+    s.window_grad_norm2 = 1;
+    s.window_dev_norm2 = 1 - wg;
+    s.window_steps = static_cast<double>(window_steps);
+  }
   s.norm2_ef = 1;
   s.norm2_sent = t.gain.at(sent);
   for (const Choice& p : d.gain_probes) {
@@ -49,7 +58,16 @@ class Driver {
     std::vector<std::string> sent;
     for (int i = 0; i < steps; ++i) {
       Decision d = policy_->Decide();
-      if (has_pending_) policy_->Observe(pending_, Measure(pending_, t));
+      if (has_pending_) {
+        policy_->Observe(pending_, Measure(pending_, t, pending_window_));
+      }
+      // The engine's window: restarts on a new choice or when complete.
+      const std::string name = ChoiceName(Of(d));
+      if (name != window_choice_ || window_ >= d.window_gain_steps) {
+        window_choice_ = name;
+        window_ = 0;
+      }
+      pending_window_ = ++window_;
       pending_ = d;
       has_pending_ = true;
       sent.push_back(ChoiceName(Of(d)));
@@ -61,6 +79,8 @@ class Driver {
   PortfolioPolicy* policy_;
   Decision pending_;
   bool has_pending_ = false;
+  std::string window_choice_;
+  int64_t window_ = 0, pending_window_ = 0;
 };
 
 std::vector<std::string> Collapse(const std::vector<std::string>& v) {
@@ -72,24 +92,24 @@ std::vector<std::string> Collapse(const std::vector<std::string>& v) {
 }
 
 PortfolioOptions Options(std::vector<std::string> entries, int window = 40,
-                         double epsilon = 0.9) {
+                         double epsilon = 0.9, int64_t gain_window = 0) {
   PortfolioOptions o;
   o.candidates = *ExpandCandidates(entries, 10, 1000, true);
   o.window = window;
   o.epsilon = epsilon;
   o.omega = 0.01;
   o.ewma = 1;  // The newest gain alone: sequences are easy to follow.
+  o.gain_window = gain_window;
   return o;
 }
 
-const std::vector<std::string> kEntries = {"none", "fp16", "powersgd:1",
-                                           "powersgd:4", "topk:10",
-                                           "topk:100"};
+const std::vector<std::string> kEntries = {
+    "none", "fp16", "powersgd:1", "powersgd:4", "topk:10", "topk:100"};
 
 // A slow link: time is mostly bytes on the wire.
 Trace SlowLink() {
   Trace t;
-  t.gain = {{"none", 1},         {"fp16", 0.9999},  {"powersgd:1", 0.6},
+  t.gain = {{"none", 1},          {"fp16", 0.9999},  {"powersgd:1", 0.6},
             {"powersgd:4", 0.93}, {"topk:10", 0.91}, {"topk:100", 0.5}};
   t.seconds = {{"none", 1.0},        {"fp16", 0.52},    {"powersgd:1", 0.05},
                {"powersgd:4", 0.08}, {"topk:10", 0.17}, {"topk:100", 0.03}};
@@ -97,16 +117,16 @@ Trace SlowLink() {
 }
 
 TEST(ExpandCandidatesTest, LadderLevelsAndNames) {
-  auto c = ExpandCandidates({"none", "topk", "powersgd:4", "qsgd:8", "fp16",
-                             "topk:20"},
-                            10, 1000, true);
+  auto c = ExpandCandidates(
+      {"none", "topk", "powersgd:4", "qsgd:8", "fp16", "topk:20"}, 10, 1000,
+      true);
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<std::string> names;
   for (const Choice& x : *c) names.push_back(ChoiceName(x));
   // topk's ladder 10, 20, 40, 160, 1000; "topk:20" is a duplicate.
-  EXPECT_THAT(names, ElementsAre("none", "topk:10", "topk:20", "topk:40",
-                                 "topk:160", "topk:1000", "powersgd:4",
-                                 "qsgd:8", "fp16"));
+  EXPECT_THAT(names,
+              ElementsAre("none", "topk:10", "topk:20", "topk:40", "topk:160",
+                          "topk:1000", "powersgd:4", "qsgd:8", "fp16"));
   EXPECT_EQ((*c)[6].level, 4);
   EXPECT_DOUBLE_EQ((*c)[7].cf, 4);  // 32 / 8 bits.
   EXPECT_FALSE(ExpandCandidates({"powersgd"}, 10, 1000, true).ok());
@@ -133,9 +153,8 @@ TEST(PortfolioPolicyTest, SlowLinkSettlesOnTheBestEligibleThroughput) {
   // eligible candidates (gain >= 0.9: fp16, powersgd:4, topk:10) are tried
   // in the order listed, and the best T_c wins: powersgd:4 (0.93/0.08).
   // powersgd:1 and topk:100 (gains 0.6, 0.5) are never sent.
-  EXPECT_THAT(Collapse(sent),
-              ElementsAre("none", "fp16", "powersgd:4", "topk:10",
-                          "powersgd:4"));
+  EXPECT_THAT(Collapse(sent), ElementsAre("none", "fp16", "powersgd:4",
+                                          "topk:10", "powersgd:4"));
   EXPECT_EQ(ChoiceName(p.choice()), "powersgd:4");
   EXPECT_FALSE(p.exploring());
   // The bound: at most K * trial steps on trials, half a window.
@@ -175,6 +194,39 @@ TEST(PortfolioPolicyTest, ScaleDownIsImmediateWhenTheChoiceLosesItsGain) {
   EXPECT_EQ(after[0], "powersgd:4");
   EXPECT_EQ(after[1], "topk:10");
   EXPECT_EQ(after[2], "topk:10");
+}
+
+// The window-gain extension: PowerSGD rank 4 sends little of each step
+// (step gain 0.08, as measured on the MLP) but delivers 0.93 of a window's
+// gradient. The paper's step gain never lets it through; the window gain
+// does, and it wins on T_c.
+TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
+  Trace t = SlowLink();
+  t.gain["powersgd:4"] = 0.08;
+  t.gain["powersgd:1"] = 0.04;
+  t.window_gain = {{"fp16", 0.9999},
+                   {"powersgd:1", 0.56},
+                   {"powersgd:4", 0.93},
+                   {"topk:10", 0.95},
+                   {"topk:100", 0.6}};
+  PortfolioPolicy step(Options(kEntries));
+  Driver ds(&step);
+  ds.Run(t, 120);
+  EXPECT_EQ(ChoiceName(step.choice()), "topk:10");  // 0.91 > 0.9, 0.17 s.
+
+  PortfolioPolicy window(Options(kEntries, 40, 0.9, /*gain_window=*/5));
+  EXPECT_EQ(window.trial_steps(), 5);
+  Driver dw(&window);
+  const std::vector<std::string> sent = dw.Run(t, 80);
+  // Dense first, one trial of every candidate in the order listed, then the
+  // best T_c among window gains >= 0.9: powersgd:4 (0.93 / 0.08 s).
+  EXPECT_THAT(Collapse(sent),
+              ElementsAre("none", "fp16", "powersgd:1", "powersgd:4", "topk:10",
+                          "topk:100", "powersgd:4"));
+  EXPECT_EQ(ChoiceName(window.choice()), "powersgd:4");
+  EXPECT_NEAR(window.gain(3), 0.93, 1e-12);
+  // Every decision asks the engine for window sums.
+  EXPECT_EQ(window.Decide().window_gain_steps, 5);
 }
 
 TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGain) {
