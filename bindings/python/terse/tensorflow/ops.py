@@ -89,6 +89,23 @@ def _check_dtype(tensor, what):
             "(supported: " + ", ".join(d.name for d in SUPPORTED_DTYPES) + ")")
 
 
+def _opaque(tensor):
+    """`tensor` (no copy) as a value graph optimization cannot see through.
+
+    Inside a tf.function, TensorFlow's optimizer (grappler) folds ops whose
+    inputs are constants: it would run a collective with a constant input
+    (e.g. the row counts of a known-shape allgather) while it optimizes
+    one rank's graph, outside the step, and specialise rank-dependent
+    arithmetic (it turned the non-root broadcast gradient `allreduce(g) * 0`
+    into a constant and pruned the allreduce on those ranks only, so the
+    root waited forever). A PlaceholderWithDefault is never folded (it
+    could be fed), so what reads it runs at run time on every rank.
+    """
+    if tf.executing_eagerly():
+        return tensor
+    return tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=tensor.shape)
+
+
 def _check_op(op, average):
     if average is not None:
         if op is not None:
@@ -132,7 +149,8 @@ def allreduce(tensor, average=None, op=None, name=None, prescale_factor=1.0,
     name = _op_name("allreduce", tensor, name)
     if compression is not None:
         check_compression(compression, name)
-    return _ops().terse_allreduce(tensor, tensor_name=name, reduce_op=op,
+    return _ops().terse_allreduce(_opaque(tensor), tensor_name=name,
+                                  reduce_op=op,
                                   prescale_factor=float(prescale_factor),
                                   postscale_factor=float(postscale_factor))
 
@@ -162,7 +180,7 @@ def allgather(tensor, name=None):
     if tensor.shape.rank == 0:
         raise ValueError("terse allgather needs a tensor of rank >= 1, got a "
                          "scalar")
-    return _ops().terse_allgather(tensor,
+    return _ops().terse_allgather(_opaque(tensor),
                                   tensor_name=_op_name("allgather", tensor,
                                                        name))
 
@@ -173,7 +191,7 @@ def broadcast(tensor, root_rank, name=None):
     _check_dtype(tensor, "broadcast")
     if not isinstance(root_rank, int) or root_rank < 0:
         raise ValueError(f"root_rank must be a rank, not {root_rank!r}")
-    return _ops().terse_broadcast(tensor,
+    return _ops().terse_broadcast(_opaque(tensor),
                                   tensor_name=_op_name("broadcast", tensor,
                                                        name),
                                   root_rank=root_rank)
@@ -197,25 +215,39 @@ def _allreduce_grad(op, grad):
                      postscale_factor=op.get_attr("postscale_factor"))
 
 
+def _rank_tensor():
+    """This rank as a run-time int32 scalar (see _opaque): the gradients
+    differ by rank only in its value, so every rank builds the same graph
+    and none has a collective optimized away."""
+    return _opaque(tf.constant(basics.rank(), tf.int32))
+
+
 @tf.RegisterGradient("TerseAllgather")
 def _allgather_grad(op, grad):
-    """The sum over ranks of the gathered gradient, this rank's rows."""
+    """The sum over ranks of the gathered gradient, this rank's rows.
+
+    Both collectives are graph ops that run with the step; this rank's
+    first row is the sum of the lower ranks' row counts, picked at run time
+    (see _rank_tensor) so no rank's graph loses the row-count allgather.
+    """
     name = op.get_attr("tensor_name").decode()
     grad = allreduce(grad, op=Sum, name=f"{name}.grad")
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
     all_rows = allgather(rows, name=f"{name}.grad.rows")
-    rank = basics.rank()
-    begin = tf.reduce_sum(all_rows[:rank])
+    begin = tf.gather(tf.cumsum(all_rows, exclusive=True),
+                      tf.cast(_rank_tensor(), tf.int64))
     return grad[begin:begin + rows[0]]
 
 
 @tf.RegisterGradient("TerseBroadcast")
 def _broadcast_grad(op, grad):
-    """The root's input feeds every rank's output; the others feed nothing."""
+    """The root's input feeds every rank's output; the others feed nothing.
+
+    Every rank joins the allreduce and keeps its result only on the root;
+    the choice is made at run time (see _rank_tensor), so the allreduce is
+    never pruned from a non-root rank's graph.
+    """
     name = op.get_attr("tensor_name").decode()
     grad = allreduce(grad, op=Sum, name=f"{name}.grad")
-    if basics.rank() != op.get_attr("root_rank"):
-        # Multiplied, not replaced: a tf.function prunes ops whose result is
-        # unused, and then this rank would never join the allreduce.
-        return grad * tf.zeros([], grad.dtype)
-    return grad
+    is_root = tf.equal(_rank_tensor(), op.get_attr("root_rank"))
+    return tf.where(is_root, grad, tf.zeros_like(grad))
