@@ -24,28 +24,11 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fashion_mnist_data import load, shard  # noqa: E402
-
-
-class Net(nn.Module):
-    """Two 3x3 conv layers (16, 32 channels) with pooling, then 128 -> 10:
-    206,922 parameters, about 90% test accuracy after 3 epochs."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 7 * 7, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+from fashion_mnist_models import Net  # noqa: E402,F401
 
 
 class Local:
