@@ -14,8 +14,13 @@ AccordionPolicy::AccordionPolicy(const AccordionOptions& options)
 Decision AccordionPolicy::Decide() {
   Decision d;
   d.compressor = options_.compressor;
-  d.send_cf = critical_ ? options_.low_cf : options_.high_cf;
-  if (d.send_cf <= 1) d.compressor = "none";
+  if (switches_rank()) {
+    d.level = critical_ ? options_.high_rank : options_.low_rank;
+    d.send_cf = 1;
+  } else {
+    d.send_cf = critical_ ? options_.low_cf : options_.high_cf;
+    if (d.send_cf <= 1) d.compressor = "none";
+  }
   d.reset_accumulator = (step_ + 1) % options_.switch_steps == 0;
   return d;
 }
@@ -38,6 +43,11 @@ void AccordionPolicy::Observe(const Decision& taken, const StepStats& stats) {
 void AccordionPolicy::OnLearningRateDrop() { critical_ = true; }
 
 std::string AccordionPolicy::Describe() const {
+  if (switches_rank()) {
+    return absl::StrCat("accordion powersgd rank=",
+                        critical_ ? options_.high_rank : options_.low_rank,
+                        critical_ ? " critical" : " not critical");
+  }
   return absl::StrCat("accordion ", options_.compressor, " cf=",
                       critical_ ? options_.low_cf : options_.high_cf);
 }

@@ -46,9 +46,11 @@ std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
   }
   if (policy == "accordion") {
     AccordionOptions o;
-    o.compressor = config.gravac_compressor;
+    o.compressor = config.accordion_compressor;
     o.low_cf = config.accordion_low_cf;
     o.high_cf = config.accordion_high_cf;
+    o.high_rank = config.accordion_high_rank;
+    o.low_rank = config.accordion_low_rank;
     o.switch_steps = config.accordion_switch_steps;
     o.threshold = config.accordion_threshold;
     return std::make_unique<AccordionPolicy>(o);

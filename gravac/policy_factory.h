@@ -1,9 +1,11 @@
 // Builds the policy a bucket or tensor gets from the configuration:
 // TERSE_COMPRESSION (or the first matching TERSE_COMPRESSION_RULES entry)
 // = gravac | accordion | <compressor>, with the TERSE_GRAVAC_* and
-// TERSE_ACCORDION_* knobs. The sparsifier under Accordion is
-// TERSE_GRAVAC_COMPRESSOR as well (one knob for "the sparsifier the adaptive
-// policies use").
+// TERSE_ACCORDION_* knobs. Accordion switches what
+// TERSE_ACCORDION_COMPRESSOR names: PowerSGD ranks (TERSE_ACCORDION_HIGH_RANK
+// in critical regimes, TERSE_ACCORDION_LOW_RANK otherwise; the default, as
+// Accordion's paper runs it) or a sparsifier's CFs (TERSE_ACCORDION_LOW_CF /
+// TERSE_ACCORDION_HIGH_CF).
 #ifndef TERSE_GRAVAC_POLICY_FACTORY_H_
 #define TERSE_GRAVAC_POLICY_FACTORY_H_
 

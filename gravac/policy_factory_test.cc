@@ -1,5 +1,7 @@
 #include "gravac/policy_factory.h"
 
+#include <memory>
+
 #include "gtest/gtest.h"
 
 namespace terse {
@@ -12,8 +14,11 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   Decision topk = CreatePolicy("topk", 100, c, 4)->Decide();
   EXPECT_EQ(topk.compressor, "topk");
   EXPECT_EQ(topk.send_cf, 100);
-  EXPECT_EQ(CreatePolicy("accordion", 100, c, 4)->Decide().send_cf,
-            c.accordion_low_cf);
+  // Accordion: PowerSGD ranks by default (TERSE_ACCORDION_COMPRESSOR).
+  Decision accordion = CreatePolicy("accordion", 100, c, 4)->Decide();
+  EXPECT_EQ(accordion.compressor, "powersgd");
+  EXPECT_EQ(accordion.level, c.accordion_high_rank) << "starts critical";
+  EXPECT_FALSE(accordion.dense());
   // The default portfolio measures window gains: dense first, no survey.
   Decision start = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(start.dense());
@@ -37,6 +42,34 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   first = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(first.dense());
   EXPECT_EQ(first.probe_cf_min, c.gravac_cf_min);
+}
+
+TEST(PolicyFactoryTest, AccordionPicksItsVariantByConfig) {
+  Config c = Config::Defaults();
+  c.accordion_high_rank = 8;
+  c.accordion_low_rank = 2;
+  std::unique_ptr<Policy> p = CreatePolicy("accordion", 100, c, 4);
+  Decision d = p->Decide();
+  EXPECT_EQ(d.compressor, "powersgd");
+  EXPECT_EQ(d.level, 8);
+  EXPECT_EQ(d.send_cf, 1);
+  EXPECT_EQ(p->Describe(), "accordion powersgd rank=8 critical");
+
+  c.accordion_compressor = "topk";
+  c.accordion_low_cf = 20;
+  c.accordion_high_cf = 500;
+  p = CreatePolicy("accordion", 100, c, 4);
+  d = p->Decide();
+  EXPECT_EQ(d.compressor, "topk");
+  EXPECT_EQ(d.send_cf, 20);
+  EXPECT_EQ(d.level, 0);
+  EXPECT_EQ(p->Describe(), "accordion topk cf=20");
+
+  // The sparsifier is TERSE_ACCORDION_COMPRESSOR, not TERSE_GRAVAC_COMPRESSOR.
+  c.accordion_compressor = "randomk";
+  c.gravac_compressor = "dgc";
+  EXPECT_EQ(CreatePolicy("accordion", 100, c, 4)->Decide().compressor,
+            "randomk");
 }
 
 }  // namespace

@@ -1,11 +1,15 @@
 """Turns the slow-network experiment's metrics into docs/results/gravac.md and
-PNG plots (accuracy against wall time, CF per bucket against step).
+PNG plots (accuracy against wall time; compressor, level and CF per bucket
+against step).
 
     /usr/bin/python3 integration/plot_gravac.py --results docs/results/gravac
+    /usr/bin/python3 integration/plot_gravac.py --results docs/results/gravac_cnn
 
 Reads <results>/<rate>/<config>.jsonl and <results>/<rate>/meta.json as
-written by gravac_experiment.py. Every figure in the document comes from those
-files; nothing is typed in by hand.
+written by gravac_experiment.py; writes <results>.md and <name>_*.png beside
+the results folder (<name> its base name: gravac.md and gravac_*.png for
+docs/results/gravac). Every figure in the document comes from those files;
+nothing is typed in by hand.
 """
 
 import argparse
@@ -20,13 +24,24 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 # The static sweep GraVAC is compared with ("best static CF").
 STATIC = ["topk-10", "topk-100", "topk-1000", "dgc-100", "topk-100-mc"]
-GRAVAC = ["gravac-topk", "gravac-dgc", "gravac-dgc-eps0.3"]
+# Static runs of any family (information: the best of them is named too).
+STATIC_ANY = STATIC + ["fp16", "powersgd-1", "powersgd-4"]
+GRAVAC = ["gravac-topk", "gravac-dgc", "gravac-dgc-eps0.3", "gravac-portfolio"]
+# Runs whose compressor or CF changes during training: their traces and plots.
+ADAPTIVE = GRAVAC + ["gravac-topk-eps0.9", "accordion", "accordion-powersgd"]
 ORDER = ["dense", "fp16", "topk-10", "topk-100", "topk-1000", "dgc-100", "topk-100-mc",
-         "accordion", "gravac-topk", "gravac-dgc", "gravac-dgc-eps0.3", "gravac-topk-eps0.9",
-         "ddp", "ddp-powersgd-1", "ddp-powersgd-4"]
+         "powersgd-1", "powersgd-4", "accordion", "accordion-powersgd",
+         "gravac-topk", "gravac-dgc", "gravac-dgc-eps0.3", "gravac-topk-eps0.9",
+         "gravac-portfolio", "ddp", "ddp-fp16", "ddp-powersgd-1", "ddp-powersgd-4"]
 # Targets of issue 7 at a rate limit: ratio bounds on time to target.
 TIME_TARGETS = [("dense", "dense", 0.1), ("DDP + PowerSGD rank 4", "ddp-powersgd-4", 1.0),
-                ("best static CF", "best-static", 1.1), ("Accordion", "accordion", 0.8)]
+                ("best static CF", "best-static", 1.1), ("Accordion", "accordion", 0.8),
+                ("Accordion over PowerSGD ranks", "accordion-powersgd", 0.8)]
+# Families whose level is a CF (their choice reads "topk:100").
+SPARSIFIERS = ("topk", "dgc", "redsync", "randomk", "threshold")
+# Families from weak to strong compression, for the order of a plot's axis.
+FAMILY_ORDER = {"none": 0, "fp16": 1, "bf16": 1, "qsgd": 2, "efsignsgd": 2, "powersgd": 3}
+MODELS = {"mlp": "MLP 784-1024-1024-10", "cnn": "the README demo's CNN (206,922 parameters)"}
 ACCURACY_SLACK = 0.005  # 0.5 points
 UNLIMITED_STEP_BOUND = 1.05
 
@@ -73,12 +88,54 @@ def bytes_per_step(records):
     return last["bytes_sent_total"] / last["step"]
 
 
-def cf_series(records):
-    """bucket -> [(step, cf sent)] at every change (cf 1 = dense)."""
-    series = {}
+def choice_label(compressor, cf):
+    """What a bucket sent, as TERSE_GRAVAC_CANDIDATES spells it: "none",
+    "fp16", "powersgd:4" (the engine reports the rank), "topk:100"."""
+    cf = cf or 1
+    if not compressor or compressor == "none":
+        return "none"
+    if ":" in compressor:
+        return compressor
+    if compressor in SPARSIFIERS:
+        return f"{compressor}:{cf:g}" if cf > 1 else "none"
+    return compressor
+
+
+def choice_key(label):
+    family, _, level = label.partition(":")
+    try:
+        level = float(level or 0)
+    except ValueError:
+        level = 0
+    # PowerSGD and QSGD: a higher level (rank, bits) compresses less.
+    strength = -level if family in ("powersgd", "qsgd") else level
+    return (FAMILY_ORDER.get(family, 4), family, strength)
+
+
+def choice_series(records):
+    """bucket -> [(step, choice label)] at every change, plus the last step.
+    Runs recorded before "choice_changes" existed had one sparsifier family
+    per bucket: their CF changes, with the family the bucket reported at any
+    evaluation (or its policy names: "gravac dgc ...")."""
+    series, family = {}, {}
     for r in records:
+        for p in r.get("policy", []):
+            if not isinstance(p, dict):
+                continue
+            words = p.get("policy", "").split()
+            named = words[1] if len(words) > 1 else None
+            if p.get("compressor", "none") != "none":
+                family[p["bucket"]] = p["compressor"]
+            elif named in SPARSIFIERS:
+                family.setdefault(p["bucket"], named)
+    for r in records:
+        if "choice_changes" in r:
+            for step, bucket, compressor, cf in r["choice_changes"]:
+                series.setdefault(bucket, []).append((step, choice_label(compressor, cf)))
+            continue
         for step, bucket, cf in r.get("cf_changes", []):
-            series.setdefault(bucket, []).append((step, cf or 1))
+            compressor = family.get(bucket, "?") if (cf or 1) > 1 else "none"
+            series.setdefault(bucket, []).append((step, choice_label(compressor, cf)))
     if series:
         last = records[-1]["step"]
         for points in series.values():
@@ -126,7 +183,7 @@ def meta_knob(meta, name, knob, default):
     return meta.get("configs", {}).get(name, {}).get("knobs", {}).get(knob, default)
 
 
-def rate_section(rate, runs, meta, figure_dir):
+def rate_section(rate, runs, meta, figure_dir, prefix):
     lines = [f"## Rate limit: {rate}", ""]
     configs = meta.get("configs", {})
     epochs = sorted({c.get("epochs") for c in configs.values()} - {None})
@@ -145,7 +202,7 @@ def rate_section(rate, runs, meta, figure_dir):
     elif target is not None:
         lines += limited_verdicts(runs, target)
     lines += gravac_traces(runs)
-    lines += plots(rate, runs, meta, target, figure_dir)
+    lines += plots(rate, runs, meta, target, figure_dir, prefix)
     return lines
 
 
@@ -157,6 +214,12 @@ def limited_verdicts(runs, target):
     ttt["best-static"] = statics.get(best_static)
     lines += [f"Best static CF by time to target: {best_static or 'none reached the target'}"
               f" ({fmt(ttt['best-static'], '.1f')} s).", ""]
+    any_static = {s: ttt[s] for s in STATIC_ANY if ttt.get(s) is not None}
+    if any(s in runs for s in STATIC_ANY if s not in STATIC):
+        best_any = min(any_static, key=any_static.get) if any_static else None
+        lines += [f"Best static run of any family ({', '.join(s for s in STATIC_ANY if s in runs)})"
+                  f" by time to target: {best_any or 'none reached the target'}"
+                  f" ({fmt(any_static.get(best_any), '.1f')} s; information, not a target).", ""]
     dense_final = runs["dense"][-1]["test_accuracy"]
     for g in GRAVAC:
         if g not in runs:
@@ -236,13 +299,15 @@ def unlimited_verdicts(runs):
 
 def gravac_traces(runs):
     lines = []
-    for name in GRAVAC + ["gravac-topk-eps0.9", "accordion"]:
+    for name in ADAPTIVE:
         if name not in runs:
             continue
-        series = cf_series(runs[name])
+        series = choice_series(runs[name])
         if not series:
             continue
-        lines += [f"CF sent per bucket, {name} (step: CF at each change; 1 = dense):", ""]
+        lines += [f"Compressor sent per bucket, {name} (step: choice at each change; "
+                  "`topk:100` = top-k at CF 100, `powersgd:4` = PowerSGD rank 4, "
+                  "none = dense):", ""]
         last_policy = {p["bucket"]: p for p in runs[name][-1].get("policy", [])
                        if isinstance(p, dict)}
         for bucket, points in sorted(series.items()):
@@ -254,16 +319,17 @@ def gravac_traces(runs):
                 share[c] = share.get(c, 0) + (s1 - s0)
             total = sum(share.values()) or 1
             lines.append(f"- bucket {bucket} ({fmt(info.get('bytes'), ',')} bytes; at the end "
-                         f"`{info.get('policy', '?')}`): share of steps per CF " +
-                         ", ".join(f"{c:g}: {100 * n / total:.0f}%"
-                                   for c, n in sorted(share.items())) +
+                         f"`{info.get('policy', '?')}`): share of steps per choice " +
+                         ", ".join(f"{c}: {100 * n / total:.0f}%"
+                                   for c, n in sorted(share.items(),
+                                                      key=lambda kv: choice_key(kv[0]))) +
                          f"; {len(changes)} changes: " +
                          ", ".join(f"{s}: {c}" for s, c in shown))
         lines.append("")
     return lines
 
 
-def plots(rate, runs, meta, target, figure_dir):
+def plots(rate, runs, meta, target, figure_dir, prefix):
     lines = []
     fig, ax = plt.subplots(figsize=(8, 5))
     colors = plt.get_cmap("tab20").colors
@@ -279,15 +345,15 @@ def plots(rate, runs, meta, target, figure_dir):
     ax.set_ylim(0.6, 0.92)
     ax.set_xlabel("training time (s, log scale)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Fashion-MNIST MLP, 4 ranks, {rate} per link")
+    model = meta.get("model", "mlp")
+    ax.set_title(f"Fashion-MNIST {model.upper()}, 4 ranks, {rate} per link")
     ax.legend(fontsize=7, ncol=2)
-    acc_png = f"gravac_accuracy_{rate}.png"
+    acc_png = f"{prefix}_accuracy_{rate}.png"
     fig.savefig(os.path.join(figure_dir, acc_png), dpi=90, bbox_inches="tight")
     plt.close(fig)
     lines += [f"![accuracy vs time]({acc_png})", ""]
 
-    adaptive = [n for n in GRAVAC + ["gravac-topk-eps0.9", "accordion"]
-                if cf_series(runs.get(n, []))]
+    adaptive = [n for n in ADAPTIVE if choice_series(runs.get(n, []))]
     gains = [n for n in adaptive if gain_series(runs[n])]
     if adaptive:
         rows = len(adaptive) + len(gains)
@@ -306,20 +372,29 @@ def plots(rate, runs, meta, target, figure_dir):
             ax.set_title(f"{name}: compression gains at the evaluations", fontsize=9)
             ax.legend(fontsize=6, loc="lower left", ncol=3)
         for ax, name in zip(axes[:, 0], adaptive):
-            for bucket, points in sorted(cf_series(runs[name]).items()):
-                ax.step([p[0] for p in points], [p[1] for p in points], where="post",
-                        label=f"bucket {bucket}")
-            ax.set_yscale("log")
-            ax.set_ylim(0.8, 2000)
-            ax.set_ylabel("CF")
+            series = choice_series(runs[name])
+            # One row per choice this run made, weak to strong compression;
+            # buckets drawn slightly apart so that equal choices stay visible.
+            labels = sorted({c for points in series.values() for _, c in points},
+                            key=choice_key)
+            row = {c: i for i, c in enumerate(labels)}
+            for k, (bucket, points) in enumerate(sorted(series.items())):
+                offset = 0.08 * (k - (len(series) - 1) / 2)
+                ax.step([p[0] for p in points], [row[p[1]] + offset for p in points],
+                        where="post", label=f"bucket {bucket}")
+            ax.set_yticks(range(len(labels)))
+            ax.set_yticklabels(labels, fontsize=7)
+            ax.set_ylim(-0.5, len(labels) - 0.5)
+            ax.set_ylabel("sent")
             ax.set_title(name, fontsize=9)
             ax.legend(fontsize=7, loc="upper left")
         axes[-1, 0].set_xlabel("step")
-        fig.suptitle(f"CF sent per bucket (1 = dense), {rate} per link", fontsize=10)
+        fig.suptitle(f"Compressor and level sent per bucket (topk:CF, powersgd:rank; "
+                     f"none = dense), {rate} per link", fontsize=10)
         fig.tight_layout()
-        cf_png = f"gravac_cf_{rate}.png"
+        cf_png = f"{prefix}_cf_{rate}.png"
         fig.savefig(os.path.join(figure_dir, cf_png), dpi=90, bbox_inches="tight")
-        lines += [f"![CF per bucket vs step]({cf_png})", ""]
+        lines += [f"![compressor per bucket vs step]({cf_png})", ""]
     plt.close(fig)
     return lines
 
@@ -332,27 +407,31 @@ def main():
     parser.add_argument("--epilogue", default="",
                         help="a Markdown file appended at the end (reading the results)")
     args = parser.parse_args()
-    figure_dir = os.path.dirname(os.path.abspath(args.results))
-    lines = ["# GraVAC on a slow network", "",
-             "Fashion-MNIST, MLP 784-1024-1024-10, batch 64 per rank, 4 ranks in 4 network "
+    results = os.path.abspath(args.results).rstrip(os.sep)
+    figure_dir, prefix = os.path.dirname(results), os.path.basename(results)
+    rates = [d for d in sorted(glob.glob(os.path.join(results, "*"))) if os.path.isdir(d)]
+    rates.sort(key=lambda d: os.path.basename(d) == "none")  # Limited rates first.
+    metas = [load(d)[1] for d in rates]
+    model = next((m["model"] for m in metas if "model" in m), "mlp")
+    lines = [f"# GraVAC on a slow network{'' if model == 'mlp' else ': ' + model.upper()}", "",
+             f"Fashion-MNIST, {MODELS.get(model, model)}, batch 64 per rank, 4 ranks in 4 network "
              "namespaces joined by a bridge, `tc tbf` on both ends of every link. Produced by "
              "`integration/gravac_experiment.py`; this page and the plots by "
              "`integration/plot_gravac.py` from the metrics under "
-             f"`{os.path.relpath(args.results, figure_dir)}/<rate>/`.", ""]
+             f"`{prefix}/<rate>/`.", ""]
     if args.preamble:
         with open(args.preamble) as f:
             lines += [f.read().rstrip(), ""]
-    rates = [d for d in sorted(glob.glob(os.path.join(args.results, "*"))) if os.path.isdir(d)]
-    rates.sort(key=lambda d: os.path.basename(d) == "none")  # Limited rates first.
     for rate_dir in rates:
         runs, meta = load(rate_dir)
-        lines += rate_section(os.path.basename(rate_dir), runs, meta, figure_dir)
+        lines += rate_section(os.path.basename(rate_dir), runs, meta, figure_dir, prefix)
     if args.epilogue:
         with open(args.epilogue) as f:
             lines += [f.read().rstrip(), ""]
-    with open(os.path.join(figure_dir, "gravac.md"), "w") as f:
+    page = os.path.join(figure_dir, f"{prefix}.md")
+    with open(page, "w") as f:
         f.write("\n".join(lines) + "\n")
-    print("wrote", os.path.join(figure_dir, "gravac.md"))
+    print("wrote", page)
 
 
 if __name__ == "__main__":

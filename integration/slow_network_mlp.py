@@ -1,14 +1,19 @@
-"""One rank of the slow-network experiment: an MLP 784-1024-1024-10 on
-Fashion-MNIST, batch 64 per rank, trained data-parallel either with terse
-(compression from TERSE_* variables) or with PyTorch DDP over gloo (dense, or
-with DDP's PowerSGD hook) as outside references.
+"""One rank of the slow-network experiment: an MLP 784-1024-1024-10 (or, with
+--model cnn, the README demo's CNN) on Fashion-MNIST, batch 64 per rank,
+trained data-parallel either with terse (compression from TERSE_* variables)
+or with PyTorch DDP over gloo (dense, or with DDP's fp16 or PowerSGD hook) as
+outside references.
 
 Launched by integration/gravac_experiment.py under mpirun (rank and size come
 from Open MPI's environment for the DDP modes). Rank 0 appends one JSON object
 per evaluation to --metrics-out:
   {"epoch", "step", "wall", "train_loss", "test_accuracy", "step_time",
-   "bytes_sent_per_step", "bytes_sent_total", "policy", "cf_changes"}
-"wall" is training time on rank 0 (evaluation excluded).
+   "bytes_sent_per_step", "bytes_sent_total", "policy", "cf_changes",
+   "choice_changes"}
+"wall" is training time on rank 0 (evaluation excluded). "cf_changes" lists
+[step, bucket, cf] whenever a bucket's CF changes, "choice_changes"
+[step, bucket, compressor, cf] whenever its compressor or CF changes (the
+compressor as the engine reports it: "none" dense, "topk", "powersgd:4", ...).
 """
 
 import argparse
@@ -24,11 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fashion_mnist_data import load, shard  # noqa: E402
-
-
-def build_model():
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(),
-                         nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+from fashion_mnist_models import MODELS, build_model  # noqa: E402,F401
 
 
 def evaluate(model, x, y):
@@ -44,7 +45,7 @@ def evaluate(model, x, y):
 class DdpRunner:
     """torch.distributed over gloo; rank/size from Open MPI's environment."""
 
-    def __init__(self, model, lr, powersgd_rank):
+    def __init__(self, model, lr, powersgd_rank=0, fp16=False):
         import torch.distributed as dist
         self.rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
         self.size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -61,11 +62,20 @@ class DdpRunner:
                 start_powerSGD_iter=2, min_compression_rate=2,
                 use_error_feedback=True, warm_start=True)
             self.model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-            numel = sum(p.numel() for p in model.parameters())
-            # Bytes are estimated from the factor shapes per 2-D parameter.
-            self.bytes_per_step = 4 * sum(
-                (p.shape[0] + p.shape[1]) * powersgd_rank if p.dim() == 2 else p.numel()
-                for p in model.parameters())
+            # Bytes are estimated from the factor shapes: the hook views each
+            # parameter of 2+ dimensions as shape[0] x rest and compresses it
+            # when that saves min_compression_rate (2x); vectors go dense.
+            def estimate(p):
+                if p.dim() < 2:
+                    return p.numel()
+                n, m = p.shape[0], p.numel() // p.shape[0]
+                factors = (n + m) * min(powersgd_rank, n, m)
+                return factors if n * m >= 2 * factors else p.numel()
+            self.bytes_per_step = 4 * sum(estimate(p) for p in model.parameters())
+        elif fp16:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            self.model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            self.bytes_per_step = 2 * sum(p.numel() for p in model.parameters())
         else:
             self.bytes_per_step = 4 * sum(p.numel() for p in model.parameters())
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
@@ -76,7 +86,7 @@ class DdpRunner:
     def bytes_sent_total(self, steps):
         return self.bytes_per_step * steps
 
-    def cf_now(self):
+    def choices_now(self):
         return {}
 
     def shutdown(self):
@@ -108,8 +118,9 @@ class TerseRunner:
     def bytes_sent_total(self, steps):
         return self.tt.bytes_sent()
 
-    def cf_now(self):
-        return {r["bucket"]: r["cf"] for r in self.tt.bucket_reports()}
+    def choices_now(self):
+        """bucket -> (compressor, cf) it sent on its last step."""
+        return {r["bucket"]: (r["compressor"], r["cf"]) for r in self.tt.bucket_reports()}
 
     def shutdown(self):
         self.tt.shutdown()
@@ -117,7 +128,9 @@ class TerseRunner:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--mode", choices=["terse", "ddp", "ddp-powersgd"], default="terse")
+    parser.add_argument("--mode", choices=["terse", "ddp", "ddp-fp16", "ddp-powersgd"],
+                        default="terse")
+    parser.add_argument("--model", choices=MODELS, default="mlp")
     parser.add_argument("--powersgd-rank", type=int, default=4)
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--batch", type=int, default=64)
@@ -129,11 +142,13 @@ def main():
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = build_model()
+    model = build_model(args.model)
     if args.mode == "terse":
         runner = TerseRunner(model, args.lr)
     else:
-        runner = DdpRunner(model, args.lr, args.powersgd_rank if args.mode == "ddp-powersgd" else 0)
+        runner = DdpRunner(model, args.lr,
+                           powersgd_rank=args.powersgd_rank if args.mode == "ddp-powersgd" else 0,
+                           fp16=args.mode == "ddp-fp16")
     train_x, train_y, test_x, test_y = load()
     x, y = shard(train_x, train_y, runner.rank, runner.size)
     x, y = torch.from_numpy(x), torch.from_numpy(y)
@@ -150,6 +165,7 @@ def main():
     step_times, losses = [], []
     bytes_at_eval, step_at_eval = runner.bytes_sent_total(0), 0
     cf_last, cf_changes = {}, []  # [step, bucket, cf] whenever a bucket's CF changes.
+    choice_last, choice_changes = {}, []  # [step, bucket, compressor, cf]
     order = torch.randperm(len(x), generator=generator)
     for step in range(total_steps):
         i = step % steps_per_epoch
@@ -164,10 +180,13 @@ def main():
         step_times.append(time.time() - t0)
         losses.append(loss.item())
         if runner.rank == 0:
-            for bucket, cf in runner.cf_now().items():
+            for bucket, (compressor, cf) in runner.choices_now().items():
                 if cf_last.get(bucket) != cf:
                     cf_changes.append([step + 1, bucket, cf])
                     cf_last[bucket] = cf
+                if choice_last.get(bucket) != (compressor, cf):
+                    choice_changes.append([step + 1, bucket, compressor, cf])
+                    choice_last[bucket] = (compressor, cf)
         last = step == total_steps - 1
         if (step + 1) % args.eval_every == 0 or last:
             if runner.rank == 0:
@@ -190,8 +209,10 @@ def main():
                     "bytes_sent_total": sent,
                     "policy": runner.policy(),
                     "cf_changes": cf_changes,
+                    "choice_changes": choice_changes,
                 }
-                bytes_at_eval, step_at_eval, cf_changes = sent, step + 1, []
+                bytes_at_eval, step_at_eval = sent, step + 1
+                cf_changes, choice_changes = [], []
                 print(json.dumps(record), flush=True)
                 if out:
                     out.write(json.dumps(record) + "\n")

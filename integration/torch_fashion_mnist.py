@@ -10,8 +10,12 @@ DistributedOptimizer with the process-wide compression policy (TERSE_*
 variables; --compression sets it for this run). Rank 0 prints per epoch: mean
 training loss and accuracy over all ranks, test accuracy, images/s over all
 ranks (evaluation excluded), the bytes this rank sent against the gradient
-bytes it reduced, and the compressor and CF of every bucket on its last step,
-as the engine reports them. The last line is a JSON summary; with
+bytes it reduced, and for every bucket what the engine reports: the
+compressor and level it sent on what share of the epoch's steps ("topk:10" =
+top-k at CF 10, "powersgd:4" = PowerSGD rank 4, "none" = dense), the bytes
+it sent against its dense bytes, and why: its policy's own line (GraVAC's
+names its gains and measured throughputs T_c). The last line is a JSON
+summary; with
 --require-accuracy the exit status says whether the final test accuracy
 reached it.
 """
@@ -24,28 +28,11 @@ import time
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fashion_mnist_data import load, shard  # noqa: E402
-
-
-class Net(nn.Module):
-    """Two 3x3 conv layers (16, 32 channels) with pooling, then 128 -> 10:
-    206,922 parameters, about 90% test accuracy after 3 epochs."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 7 * 7, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+from fashion_mnist_models import Net  # noqa: E402,F401
 
 
 class Local:
@@ -59,11 +46,59 @@ class Local:
     def sum(self, values):
         return np.asarray(values, dtype=np.float64)
 
+    def after_step(self):
+        pass
+
     def report(self):
         return {}
 
     def shutdown(self):
         pass
+
+
+# Families whose level is a compression factor (their choice reads "topk:10").
+SPARSIFIERS = ("topk", "dgc", "redsync", "randomk", "threshold")
+
+
+def choice_label(compressor, cf):
+    """What a bucket sent, spelt as TERSE_GRAVAC_CANDIDATES spells it:
+    "none" (dense), "fp16", "powersgd:4" (the engine names the rank),
+    "topk:10" (a sparsifier at CF 10)."""
+    if not compressor or compressor == "none":
+        return "none"
+    if ":" not in compressor and compressor in SPARSIFIERS:
+        return f"{compressor}:{cf:g}" if cf > 1 else "none"
+    return compressor
+
+
+class BucketTally:
+    """Per bucket over an epoch, from the engine's reports after each step:
+    how many steps sent each choice, bytes sent and dense bytes."""
+
+    def __init__(self):
+        self.seen_steps = {}
+        self.reset()
+
+    def reset(self):
+        self.buckets = {}
+
+    def skip(self, reports):
+        """Marks what the buckets did so far as seen without counting it (the
+        metrics' own allreduces between epochs are no training step)."""
+        for r in reports:
+            self.seen_steps[r["bucket"]] = r["steps"]
+
+    def observe(self, reports):
+        for r in reports:
+            b = r["bucket"]
+            if self.seen_steps.get(b) == r["steps"]:
+                continue  # The bucket did not run since the last look.
+            self.seen_steps[b] = r["steps"]
+            t = self.buckets.setdefault(b, {"choices": {}, "sent": 0, "dense": 0})
+            label = choice_label(r["compressor"], r["cf"])
+            t["choices"][label] = t["choices"].get(label, 0) + 1
+            t["sent"] += r["bytes_sent"]
+            t["dense"] += r["bytes"]
 
 
 class Terse:
@@ -74,6 +109,12 @@ class Terse:
         self.tt = tt
         tt.init(compression=compression)  # None: TERSE_COMPRESSION's.
         self.rank, self.size = tt.rank(), tt.size()
+        self.tally = BucketTally()
+
+    def after_step(self):
+        """Rank 0 tallies what each bucket sent (every rank decides alike)."""
+        if self.rank == 0:
+            self.tally.observe(self.tt.bucket_reports())
 
     def wrap(self, optimizer, model):
         self.tt.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -85,15 +126,21 @@ class Terse:
 
     def sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)
-        return self.tt.allreduce(t, name="metrics", op=self.tt.Sum).numpy()
+        out = self.tt.allreduce(t, name="metrics", op=self.tt.Sum).numpy()
+        if self.rank == 0:
+            self.tally.skip(self.tt.bucket_reports())
+        return out
 
     def report(self):
         """What the engine reports: bytes this rank sent, and per bucket the
         compressor and CF it used on its last step."""
-        return {"bytes_sent": self.tt.bytes_sent(),
-                "gradient_bytes_reduced": self.optimizer.terse_bytes_reduced,
-                "policy": self.compression.spec(),
-                "buckets": self.tt.bucket_reports()}
+        report = {"bytes_sent": self.tt.bytes_sent(),
+                  "gradient_bytes_reduced": self.optimizer.terse_bytes_reduced,
+                  "policy": self.compression.spec(),
+                  "buckets": self.tt.bucket_reports(),
+                  "epoch": self.tally.buckets}
+        self.tally.reset()
+        return report
 
     def shutdown(self):
         self.tt.shutdown()
@@ -113,20 +160,49 @@ def evaluate(model, x, y, rank, size, comm):
     return total_correct / total
 
 
+def ratio_text(dense, sent):
+    if sent == dense:
+        return "dense"
+    return f"{dense / sent:.1f}x less" if sent > 0 else "nothing sent"
+
+
+def share_text(n, total):
+    share = 100 * n / total
+    return "<1%" if 0 < share < 1 else f"{share:.0f}%"
+
+
 def format_report(report, previous):
-    """One epoch's traffic (deltas against the previous report) and the
-    compressor/CF each bucket used on its last step."""
+    """One epoch's traffic (deltas against the previous report) and, per
+    bucket, the choices it sent over the epoch, its bytes against dense, and
+    its policy's line (why)."""
     if not report:
         return ""
     sent = report["bytes_sent"] - previous.get("bytes_sent", 0)
     dense = (report["gradient_bytes_reduced"] -
              previous.get("gradient_bytes_reduced", 0))
     parts = [f"sent {sent / 1e6:.1f} MB/rank for {dense / 1e6:.1f} MB of "
-             f"gradients (policy {report['policy']})"]
+             f"gradients ({ratio_text(dense, sent)}; policy "
+             f"{report['policy']})"]
+    epoch = report.get("epoch", {})
     for b in report["buckets"]:
-        parts.append(f"bucket {b['bucket']} ({b['tensors']} tensors, "
-                     f"{b['bytes'] / 1e3:.0f} kB): {b['compressor']} "
-                     f"cf {b['cf']:g}")
+        t = epoch.get(b["bucket"])
+        if epoch and not t:
+            continue  # Not a gradient bucket of this epoch (the metrics').
+        head = (f"bucket {b['bucket']} ({b['tensors']} tensors, "
+                f"{b['bytes'] / 1e3:.0f} kB): ")
+        if t:
+            steps = sum(t["choices"].values())
+            shares = sorted(t["choices"].items(), key=lambda kv: -kv[1])
+            head += ", ".join(f"{label} {share_text(n, steps)}"
+                              for label, n in shares)
+            head += (f" of {steps} steps; sent {t['sent'] / 1e6:.2f} MB "
+                     f"against {t['dense'] / 1e6:.2f} MB dense "
+                     f"({ratio_text(t['dense'], t['sent'])})")
+        else:
+            head += (f"{choice_label(b['compressor'], b['cf'])} on its "
+                     f"last step")
+        parts.append(head)
+        parts.append(f"    why: {b['policy']}")
     return "\n    " + "\n    ".join(parts)
 
 
@@ -187,6 +263,7 @@ def main():
             loss = F.cross_entropy(logits, y[idx])
             loss.backward()
             optimizer.step()
+            comm.after_step()
             schedule.step()
             loss_sum += loss.item()
             correct += (logits.argmax(1) == y[idx]).sum().item()

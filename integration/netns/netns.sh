@@ -8,12 +8,18 @@
 #   netns.sh up N RATE     e.g. netns.sh up 4 100mbit   (RATE "none": no limit)
 #   netns.sh down          removes every namespace this script made
 #   netns.sh hosts         prints the host addresses, one a line
+#
+# Another set of namespaces can live beside the experiment's (the README demo
+# uses one): TERSE_NETNS_PREFIX (namespace names, default terse-ns),
+# TERSE_NETNS_SUBNET (the /24's first three octets, default 10.77.0) and
+# TERSE_NETNS_STATE (the host list, default /run/terse-netns.hosts); the same
+# variables select the set in mpirun_netns.sh and rsh_agent.sh.
 set -euo pipefail
 
-PREFIX=terse-ns
+PREFIX=${TERSE_NETNS_PREFIX:-terse-ns}
 BRIDGE_NS=${PREFIX}-br
-SUBNET=10.77.0
-STATE=/run/terse-netns.hosts
+SUBNET=${TERSE_NETNS_SUBNET:-10.77.0}
+STATE=${TERSE_NETNS_STATE:-/run/terse-netns.hosts}
 
 address() { echo "$SUBNET.$(( $1 + 1 ))"; }
 

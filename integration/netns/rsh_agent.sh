@@ -6,6 +6,6 @@
 set -eu
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done  # Drop ssh options.
 host=$1; shift
-ns=$(awk -v h="$host" '$1 == h {print $2}' /run/terse-netns.hosts)
+ns=$(awk -v h="$host" '$1 == h {print $2}' "${TERSE_NETNS_STATE:-/run/terse-netns.hosts}")
 [ -n "$ns" ] || { echo "rsh_agent: unknown host $host" >&2; exit 1; }
 exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"

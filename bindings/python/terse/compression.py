@@ -30,8 +30,8 @@ _DOCS = {
     "efsignsgd": "scaled sign with error feedback",
     "gravac": "GraVAC: adapts the compression factor per bucket from the "
               "gradient-information loss",
-    "accordion": "Accordion: switches between a low and a high CF in "
-                 "critical regimes",
+    "accordion": "Accordion: switches PowerSGD ranks (or a sparsifier's "
+                 "CFs) between critical and other regimes",
 }
 
 
