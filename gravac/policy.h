@@ -71,9 +71,9 @@ struct Decision {
   // locally, send none of them, and report ||C(g_ef)||^2 of each in
   // StepStats::probe_norm2 (same order).
   std::vector<Choice> gain_probes;
-  // Portfolio, window gain: keep (or start) the window-gain sums of what is
-  // sent (StepStats::window_*); the engine restarts them when the choice
-  // sent changes or a window of `window_gain_steps` steps is complete.
+  // Portfolio, window gain: keep (or start) the window of what is sent
+  // (StepStats::window_*); the engine restarts it when the choice sent
+  // changes or a window of `window_gain_steps` steps is complete.
   int64_t window_gain_steps = 0;  // 0: no window gain.
 
   bool dense() const { return level <= 0 && send_cf <= 1; }
@@ -93,11 +93,12 @@ struct StepStats {
   // ||C(g_ef)||^2 of each of Decision::gain_probes, in order (empty when the
   // decision had none or the exchange was skipped).
   std::vector<double> probe_norm2;
-  // Window gain (Decision::window_gain_steps > 0): this rank's
-  // ||sum(g - sent)||^2 and ||sum g||^2 over the steps of the current window
-  // so far (averaged over ranks), and how many steps it holds.
-  double window_dev_norm2 = 0;
-  double window_grad_norm2 = 0;
+  // Window gain (Decision::window_gain_steps > 0), averaged over ranks:
+  // ||e_t||^2, the error-feedback residual left after this step, and
+  // ||e_0 + sum g||^2, what the window owed (the residual at its start plus
+  // every gradient of its steps so far), and how many steps it holds.
+  double window_left_norm2 = 0;
+  double window_owed_norm2 = 0;
   double window_steps = 0;
 };
 

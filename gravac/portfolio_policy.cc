@@ -239,9 +239,9 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
                                taken.level});
   if (window_mode_) {
     // A complete window of the candidate sent: one gain sample.
-    if (i > 0 && stats.window_grad_norm2 > 0 &&
+    if (i > 0 && stats.window_owed_norm2 > 0 &&
         stats.window_steps >= options_.gain_window) {
-      UpdateGain(i, 1 - stats.window_dev_norm2 / stats.window_grad_norm2);
+      UpdateGain(i, 1 - stats.window_left_norm2 / stats.window_owed_norm2);
       // A fresh gain (the last trial's arrives one step after it ended):
       // choose again by the rule.
       if (!exploring()) pick_after_trials_ = true;

@@ -41,9 +41,11 @@
 // dense (integration/portfolio_gains.py, docs/gravac_portfolio.md). The
 // window gain measures what got through: over `gain_window` consecutive
 // steps sending the same candidate,
-//   gain = 1 - ||sum_t (g_t - sent_t)||^2 / ||sum_t g_t||^2
-// (with error feedback the deviation telescopes to the change of the
-// residual). In this mode there is no survey: every candidate gets one trial
+//   gain = 1 - ||e_T||^2 / ||e_0 + sum_t g_t||^2
+// where e is the error-feedback residual: the share of what the window owed
+// (the backlog at its start and its gradients) that it did not leave
+// behind. A candidate that drains a predecessor's backlog is credited, not
+// penalised. In this mode there is no survey: every candidate gets one trial
 // of trial = max(gain_window, window / (2K)) steps in the order listed (at
 // most K * trial steps, once), its gain is the window gain of its trial, and
 // the choice's gain is re-measured every gain_window steps while it is sent.

@@ -35,8 +35,8 @@ StepStats Measure(const Decision& d, const Trace& t, int64_t window_steps = 0) {
   if (d.window_gain_steps > 0) {
     auto w = t.window_gain.find(sent);
     const double wg = w != t.window_gain.end() ? w->second : t.gain.at(sent);
-    s.window_grad_norm2 = 1;
-    s.window_dev_norm2 = 1 - wg;
+    s.window_owed_norm2 = 1;
+    s.window_left_norm2 = 1 - wg;
     s.window_steps = static_cast<double>(window_steps);
   }
   s.norm2_ef = 1;

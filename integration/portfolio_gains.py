@@ -14,9 +14,12 @@ candidate compressor, each with error feedback per layer as terse runs it:
 and records, per step and averaged over workers and layers (by energy):
 
   step gain    ||C(g_ef)||^2 / ||g_ef||^2   (the paper's compression gain)
-  window gain  1 - ||sum_w (g - sent)||^2 / ||sum_w g||^2 over the last
-               `--window` steps: how much of the window's gradient got
-               through, crediting what error feedback delivers late
+  window gain  1 - ||e_T||^2 / ||e_0 + sum_t g_t||^2 over windows of
+               `--window` steps (e: the error-feedback residual): the share
+               of what the window owed (its start's backlog and its
+               gradients) that it did not leave behind, crediting what error
+               feedback delivers late; what terse measures with
+               TERSE_GRAVAC_GAIN=window (gravac/portfolio_policy.h)
 
 then the test accuracy at the end. Prints one JSON line per candidate.
 
@@ -116,7 +119,9 @@ class Candidate:
                        for p in range(n_params))
         step_den = sum(float((a[w][p] ** 2).sum()) for w in range(self.size)
                        for p in range(n_params))
-        return mean, sent, min(1.0, step_num / step_den)
+        left = [[a[w][p] - sent[w][p] for p in range(n_params)]
+                for w in range(self.size)]
+        return mean, sent, min(1.0, step_num / step_den), a, left
 
 
 def run(name, args, data):
@@ -134,7 +139,8 @@ def run(name, args, data):
     steps_per_epoch = len(workers[0]["x"]) // args.batch
     cand = Candidate(name, params, args.size)
     step_gains, window_gains = [], []
-    g_window, d_window = [], []  # per step: summed grads, summed (g - sent)
+    owed = None  # per worker and parameter: e_0 + sum g over the window
+    in_window = 0
     start = time.time()
     for step in range(args.steps):
         i = step % steps_per_epoch
@@ -146,21 +152,20 @@ def run(name, args, data):
             model.zero_grad()
             F.cross_entropy(model(w["x"][idx]), w["y"][idx]).backward()
             grads.append([p.grad.detach().clone() for p in params])
-        mean, sent, gain = cand.reduce(grads)
+        mean, sent, gain, a, left = cand.reduce(grads)
         step_gains.append(gain)
-        g_window.append([sum(grads[w][p] for w in range(args.size))
-                         for p in range(len(params))])
-        d_window.append([sum(grads[w][p] - sent[w][p] for w in range(args.size))
-                         for p in range(len(params))])
-        if len(g_window) > args.window:
-            g_window.pop(0)
-            d_window.pop(0)
-        if len(g_window) == args.window:
-            g_sum = sum(float((sum(s[p] for s in g_window) ** 2).sum())
-                        for p in range(len(params)))
-            d_sum = sum(float((sum(s[p] for s in d_window) ** 2).sum())
-                        for p in range(len(params)))
-            window_gains.append(max(0.0, 1 - d_sum / g_sum))
+        if in_window == 0:
+            owed = [[t.clone() for t in a[w]] for w in range(args.size)]
+        else:
+            for w in range(args.size):
+                for p in range(len(params)):
+                    owed[w][p] += grads[w][p]
+        in_window += 1
+        if in_window == args.window:
+            owed2 = sum(float((t ** 2).sum()) for ws in owed for t in ws)
+            left2 = sum(float((t ** 2).sum()) for ws in left for t in ws)
+            window_gains.append(max(0.0, 1 - left2 / owed2))
+            in_window = 0
         for p, g in zip(params, mean):
             p.grad = g.clone()
         optimizer.step()
