@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -41,9 +42,9 @@ int64_t NumChunks(int64_t bytes, int64_t chunk_bytes) {
 
 absl::Status CheckChunkBytes(int64_t chunk_bytes) {
   if (chunk_bytes < 4 || chunk_bytes > kMaxChunkBytes || chunk_bytes % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint chunk size ", chunk_bytes,
-        " is not a multiple of 4 in [4, ", kMaxChunkBytes, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint chunk size ", chunk_bytes,
+                     " is not a multiple of 4 in [4, ", kMaxChunkBytes, "]"));
   }
   return absl::OkStatus();
 }
@@ -65,9 +66,9 @@ absl::Status ReadExactly(ByteSource* source, char* dst, size_t n,
   absl::StatusOr<size_t> got = source->Read(dst, n);
   if (!got.ok()) return got.status();
   if (*got != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint truncated while reading ", what, ": expected ", n,
-        " bytes, found ", *got));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint truncated while reading ", what, ": expected ",
+                     n, " bytes, found ", *got));
   }
   return absl::OkStatus();
 }
@@ -81,9 +82,9 @@ absl::Status ValidateTensor(const proto::CheckpointTensor& t,
         "checkpoint ", Describe(t), " has unknown kind ", t.kind()));
   }
   if (t.dtype() != proto::CheckpointTensor::FLOAT32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint ", Describe(t), " has dtype ", t.dtype(),
-        ", expected FLOAT32 (1)"));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", Describe(t),
+                                                   " has dtype ", t.dtype(),
+                                                   ", expected FLOAT32 (1)"));
   }
   if (t.count() < 0 || t.count() > std::numeric_limits<int64_t>::max() / 8) {
     return absl::InvalidArgumentError(
@@ -135,8 +136,8 @@ absl::Status WriteCheckpoint(const proto::CheckpointHeader& meta,
     const char* bytes = reinterpret_cast<const char*>(in.values.data());
     const int64_t total = static_cast<int64_t>(in.values.size()) * 4;
     for (int64_t at = 0; at < total; at += chunk_bytes) {
-      t->add_chunk_crc32(
-          Crc32(bytes + at, static_cast<size_t>(std::min(chunk_bytes, total - at))));
+      t->add_chunk_crc32(Crc32(
+          bytes + at, static_cast<size_t>(std::min(chunk_bytes, total - at))));
     }
   }
   const size_t header_size = header.ByteSizeLong();
@@ -175,14 +176,14 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(ByteSource* source) {
   if (!got.ok()) return got.status();
   const absl::string_view have(prefix, *got);
   if (!HasMagic(have) && have != kMagic.substr(0, have.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "not a chunked terse checkpoint: it does not start with '", kMagic,
-        "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a chunked terse checkpoint: it does not start with '",
+                     kMagic, "'"));
   }
   if (*got < static_cast<size_t>(kPrefixBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint truncated inside its ", kPrefixBytes, "-byte prefix: ",
-        *got, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint truncated inside its ", kPrefixBytes,
+                     "-byte prefix: ", *got, " bytes"));
   }
   const uint32_t version = GetU32(prefix + 8);
   if (version != kVersion) {

@@ -62,7 +62,8 @@ struct Fixture {
 uint32_t U32At(const std::string& s, size_t at) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) {
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(s[at + i])) << (8 * i);
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(s[at + i]))
+         << (8 * i);
   }
   return v;
 }
@@ -239,8 +240,8 @@ TEST(CheckpointFormatTest, RejectsBadChunkSizes) {
   std::string out;
   StringSink sink(&out);
   for (int64_t chunk : {0, 2, 6, -4}) {
-    EXPECT_FALSE(WriteCheckpoint(proto::CheckpointHeader(), {}, &sink, chunk)
-                     .ok());
+    EXPECT_FALSE(
+        WriteCheckpoint(proto::CheckpointHeader(), {}, &sink, chunk).ok());
   }
   EXPECT_TRUE(out.empty());
 }

@@ -21,9 +21,9 @@ constexpr size_t kMaxIo = size_t{1} << 30;
 
 absl::Status SystemError(absl::string_view what, const std::string& path) {
   const int err = errno;
-  return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound
-                                    : absl::StatusCode::kInternal,
-                      absl::StrCat(what, " ", path, ": ", std::strerror(err)));
+  return absl::Status(
+      err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kInternal,
+      absl::StrCat(what, " ", path, ": ", std::strerror(err)));
 }
 
 }  // namespace
@@ -43,8 +43,8 @@ absl::StatusOr<size_t> StringSource::Read(char* dst, size_t n) {
 absl::StatusOr<std::unique_ptr<FileSink>> FileSink::Create(
     const std::string& path) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                        0644);
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return SystemError("cannot create", tmp);
   return std::unique_ptr<FileSink>(new FileSink(path, fd));
 }
@@ -89,8 +89,9 @@ absl::Status FileSink::Commit() {
   committed_ = true;
   // Make the rename itself durable (best effort: the data is in place).
   const size_t slash = path_.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : path_.substr(0, std::max<size_t>(slash, 1));
+  const std::string dir = slash == std::string::npos
+                              ? "."
+                              : path_.substr(0, std::max<size_t>(slash, 1));
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,9 +58,7 @@ class StringSink : public ByteSink {
 class StringSource : public ByteSource {
  public:
   explicit StringSource(absl::string_view bytes) : bytes_(bytes) {}
-  int64_t size() const override {
-    return static_cast<int64_t>(bytes_.size());
-  }
+  int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
   absl::StatusOr<size_t> Read(char* dst, size_t n) override;
 
  private:

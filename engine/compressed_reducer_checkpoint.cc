@@ -103,10 +103,9 @@ absl::StatusOr<CompressedReducer::LoadedState> CompressedReducer::ParseChunked(
   for (int i = 0; i < ckpt.header.tensors_size(); ++i) {
     const CheckpointTensor& t = ckpt.header.tensors(i);
     std::vector<float>& values = ckpt.values[i];
-    const std::string what =
-        absl::StrCat(checkpoint::KindName(t.kind()), " '", t.name(),
-                     "' (offset ", t.tensor_offset(), ", ", t.count(),
-                     " floats)");
+    const std::string what = absl::StrCat(
+        checkpoint::KindName(t.kind()), " '", t.name(), "' (offset ",
+        t.tensor_offset(), ", ", t.count(), " floats)");
     if (!seen.insert({t.kind(), t.name(), t.tensor_offset(), t.count()})
              .second) {
       return absl::InvalidArgumentError(
@@ -125,12 +124,11 @@ absl::StatusOr<CompressedReducer::LoadedState> CompressedReducer::ParseChunked(
         auto bucket = out.restored.find(t.name());
         if (bucket == out.restored.end() ||
             bucket->second.accumulator_size() > 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "checkpoint's ", what,
-              " has no bucket state with that key in its header"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("checkpoint's ", what,
+                           " has no bucket state with that key in its header"));
         }
-        bucket->second.mutable_accumulator()->Add(values.begin(),
-                                                  values.end());
+        bucket->second.mutable_accumulator()->Add(values.begin(), values.end());
         std::vector<float>().swap(values);
       }
     }
@@ -165,10 +163,10 @@ absl::Status CompressedReducer::LoadState(absl::string_view bytes) {
     TERSE_ASSIGN_OR_RETURN(loaded, ParseChunked(&source));
   } else {
     if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "compression state of ", bytes.size(),
-          " bytes does not start with '", checkpoint::kMagic,
-          "' and is too large for the older protobuf format"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("compression state of ", bytes.size(),
+                       " bytes does not start with '", checkpoint::kMagic,
+                       "' and is too large for the older protobuf format"));
     }
     TERSE_ASSIGN_OR_RETURN(loaded, ParseLegacy(bytes));
   }
@@ -195,9 +193,9 @@ absl::Status CompressedReducer::LoadStateFromFile(const std::string& path) {
   } else {
     // The older format: a serialised CompressionState (under 2 GiB).
     if (source->size() > std::numeric_limits<int>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, " does not start with '", checkpoint::kMagic,
-          "' and is too large for the older protobuf format"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " does not start with '", checkpoint::kMagic,
+                       "' and is too large for the older protobuf format"));
     }
     std::string bytes(static_cast<size_t>(source->size()), '\0');
     std::memcpy(bytes.data(), head.data(), head.size());

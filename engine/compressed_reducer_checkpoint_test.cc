@@ -204,7 +204,8 @@ TEST(CompressedReducerCheckpointTest, DamagedCheckpointsFailAndChangeNothing) {
   source.set_checkpoint_chunk_bytes(16);
   const std::string good = Save(source);
   checkpoint::StringSource in(good);
-  absl::StatusOr<checkpoint::Checkpoint> layout = checkpoint::ReadCheckpoint(&in);
+  absl::StatusOr<checkpoint::Checkpoint> layout =
+      checkpoint::ReadCheckpoint(&in);
   ASSERT_TRUE(layout.ok()) << layout.status();
   const int64_t data = checkpoint::kPrefixBytes +
                        static_cast<int64_t>(good[12] & 0xff) +
@@ -250,8 +251,8 @@ TEST(CompressedReducerCheckpointTest, DamagedCheckpointsFailAndChangeNothing) {
   for (const proto::CheckpointTensor& t : layout->header.tensors()) {
     for (int c = 0; c < t.chunk_crc32_size(); ++c, ++chunks) {
       const int64_t len = std::min<int64_t>(16, t.count() * 4 - 16 * c);
-      const std::string chunk = absl::StrCat("'", t.name(), "' (",
-                                             checkpoint::KindName(t.kind()));
+      const std::string chunk =
+          absl::StrCat("'", t.name(), "' (", checkpoint::KindName(t.kind()));
       const std::string index =
           absl::StrCat("chunk ", c, " of ", t.chunk_crc32_size());
       expect_fails(good.substr(0, at), absl::StrCat("cut at ", at),
@@ -312,8 +313,7 @@ TEST(CompressedReducerCheckpointTest, FileApiRoundTripsAndIsAtomic) {
   const std::string old_path = Path("old.ckpt");
   WriteFile(old_path, FullState(3.0f).SerializeAsString());
   ASSERT_TRUE(loaded.LoadStateFromFile(old_path).ok());
-  EXPECT_TRUE(
-      BitEqual(loaded.Residual("layer1.weight", 21), Values(21, 3.0f)));
+  EXPECT_TRUE(BitEqual(loaded.Residual("layer1.weight", 21), Values(21, 3.0f)));
 }
 
 TEST(CompressedReducerCheckpointTest, AccumulatorWithoutBucketIsRejected) {
@@ -321,10 +321,10 @@ TEST(CompressedReducerCheckpointTest, AccumulatorWithoutBucketIsRejected) {
   std::vector<float> acc(4, 1.0f);
   std::string bytes;
   checkpoint::StringSink sink(&bytes);
-  ASSERT_TRUE(checkpoint::WriteCheckpoint(
-                  meta, {{"a,b", 0, proto::CheckpointTensor::ACCUMULATOR, acc}},
-                  &sink)
-                  .ok());
+  ASSERT_TRUE(
+      checkpoint::WriteCheckpoint(
+          meta, {{"a,b", 0, proto::CheckpointTensor::ACCUMULATOR, acc}}, &sink)
+          .ok());
   CompressedReducer reducer(MakeConfig(), 0, 1);
   EXPECT_THAT(reducer.LoadState(bytes).message(),
               AllOf(HasSubstr("accumulator 'a,b'"), HasSubstr("no bucket")));
