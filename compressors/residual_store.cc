@@ -1,6 +1,7 @@
 #include "compressors/residual_store.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -141,13 +142,28 @@ std::vector<ResidualStore::Entry> ResidualStore::Export() const {
   return out;
 }
 
-void ResidualStore::Import(const std::vector<Entry>& entries) {
+void ResidualStore::Import(std::vector<Entry> entries) {
   absl::MutexLock lock(&mu_);
   residuals_.clear();
-  for (const Entry& e : entries) {
-    residuals_[KeyOf(e.name, e.tensor_offset,
-                     static_cast<int64_t>(e.values.size()))] = e;
+  for (Entry& e : entries) {
+    std::string key =
+        KeyOf(e.name, e.tensor_offset, static_cast<int64_t>(e.values.size()));
+    residuals_[std::move(key)] = std::move(e);
   }
+}
+
+absl::Status ResidualStore::WithEntries(
+    absl::FunctionRef<absl::Status(const std::vector<const Entry*>&)> fn)
+    const {
+  absl::MutexLock lock(&mu_);
+  std::vector<const Entry*> out;
+  out.reserve(residuals_.size());
+  for (const auto& [key, entry] : residuals_) out.push_back(&entry);
+  std::sort(out.begin(), out.end(), [](const Entry* a, const Entry* b) {
+    return std::tie(a->name, a->tensor_offset) <
+           std::tie(b->name, b->tensor_offset);
+  });
+  return fn(out);
 }
 
 }  // namespace terse

@@ -16,6 +16,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -61,7 +63,16 @@ class ResidualStore {
     std::vector<float> values;
   };
   std::vector<Entry> Export() const;
-  void Import(const std::vector<Entry>& entries);
+  // Replaces every residual (entries are moved in; pass an rvalue to avoid
+  // a copy).
+  void Import(std::vector<Entry> entries);
+  // Calls fn with every residual, in Export's order, without copying them;
+  // the store's lock is held while fn runs, so fn must not call back into
+  // this store, and the pointers are valid only inside fn. Returns fn's
+  // status.
+  absl::Status WithEntries(
+      absl::FunctionRef<absl::Status(const std::vector<const Entry*>&)> fn)
+      const;
 
  private:
   static std::string KeyOf(const std::string& name, int64_t tensor_offset,

@@ -185,4 +185,14 @@ absl::Status LoadCompressionState(const std::string& state) {
   return engine->compression().LoadState(state);
 }
 
+absl::Status SaveCompressionStateToFile(const std::string& path) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().SaveStateToFile(path);
+}
+
+absl::Status LoadCompressionStateFromFile(const std::string& path) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->compression().LoadStateFromFile(path);
+}
+
 }  // namespace terse

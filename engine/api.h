@@ -88,8 +88,16 @@ absl::StatusOr<std::vector<BucketReport>> BucketReports();
 absl::StatusOr<int64_t> BytesSent();
 // The learning rate was just lowered (Accordion switches to its low CF).
 absl::Status NotifyLearningRateDrop();
+// The checkpoint in memory (engine/checkpoint_format.h; loads also accept
+// the older serialised proto::CompressionState).
 absl::StatusOr<std::string> SaveCompressionState();
 absl::Status LoadCompressionState(const std::string& state);
+// The same checkpoint streamed to/from a file: written to `path`.tmp and
+// renamed over `path` once complete (a failed save leaves `path` as it
+// was). A failed load (missing, truncated or corrupt file) names the problem
+// and leaves the state as it was.
+absl::Status SaveCompressionStateToFile(const std::string& path);
+absl::Status LoadCompressionStateFromFile(const std::string& path);
 
 }  // namespace terse
 

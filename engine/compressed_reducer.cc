@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -69,28 +70,6 @@ std::vector<Segment> SegmentsOf(const Bucket& bucket) {
   return segments;
 }
 
-// Residuals and velocities in the checkpoint.
-void ToProto(const std::vector<ResidualStore::Entry>& entries,
-             google::protobuf::RepeatedPtrField<proto::ResidualState>* out) {
-  for (const ResidualStore::Entry& e : entries) {
-    proto::ResidualState* r = out->Add();
-    r->set_name(e.name);
-    r->set_tensor_offset(e.tensor_offset);
-    r->mutable_values()->Add(e.values.begin(), e.values.end());
-  }
-}
-
-std::vector<ResidualStore::Entry> FromProto(
-    const google::protobuf::RepeatedPtrField<proto::ResidualState>& in) {
-  std::vector<ResidualStore::Entry> entries;
-  for (const proto::ResidualState& r : in) {
-    entries.push_back(
-        {r.name(), r.tensor_offset(),
-         std::vector<float>(r.values().begin(), r.values().end())});
-  }
-  return entries;
-}
-
 std::string KeyOf(const Bucket& bucket) {
   return absl::StrJoin(bucket.members, ",",
                        [](std::string* out, const BucketMember& m) {
@@ -154,7 +133,8 @@ CompressedReducer::CompressedReducer(const Config& config, int rank, int size)
     : config_(config),
       rank_(rank),
       size_(size),
-      momenta_(config.momentum_correction) {}
+      momenta_(config.momentum_correction),
+      checkpoint_chunk_bytes_(checkpoint::kDefaultChunkBytes) {}
 
 CompressedReducer::~CompressedReducer() = default;
 
@@ -694,14 +674,14 @@ void CompressedReducer::OnLearningRateDrop() {
   for (auto& [id, state] : buckets_) state->policy->OnLearningRateDrop();
 }
 
-std::string CompressedReducer::SaveState() const {
-  proto::CompressionState out;
-  absl::MutexLock lock(&mu_);
+void CompressedReducer::SaveBuckets(
+    proto::CheckpointHeader* meta,
+    std::vector<checkpoint::TensorToWrite>* tensors) const {
+  using proto::CheckpointTensor;
   for (const auto& [id, s] : buckets_) {
-    proto::BucketCompressionState* b = out.add_buckets();
+    proto::BucketCompressionState* b = meta->add_buckets();
     b->set_key(s->key);
     s->policy->SaveState(b->mutable_policy());
-    for (float v : s->accumulator) b->add_accumulator(v);
     b->set_has_pending(s->has_pending);
     b->set_pending_compressor(s->pending.compressor);
     b->set_pending_quiet(!s->pending.wants_stats);
@@ -716,30 +696,20 @@ std::string CompressedReducer::SaveState() const {
     b->set_pending_probe_cf_min(s->pending.probe_cf_min);
     b->set_pending_probe_cf_candidate(s->pending.probe_cf_candidate);
     for (double v : s->pending_norms) b->add_pending_norms(v);
+    if (!s->accumulator.empty()) {
+      tensors->push_back(
+          {s->key, 0, CheckpointTensor::ACCUMULATOR, s->accumulator});
+    }
   }
-  for (const auto& [key, b] : restored_) *out.add_buckets() = b;
-  ToProto(residuals_.Export(), out.mutable_residuals());
-  ToProto(momenta_.Export(), out.mutable_velocities());
-  out.set_bytes_sent(bytes_sent_);
-  return out.SerializeAsString();
 }
 
-absl::Status CompressedReducer::LoadState(const std::string& bytes) {
-  proto::CompressionState in;
-  if (!in.ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(
-        "compression state does not parse (not a terse checkpoint?)");
-  }
+void CompressedReducer::InstallState(LoadedState loaded) {
   absl::MutexLock lock(&mu_);
-  residuals_.Import(FromProto(in.residuals()));
-  momenta_.Import(FromProto(in.velocities()));
+  residuals_.Import(std::move(loaded.residuals));
+  momenta_.Import(std::move(loaded.velocities));
   buckets_.clear();  // Rebuilt from the restored states on their next step.
-  restored_.clear();
-  for (const proto::BucketCompressionState& b : in.buckets()) {
-    restored_[b.key()] = b;
-  }
-  bytes_sent_ = in.bytes_sent();
-  return absl::OkStatus();
+  restored_ = std::move(loaded.restored);
+  bytes_sent_ = loaded.bytes_sent;
 }
 
 }  // namespace terse

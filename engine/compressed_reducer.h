@@ -41,11 +41,15 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/config.h"
 #include "compressors/compressor.h"
 #include "compressors/residual_store.h"
 #include "engine/bucket_reducer.h"
+#include "engine/checkpoint_format.h"
+#include "engine/checkpoint_io.h"
 #include "engine/compression_state.pb.h"
 #include "engine/momentum_correction.h"
 #include "gravac/policy.h"
@@ -82,14 +86,55 @@ class CompressedReducer : public BucketReducer {
   // Forwards a learning-rate drop to every bucket's policy (Accordion).
   void OnLearningRateDrop();
 
-  // Serialised proto::CompressionState. LoadState replaces the residuals
-  // and keeps the bucket states until buckets with the same members appear.
-  std::string SaveState() const;
-  absl::Status LoadState(const std::string& bytes);
+  // Checkpoints in the chunked format (engine/checkpoint_format.h): bucket
+  // policy states in its header, residuals, velocities and Accordion's
+  // accumulators as raw chunks, so a state of any size fits. Loads also
+  // read the older format, a serialised proto::CompressionState (detected
+  // by the absence of the magic prefix).
+  //
+  // LoadState replaces the residuals and velocities and keeps the bucket
+  // states until buckets with the same members appear. A load validates
+  // everything (checksums, lengths) into temporaries first and swaps them in
+  // under the lock: a failed load leaves the previous state untouched, and
+  // its error names the damaged tensor/chunk or the truncation.
+  //
+  // Saves hold the state's lock while they write (Reduce waits): the file
+  // variant streams the tensors chunk by chunk to `path`.tmp without a
+  // second in-memory copy, then renames it to `path`; on failure `path` is
+  // untouched and the temporary file removed.
+  absl::StatusOr<std::string> SaveState() const;
+  absl::Status LoadState(absl::string_view bytes);
+  absl::Status SaveStateToFile(const std::string& path) const;
+  absl::Status LoadStateFromFile(const std::string& path);
+  // Chunk size of later saves (checkpoint::kDefaultChunkBytes unless set;
+  // a multiple of 4 in [4, checkpoint::kMaxChunkBytes], else saves fail).
+  void set_checkpoint_chunk_bytes(int64_t bytes);
 
  private:
   struct BucketState;
   struct Sent;
+  // Everything a load replaces, validated before it is installed.
+  struct LoadedState {
+    std::vector<ResidualStore::Entry> residuals;
+    std::vector<ResidualStore::Entry> velocities;
+    std::map<std::string, proto::BucketCompressionState> restored;
+    int64_t bytes_sent = 0;
+  };
+
+  // Writes the state to `sink` in the chunked format, holding the lock.
+  absl::Status WriteState(checkpoint::ByteSink* sink) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The bucket states (policy, pending decision) into `meta`, and views of
+  // their accumulators into `tensors`.
+  void SaveBuckets(proto::CheckpointHeader* meta,
+                   std::vector<checkpoint::TensorToWrite>* tensors) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A whole checkpoint, validated, in temporaries.
+  static absl::StatusOr<LoadedState> ParseChunked(
+      checkpoint::ByteSource* source);
+  static absl::StatusOr<LoadedState> ParseLegacy(absl::string_view bytes);
+  // Replaces the state by a validated one.
+  void InstallState(LoadedState loaded) ABSL_LOCKS_EXCLUDED(mu_);
 
   BucketState& StateFor(const Bucket& bucket, const std::string& policy,
                         double cf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -147,6 +192,7 @@ class CompressedReducer : public BucketReducer {
   std::map<std::string, proto::BucketCompressionState> restored_
       ABSL_GUARDED_BY(mu_);
   int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t checkpoint_chunk_bytes_ ABSL_GUARDED_BY(mu_);
   // Running totals of every bucket's own time and bytes (for the share of
   // the rest of the step).
   double own_seconds_total_ ABSL_GUARDED_BY(mu_) = 0;

@@ -377,7 +377,7 @@ TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   std::vector<std::unique_ptr<CompressedReducer>> restored;
   for (int r = 0; r < 2; ++r) {
     restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
-    ASSERT_TRUE(restored[r]->LoadState(original[r]->SaveState()).ok());
+    ASSERT_TRUE(restored[r]->LoadState(*original[r]->SaveState()).ok());
   }
   auto later = [&](int r, int s) { return grads(r, s + 7); };
   RunResult a = RunRanks(2, config, bucket, 10, later, &original);
@@ -543,7 +543,7 @@ TEST(CompressedReducerTest, MomentumCorrectionSurvivesACheckpoint) {
   std::vector<std::unique_ptr<CompressedReducer>> restored, fresh;
   for (int r = 0; r < 2; ++r) {
     restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
-    ASSERT_TRUE(restored[r]->LoadState(original[r]->SaveState()).ok());
+    ASSERT_TRUE(restored[r]->LoadState(*original[r]->SaveState()).ok());
   }
   auto later = [&](int r, int s) { return grads(r, s + 3); };
   RunResult a = RunRanks(2, config, bucket, 4, later, &original);
@@ -552,6 +552,46 @@ TEST(CompressedReducerTest, MomentumCorrectionSurvivesACheckpoint) {
   // Without the velocities (a fresh reducer) the sequence differs.
   RunResult c = RunRanks(2, config, bucket, 4, later, &fresh);
   EXPECT_NE(a.results, c.results);
+}
+
+// Accordion's live accumulators go through the chunked format's tensors
+// (several chunks each here).
+TEST(CompressedReducerTest, AccordionSavedStateContinuesIdentically) {
+  const Bucket bucket = MakeBucket({300, 500});
+  const Config config = MakeConfig({{"TERSE_COMPRESSION", "accordion"},
+                                    {"TERSE_ACCORDION_COMPRESSOR", "topk"},
+                                    {"TERSE_ACCORDION_SWITCH_STEPS", "2"}});
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> original;
+  RunRanks(2, config, bucket, 5, grads, &original);
+  std::vector<std::unique_ptr<CompressedReducer>> restored;
+  for (int r = 0; r < 2; ++r) {
+    original[r]->set_checkpoint_chunk_bytes(256);
+    absl::StatusOr<std::string> saved = original[r]->SaveState();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    checkpoint::StringSource source(*saved);
+    absl::StatusOr<checkpoint::Checkpoint> read =
+        checkpoint::ReadCheckpoint(&source);
+    ASSERT_TRUE(read.ok()) << read.status();
+    ASSERT_EQ(read->header.buckets_size(), 1);
+    EXPECT_EQ(read->header.buckets(0).policy().kind(), "accordion");
+    EXPECT_EQ(read->header.buckets(0).accumulator_size(), 0);
+    ASSERT_GE(read->header.tensors_size(), 1);
+    EXPECT_EQ(read->header.tensors(0).kind(),
+              proto::CheckpointTensor::ACCUMULATOR);
+    EXPECT_EQ(read->header.tensors(0).count(), bucket.count);
+    EXPECT_EQ(read->header.tensors(0).chunk_crc32_size(), 800 * 4 / 256 + 1);
+    restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    ASSERT_TRUE(restored[r]->LoadState(*saved).ok());
+    restored[r]->set_checkpoint_chunk_bytes(256);
+    // Restored but not yet stepped: the same checkpoint.
+    EXPECT_EQ(*restored[r]->SaveState(), *saved);
+  }
+  auto later = [&](int r, int s) { return grads(r, s + 5); };
+  RunResult a = RunRanks(2, config, bucket, 6, later, &original);
+  RunResult b = RunRanks(2, config, bucket, 6, later, &restored);
+  EXPECT_EQ(a.results, b.results);
+  EXPECT_EQ(a.policies, b.policies);
 }
 
 TEST(CompressedReducerTest, MomentumCorrectionRejectsGradientsItCannotCarry) {

@@ -26,6 +26,7 @@
 #define TERSE_ENGINE_MOMENTUM_CORRECTION_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -57,8 +58,15 @@ class MomentumCorrection {
   std::vector<ResidualStore::Entry> Export() const {
     return velocities_.Export();
   }
-  void Import(const std::vector<ResidualStore::Entry>& entries) {
-    velocities_.Import(entries);
+  void Import(std::vector<ResidualStore::Entry> entries) {
+    velocities_.Import(std::move(entries));
+  }
+  // ResidualStore::WithEntries of the velocities.
+  absl::Status WithEntries(
+      absl::FunctionRef<
+          absl::Status(const std::vector<const ResidualStore::Entry*>&)>
+          fn) const {
+    return velocities_.WithEntries(fn);
   }
   int64_t size() const { return velocities_.size(); }
 

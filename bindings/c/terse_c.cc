@@ -538,6 +538,16 @@ terse_error* terse_load_compression_state(const char* data, size_t size) {
       size == 0 ? std::string() : std::string(data, size)));
 }
 
+terse_error* terse_save_compression_state_to_file(const char* path) {
+  if (path == nullptr) return terse::ToError(terse::CheckOut(path, "path"));
+  return terse::ToError(terse::SaveCompressionStateToFile(path));
+}
+
+terse_error* terse_load_compression_state_from_file(const char* path) {
+  if (path == nullptr) return terse::ToError(terse::CheckOut(path, "path"));
+  return terse::ToError(terse::LoadCompressionStateFromFile(path));
+}
+
 void terse_free(void* memory) { std::free(memory); }
 
 }  // extern "C"

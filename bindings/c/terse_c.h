@@ -184,6 +184,12 @@ terse_error* terse_notify_learning_rate_drop(void);
  * residuals): *data (malloc'ed, release with terse_free) of *size bytes. */
 terse_error* terse_save_compression_state(char** data, size_t* size);
 terse_error* terse_load_compression_state(const char* data, size_t size);
+/* The same checkpoint streamed to a file (written to `path`.tmp, then
+ * renamed to `path`: a failed save leaves `path` as it was), and loaded from
+ * one (a truncated or corrupt file fails, naming the problem, and changes
+ * nothing). `path` is a NUL-terminated file name. */
+terse_error* terse_save_compression_state_to_file(const char* path);
+terse_error* terse_load_compression_state_from_file(const char* path);
 /* Releases memory this library malloc'ed for the caller. */
 void terse_free(void* memory);
 

@@ -90,6 +90,14 @@ int main(void) {
                             shape, 1, TERSE_OP_SUM, 1.0, 1.0, NULL, NULL, NULL),
       kInvalidArgument, "callback or a handle");
   ExpectError(terse_rank(NULL), kInvalidArgument, "rank is NULL");
+  ExpectError(terse_save_compression_state_to_file("/tmp/x"),
+              kFailedPrecondition, not_init);
+  ExpectError(terse_load_compression_state_from_file("/tmp/x"),
+              kFailedPrecondition, not_init);
+  ExpectError(terse_save_compression_state_to_file(NULL), kInvalidArgument,
+              "path is NULL");
+  ExpectError(terse_load_compression_state_from_file(NULL), kInvalidArgument,
+              "path is NULL");
 
   /* A bad configuration names the variable; shutdown is idempotent. */
   {

@@ -342,6 +342,17 @@ TEST_F(TerseCMpiTest, CompressionReportsAndState) {
   ASSERT_NE(state, nullptr);
   EXPECT_TRUE(Ok(terse_load_compression_state(state, size)));
   terse_free(state);
+  // Through a file: the same bytes; a damaged file fails and names itself.
+  const std::string path = ::testing::TempDir() + "/terse_c_state." +
+                           std::to_string(rank_) + ".ckpt";
+  ASSERT_TRUE(Ok(terse_save_compression_state_to_file(path.c_str())));
+  EXPECT_TRUE(Ok(terse_load_compression_state_from_file(path.c_str())));
+  const std::string missing = path + ".missing";
+  terse_error* error =
+      terse_load_compression_state_from_file(missing.c_str());
+  ASSERT_NE(error, nullptr);
+  EXPECT_THAT(terse_error_message(error), HasSubstr(missing));
+  terse_error_free(error);
 }
 
 // Rank 0 enqueues an op no other rank joins; shutdown fails it through the

@@ -357,6 +357,20 @@ PYBIND11_MODULE(_terse, m) {
         ThrowIfError(terse_load_compression_state(state.data(), state.size()));
       },
       py::arg("state"), "Restores what save_compression_state() returned.");
+  m.def(
+      "save_compression_state_to_file",
+      [](const std::string& path) {
+        ThrowIfError(terse_save_compression_state_to_file(path.c_str()));
+      },
+      Release(), py::arg("path"),
+      "Streams this rank's compression state to `path` (through path.tmp).");
+  m.def(
+      "load_compression_state_from_file",
+      [](const std::string& path) {
+        ThrowIfError(terse_load_compression_state_from_file(path.c_str()));
+      },
+      Release(), py::arg("path"),
+      "Restores what save_compression_state_to_file() wrote.");
 
   m.def(
       "build_info",

@@ -89,6 +89,33 @@ def check_compression_and_agreement(model):
            "ranks hold different parameters")
 
 
+def check_state_file(directory):
+    """save_compression_state(path) writes what the in-memory save returns;
+    loading it restores the same state; a truncated file raises TerseError
+    naming the truncation and leaves the state as it was."""
+    path = os.path.join(directory, f"state.{tt.rank()}.ckpt")
+    before = tt.save_compression_state()
+    expect(tt.save_compression_state(path) is None, "file save returns None")
+    expect(not os.path.exists(path + ".tmp"), "temporary file left behind")
+    with open(path, "rb") as f:
+        on_disk = f.read()
+    expect(on_disk == before, "the file differs from the in-memory save")
+    tt.load_compression_state(path)
+    expect(tt.save_compression_state() == before, "file load changed state")
+    cut = path + ".cut"
+    with open(cut, "wb") as f:
+        f.write(on_disk[:len(on_disk) - 3])
+    try:
+        tt.load_compression_state(cut)
+        expect(False, "a truncated state file loaded")
+    except tt.TerseError as e:
+        expect("truncated" in str(e) and cut in str(e),
+               f"the error names the truncation and the file: {e}")
+    expect(tt.save_compression_state() == before,
+           "a failed load changed the state")
+    tt.load_compression_state(before)  # Bytes still work.
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--phase", choices=["full", "save", "resume",
@@ -139,6 +166,7 @@ def main():
         engine = state["terse"]["engine"]
         expect(sorted(engine["states"]) == list(range(tt.size())),
                f"every rank's engine state: {sorted(engine['states'])}")
+        check_state_file(args.dir)
     if tt.rank() == 0:
         if args.phase == "save":
             # Written whole, then renamed: a kill can never leave half a file.

@@ -149,17 +149,33 @@ def notify_learning_rate_drop():
     lib().notify_learning_rate_drop()
 
 
-def save_compression_state():
-    """This rank's compression state (bytes): policies and error-feedback
-    residuals. Residuals differ between ranks."""
+def save_compression_state(path=None):
+    """This rank's compression state: policies, error-feedback residuals,
+    momentum-correction velocities, Accordion's accumulators. Residuals
+    differ between ranks.
+
+    path=None: returns it as bytes. path (str or os.PathLike): streams it to
+    that file instead (of any size; written to path + '.tmp', then renamed,
+    so a crash never leaves a half-written file under `path`) and returns
+    None."""
     check_initialized("save_compression_state()")
-    return lib().save_compression_state()
+    if path is None:
+        return lib().save_compression_state()
+    lib().save_compression_state_to_file(os.fspath(path))
+    return None
 
 
 def load_compression_state(state):
-    """Restores what save_compression_state() returned on this rank."""
+    """Restores a state save_compression_state() produced on this rank.
+
+    state: the bytes it returned (bytes-like), or the path (str or
+    os.PathLike) of the file it wrote. A truncated or corrupt state raises
+    TerseError naming the problem and leaves the current state unchanged."""
     check_initialized("load_compression_state()")
-    lib().load_compression_state(bytes(state))
+    if isinstance(state, (str, os.PathLike)):
+        lib().load_compression_state_from_file(os.fspath(state))
+    else:
+        lib().load_compression_state(bytes(state))
 
 
 def engine_compression():
