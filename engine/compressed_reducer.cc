@@ -28,8 +28,8 @@ enum StatIndex {
   kNormCandidate,
   kSeconds,
   kNormSent,
-  kWindowLeft,   // ||residual left after this step||^2
-  kWindowOwed,   // ||residual at the window's start + sum of its g||^2
+  kWindowDev,    // ||sum over the window of (g - sent)||^2
+  kWindowGrad,   // ||sum over the window of g||^2
   kWindowSteps,  // steps in the window so far
 };
 
@@ -92,9 +92,8 @@ struct CompressedReducer::BucketState {
   std::vector<Segment> segments;
   std::vector<float> a, level1, level2, accumulator, scratch;
   // Window gain (Decision::window_gain_steps): this step's raw gradient and
-  // what the window of `window_choice` owes: the residual at its start plus
-  // every gradient since.
-  std::vector<float> g, window_owed;
+  // the sums of g and of g - sent over the window of `window_choice`.
+  std::vector<float> g, window_grad, window_dev;
   int64_t window_steps = 0;
   gravac::Choice window_choice;
   bool has_pending = false;
@@ -366,23 +365,20 @@ absl::StatusOr<double> CompressedReducer::ProbeGain(
 }
 
 void CompressedReducer::AddToWindowGain(BucketState& state,
-                                        const std::vector<float>& a,
                                         const std::vector<float>& local,
                                         std::vector<double>* stats) {
   const size_t n = state.g.size();
   if (state.window_steps == 0) {
-    state.window_owed = a;  // The residual at the start plus this g.
-  } else {
-    for (size_t i = 0; i < n; ++i) state.window_owed[i] += state.g[i];
+    state.window_grad.assign(n, 0.0f);
+    state.window_dev.assign(n, 0.0f);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    state.window_grad[i] += state.g[i];
+    state.window_dev[i] += state.g[i] - local[i];
   }
   ++state.window_steps;
-  double left = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(a[i]) - local[i];
-    left += e * e;
-  }
-  (*stats)[kWindowLeft] = left;
-  (*stats)[kWindowOwed] = SquaredNorm(state.window_owed);
+  (*stats)[kWindowDev] = SquaredNorm(state.window_dev);
+  (*stats)[kWindowGrad] = SquaredNorm(state.window_grad);
   (*stats)[kWindowSteps] = static_cast<double>(state.window_steps);
 }
 
@@ -417,9 +413,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
         sent->rounds->AccumulateLocal(absl::MakeSpan(state.level1)));
     sent->local = &state.level1;
     if (state.adaptive) (*stats)[kNormSent] = SquaredNorm(state.level1);
-    if (!state.g.empty()) {
-      AddToWindowGain(state, state.a, state.level1, stats);
-    }
+    if (!state.g.empty()) AddToWindowGain(state, state.level1, stats);
   } else if (sent->compressor->summable()) {
     TERSE_ASSIGN_OR_RETURN(SummableRegion region,
                            sent->compressor->SummableBody(&sent->payload));
@@ -560,8 +554,7 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   }
   if (window_gain && sent.rounds == nullptr) {
     // Dense in place sends g itself; otherwise what `local` holds.
-    const std::vector<float>& a = in_place ? state.g : state.a;
-    AddToWindowGain(state, a, in_place ? state.g : *sent.local, &stats);
+    AddToWindowGain(state, in_place ? state.g : *sent.local, &stats);
   }
   const Clock::time_point compressed = Clock::now();
 
@@ -602,8 +595,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
       step.norm2_candidate = p[kNormCandidate];
       step.accumulated_norm2 = p[kAccumulatedSlot];
       step.norm2_sent = p[kNormSent];
-      step.window_left_norm2 = p[kWindowLeft];
-      step.window_owed_norm2 = p[kWindowOwed];
+      step.window_dev_norm2 = p[kWindowDev];
+      step.window_grad_norm2 = p[kWindowGrad];
       step.window_steps = p[kWindowSteps];
       step.probe_norm2.assign(p.begin() + kNumStats, p.end());
       step.seconds = stats[kSeconds];

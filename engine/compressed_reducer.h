@@ -162,11 +162,9 @@ class CompressedReducer : public BucketReducer {
                         const gravac::Decision& decision,
                         const CompressContext& cctx, Sent* sent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Window gain: adds this step to what the bucket's window owes and writes
-  // ||owed||^2 and ||a - local||^2 (what this step leaves behind) into
-  // `stats`.
-  void AddToWindowGain(BucketState& state, const std::vector<float>& a,
-                       const std::vector<float>& local,
+  // Window gain: adds this step's g and g - local to the bucket's window
+  // sums and writes their norms into `stats`.
+  void AddToWindowGain(BucketState& state, const std::vector<float>& local,
                        std::vector<double>* stats)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the bytes and leaves the sum over ranks in ctx.data; `stats` holds

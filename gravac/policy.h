@@ -94,11 +94,10 @@ struct StepStats {
   // decision had none or the exchange was skipped).
   std::vector<double> probe_norm2;
   // Window gain (Decision::window_gain_steps > 0), averaged over ranks:
-  // ||e_t||^2, the error-feedback residual left after this step, and
-  // ||e_0 + sum g||^2, what the window owed (the residual at its start plus
-  // every gradient of its steps so far), and how many steps it holds.
-  double window_left_norm2 = 0;
-  double window_owed_norm2 = 0;
+  // ||sum(g - sent)||^2 and ||sum g||^2 over the steps of the current
+  // window so far, and how many steps it holds.
+  double window_dev_norm2 = 0;
+  double window_grad_norm2 = 0;
   double window_steps = 0;
 };
 

@@ -121,7 +121,7 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   }
   const int64_t k = static_cast<int64_t>(candidates_.size());
   window_mode_ = options_.gain_window > 0;
-  trial_ = std::max<int64_t>(window_mode_ ? options_.gain_window : 3,
+  trial_ = std::max<int64_t>(window_mode_ ? 2 * options_.gain_window : 3,
                              options_.window / (2 * k));
   if (window_mode_) {
     // Every candidate is tried once: its window gain needs it sent.
@@ -132,6 +132,11 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   has_gain_.assign(k, false);
   has_gain_[0] = true;  // Dense sends everything.
   tc_.assign(k, Throughput{});
+}
+
+bool PortfolioPolicy::Lossless(int i) const {
+  const std::string& c = candidates_[i].compressor;
+  return c == "none" || c == "fp16" || c == "bf16";
 }
 
 int PortfolioPolicy::IndexOf(const Choice& c) const {
@@ -181,7 +186,7 @@ Decision PortfolioPolicy::Decide() {
       !(window_mode_ && decisions_ == 0)) {  // Dense's T_c first.
     trying_ = queue_.front();
     queue_.pop_front();
-    trial_left_ = trial_;
+    trial_left_ = window_mode_ && Lossless(trying_) ? kLosslessTrial : trial_;
   }
   int send;
   if (trial_left_ > 0) {
@@ -239,9 +244,15 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
                                taken.level});
   if (window_mode_) {
     // A complete window of the candidate sent: one gain sample.
-    if (i > 0 && stats.window_owed_norm2 > 0 &&
-        stats.window_steps >= options_.gain_window) {
-      UpdateGain(i, 1 - stats.window_left_norm2 / stats.window_owed_norm2);
+    if (i != last_sent_) windows_since_switch_ = 0;
+    if (Lossless(i) && stats.norm2_ef > 0) {
+      UpdateGain(i, stats.norm2_sent / stats.norm2_ef);
+    } else if (i > 0 && stats.window_grad_norm2 > 0 &&
+               stats.window_steps >= options_.gain_window &&
+               windows_since_switch_++ > 0) {
+      // The first window after a switch carries the predecessor's backlog
+      // in its deviation: not a sample.
+      UpdateGain(i, 1 - stats.window_dev_norm2 / stats.window_grad_norm2);
       // A fresh gain (the last trial's arrives one step after it ended):
       // choose again by the rule.
       if (!exploring()) pick_after_trials_ = true;
@@ -323,6 +334,7 @@ void PortfolioPolicy::SaveState(proto::PolicyState* state) const {
   p->set_trial_left(trial_left_);
   p->set_last_sent(last_sent_);
   p->set_pick_after_trials(pick_after_trials_);
+  p->set_windows_since_switch(windows_since_switch_);
   p->set_reason(last_reason_);
 }
 
@@ -372,6 +384,7 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   trial_left_ = p.trial_left();
   last_sent_ = p.last_sent();
   pick_after_trials_ = p.pick_after_trials();
+  windows_since_switch_ = p.windows_since_switch();
   last_reason_ = p.reason();
   return absl::OkStatus();
 }

@@ -41,14 +41,17 @@
 // dense (integration/portfolio_gains.py, docs/gravac_portfolio.md). The
 // window gain measures what got through: over `gain_window` consecutive
 // steps sending the same candidate,
-//   gain = 1 - ||e_T||^2 / ||e_0 + sum_t g_t||^2
-// where e is the error-feedback residual: the share of what the window owed
-// (the backlog at its start and its gradients) that it did not leave
-// behind. A candidate that drains a predecessor's backlog is credited, not
-// penalised. In this mode there is no survey: every candidate gets one trial
-// of trial = max(gain_window, window / (2K)) steps in the order listed (at
-// most K * trial steps, once), its gain is the window gain of its trial, and
-// the choice's gain is re-measured every gain_window steps while it is sent.
+//   gain = 1 - ||sum_t (g_t - sent_t)||^2 / ||sum_t g_t||^2
+// With error feedback the deviation telescopes to e_T - e_0, the change of
+// the residual, so a compressor whose backlog stays bounded scores high
+// however little one step sends. The first window after a switch is not a
+// sample (its e_0 is the predecessor's backlog, which the newcomer drains).
+// In this mode there is no survey: every candidate gets one trial in the
+// order listed, lossy ones for trial = max(2 * gain_window, window / (2K))
+// steps (one warm-up window, one sample), lossless ones (none, fp16, bf16:
+// gain = their step gain, about 1) for kLosslessTrial steps: at most
+// K * trial steps, once. The choice's gain is re-measured every gain_window
+// steps while it is sent, and the rule is applied again at each sample.
 // Window sums live in the engine and restart after a checkpoint restore.
 //
 // While the choice is dense and nothing is being tried, only the survey and
@@ -118,6 +121,9 @@ class PortfolioPolicy : public Policy {
   bool exploring() const { return !queue_.empty() || trial_left_ > 0; }
   int64_t trial_steps() const { return trial_; }
 
+  // Steps a lossless candidate is tried for in window mode (its T_c only).
+  static constexpr int64_t kLosslessTrial = 3;
+
  private:
   struct Throughput {
     double sum = 0;
@@ -126,6 +132,8 @@ class PortfolioPolicy : public Policy {
   };
 
   int IndexOf(const Choice& c) const;
+  // none, fp16, bf16: their gain is their step gain (about 1) in both modes.
+  bool Lossless(int i) const;
   bool Eligible(int i) const;
   // argmax T_c among measured eligible candidates, with omega saturation;
   // `exclude` (or -1) is left out. Dense when nothing else qualifies.
@@ -147,8 +155,9 @@ class PortfolioPolicy : public Policy {
   std::deque<int> queue_;  // Candidates waiting for their trial.
   int trying_ = -1;        // Candidate in a trial (-1: none).
   int64_t trial_left_ = 0;
-  int last_sent_ = 0;               // Candidate of the last observed step.
-  bool pick_after_trials_ = false;  // Re-pick current_ at the next decision.
+  int last_sent_ = 0;                 // Candidate of the last observed step.
+  bool pick_after_trials_ = false;    // Re-pick current_ at the next decision.
+  int64_t windows_since_switch_ = 0;  // Complete windows of last_sent_.
   std::string last_reason_ = "start: dense until the first survey";
   bool window_mode_ = false;
 };

@@ -35,8 +35,8 @@ StepStats Measure(const Decision& d, const Trace& t, int64_t window_steps = 0) {
   if (d.window_gain_steps > 0) {
     auto w = t.window_gain.find(sent);
     const double wg = w != t.window_gain.end() ? w->second : t.gain.at(sent);
-    s.window_owed_norm2 = 1;
-    s.window_left_norm2 = 1 - wg;
+    s.window_grad_norm2 = 1;
+    s.window_dev_norm2 = 1 - wg;
     s.window_steps = static_cast<double>(window_steps);
   }
   s.norm2_ef = 1;
@@ -215,7 +215,7 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   EXPECT_EQ(ChoiceName(step.choice()), "topk:10");  // 0.91 > 0.9, 0.17 s.
 
   PortfolioPolicy window(Options(kEntries, 40, 0.9, /*gain_window=*/5));
-  EXPECT_EQ(window.trial_steps(), 5);
+  EXPECT_EQ(window.trial_steps(), 10);  // A warm-up window and a sample.
   Driver dw(&window);
   const std::vector<std::string> sent = dw.Run(t, 80);
   // Dense first, one trial of every candidate in the order listed, then the
