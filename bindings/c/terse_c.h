@@ -56,7 +56,10 @@ enum {
   TERSE_FLOAT64 = 3,
   TERSE_INT32 = 4,
   TERSE_INT64 = 5,
-  TERSE_UINT8 = 6
+  TERSE_UINT8 = 6,
+  TERSE_INT8 = 7,
+  TERSE_INT16 = 8,
+  TERSE_BOOL = 9 /* broadcast and allgather only; allreduce refuses it */
 };
 
 /* Reductions: the values of terse::ReduceOp. */

@@ -208,6 +208,65 @@ def test_average_keyword(_):
     expect(torch.equal(out, torch.full((4,), total / tt.size())), "default")
 
 
+# --- int8 / int16 / bool -----------------------------------------------------
+
+def rank_ints(rank, dtype, n, case):
+    info = np.iinfo(dtype)
+    return np.random.default_rng(5000 * case + rank).integers(
+        info.min, info.max, n, endpoint=True, dtype=dtype)
+
+
+def test_int8_int16_exact_sums_wrap_like_numpy(_):
+    n = 1000
+    for case, (np_type, t_type) in enumerate(((np.int8, torch.int8),
+                                              (np.int16, torch.int16),
+                                              (np.uint8, torch.uint8))):
+        inputs = [rank_ints(r, np_type, n, case) for r in range(tt.size())]
+        mine = torch.from_numpy(inputs[tt.rank()].copy())
+        # numpy's sum in the type itself wraps modulo 2^bits.
+        want_sum = np.sum(np.stack(inputs), axis=0, dtype=np_type)
+        wide = np.sum(np.stack(inputs).astype(np.int64), axis=0)
+        expect(np.any(wide != want_sum.astype(np.int64)),
+               f"{np_type}: inputs never overflow")
+        for op, want in ((tt.Sum, want_sum),
+                         (tt.Min, np.min(np.stack(inputs), axis=0)),
+                         (tt.Max, np.max(np.stack(inputs), axis=0))):
+            got = tt.allreduce(mine, name=f"int.{t_type}.{op}", op=op)
+            expect(got.dtype == t_type, f"{t_type}: dtype {got.dtype}")
+            expect(np.array_equal(got.numpy(), want),
+                   f"{t_type} op {op}: first differences at "
+                   f"{np.nonzero(got.numpy() != want)[0][:5]}")
+            # torch's own sum in the type agrees (both wrap).
+            if op == tt.Sum:
+                tsum = torch.stack([torch.from_numpy(x.copy())
+                                    for x in inputs]).sum(0, dtype=t_type)
+                expect(torch.equal(got, tsum), f"{t_type}: torch sum")
+        # Fused: several small int8/int16 tensors in one bucket.
+        hs = [tt.allreduce_async(mine[k::4].clone(), name=f"int.f.{t_type}.{k}",
+                                 op=tt.Sum) for k in range(4)]
+        for k, h in enumerate(hs):
+            expect(np.array_equal(tt.synchronize(h).numpy(), want_sum[k::4]),
+                   f"{t_type} fused piece {k}")
+        expect_raises(tt.TerseError, ["average", "integer"], tt.allreduce,
+                      mine, name=f"int.avg.{t_type}", op=tt.Average)
+
+
+def test_int8_int16_bool_move(_):
+    for case, dtype in enumerate((torch.int8, torch.int16, torch.bool)):
+        mine = (torch.arange(6) * (tt.rank() + 1) - 7 * case).to(dtype)
+        want = torch.cat([(torch.arange(6) * (r + 1) - 7 * case).to(dtype)
+                          for r in range(tt.size())])
+        got = tt.allgather(mine, name=f"mv.ag.{dtype}")
+        expect(got.dtype == dtype and torch.equal(got, want),
+               f"allgather {dtype}: {got}")
+        root = tt.size() - 1
+        got = tt.broadcast(mine, root, name=f"mv.bc.{dtype}")
+        expect(torch.equal(got, (torch.arange(6) * (root + 1) - 7 * case)
+                           .to(dtype)), f"broadcast {dtype}: {got}")
+    expect_raises(tt.TerseError, ["allreduce of bool"], tt.allreduce,
+                  torch.ones(3, dtype=torch.bool), name="mv.bool", op=tt.Max)
+
+
 if __name__ == "__main__":
     def setup():
         tt.init(config={"TERSE_MIN_COMPRESS_BYTES": "0"})

@@ -12,7 +12,10 @@ names with the same shapes and dtypes. Unnamed operations get
 they issue the same sequence of calls.
 
 Supported dtypes: float32, float16, bfloat16, float64, int32, int64, uint8,
-on the CPU or a CUDA device; anything else raises TerseError naming it.
+int8, int16, on the CPU or a CUDA device (int16 on the CPU only: NCCL has no
+16-bit integers), and bool for broadcast and allgather (allreduce refuses
+it, see docs/torch.md); anything else raises TerseError naming it. Integer
+sums wrap around modulo 2^bits, as numpy's and torch's do.
 """
 
 import threading
@@ -40,6 +43,9 @@ _DTYPE_NAMES = {
     torch.int32: "i32",
     torch.int64: "i64",
     torch.uint8: "u8",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.bool: "bool",
 }
 _DTYPE_CODES = {t: lib().DTYPES[n] for t, n in _DTYPE_NAMES.items()}
 _TORCH_DTYPES = {code: t for t, code in _DTYPE_CODES.items()}
