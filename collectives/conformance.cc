@@ -186,6 +186,15 @@ std::vector<uint8_t> Suite::Input(DataType dtype, ReduceOp op, int rank,
       case DataType::kUInt8:
         Put<uint8_t>(&v, i, static_cast<uint8_t>(h));
         break;
+      case DataType::kInt8:  // Any value: sums overflow and wrap.
+        Put<int8_t>(&v, i, static_cast<int8_t>(static_cast<uint8_t>(h)));
+        break;
+      case DataType::kInt16:
+        Put<int16_t>(&v, i, static_cast<int16_t>(static_cast<uint16_t>(h)));
+        break;
+      case DataType::kBool:
+        Put<uint8_t>(&v, i, static_cast<uint8_t>(h & 1));
+        break;
       case DataType::kFloat16: {
         // Full 10-bit mantissa, magnitude in [0.25, 8); a sign for min/max.
         uint16_t exponent = static_cast<uint16_t>(13 + (h >> 10) % 5);
@@ -322,6 +331,12 @@ void Suite::CheckAllreduce(DataType dtype, ReduceOp op, int64_t count) {
     case DataType::kUInt8:
       bad = FirstMismatch<uint8_t>(inputs, got, count, op, &detail);
       break;
+    case DataType::kInt8:
+      bad = FirstMismatch<int8_t>(inputs, got, count, op, &detail);
+      break;
+    case DataType::kInt16:
+      bad = FirstMismatch<int16_t>(inputs, got, count, op, &detail);
+      break;
     default:
       break;
   }
@@ -426,7 +441,8 @@ void Suite::CheckBadInputs() {
   ExpectInvalid(
       comm_.Allreduce(four.data(), -1, DataType::kFloat32, ReduceOp::kSum),
       "allreduce with a negative count");
-  for (DataType t : {DataType::kInt32, DataType::kInt64, DataType::kUInt8}) {
+  for (DataType t : {DataType::kInt32, DataType::kInt64, DataType::kUInt8,
+                     DataType::kInt8, DataType::kInt16}) {
     ExpectInvalid(comm_.Allreduce(four.data(), 4, t, ReduceOp::kAverage),
                   absl::StrCat("average on ", DataTypeName(t)));
   }
@@ -463,7 +479,8 @@ std::vector<std::string> Suite::Run() {
   const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64,
                              DataType::kFloat16, DataType::kBFloat16,
                              DataType::kInt32,   DataType::kInt64,
-                             DataType::kUInt8};
+                             DataType::kUInt8,   DataType::kInt8,
+                             DataType::kInt16};
   const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                            ReduceOp::kMax};
   const int n = comm_.size();

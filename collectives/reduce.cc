@@ -1,6 +1,7 @@
 #include "collectives/reduce.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
@@ -8,8 +9,24 @@
 namespace terse {
 namespace {
 
+// Integer sums wrap modulo 2^bits (two's complement), as numpy's and torch's
+// do for int8/int16: computed on the unsigned type, so no signed overflow.
+template <typename T>
+void WrapAdd(T* acc, const T* in, int64_t count) {
+  using U = std::make_unsigned_t<T>;
+  for (int64_t i = 0; i < count; ++i) {
+    acc[i] = static_cast<T>(static_cast<U>(static_cast<U>(acc[i]) +
+                                           static_cast<U>(in[i])));
+  }
+}
+
 template <typename T>
 void ReduceTyped(T* acc, const T* in, int64_t count, ReduceOp op) {
+  if constexpr (std::is_integral_v<T>) {
+    if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+      return WrapAdd(acc, in, count);
+    }
+  }
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
@@ -56,6 +73,12 @@ void FloatToBFloat16Bulk(const float* in, uint16_t* out, int64_t n) {
 }  // namespace
 
 absl::Status CheckReduceSupported(DataType dtype, ReduceOp op) {
+  if (dtype == DataType::kBool) {
+    return absl::InvalidArgumentError(
+        "allreduce of bool is not supported (as in Horovod over MPI, where "
+        "MPI defines no sum of MPI_C_BOOL); cast to uint8 or int32, or use "
+        "allgather/broadcast");
+  }
   if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("reduce op average is not defined for integer type ",
@@ -82,6 +105,18 @@ void ReduceInPlace(void* acc, const void* in, int64_t count, DataType dtype,
     case DataType::kUInt8:
       return ReduceTyped(static_cast<uint8_t*>(acc),
                          static_cast<const uint8_t*>(in), count, op);
+    case DataType::kInt8:
+      return ReduceTyped(static_cast<int8_t*>(acc),
+                         static_cast<const int8_t*>(in), count, op);
+    case DataType::kInt16:
+      return ReduceTyped(static_cast<int16_t*>(acc),
+                         static_cast<const int16_t*>(in), count, op);
+    case DataType::kBool:
+      // Refused by CheckReduceSupported; logical OR / AND if ever reached.
+      return ReduceTyped(static_cast<uint8_t*>(acc),
+                         static_cast<const uint8_t*>(in), count,
+                         op == ReduceOp::kMin ? ReduceOp::kMin
+                                              : ReduceOp::kMax);
     case DataType::kFloat16:
       return ReduceHalf(static_cast<uint16_t*>(acc),
                         static_cast<const uint16_t*>(in), count, op,

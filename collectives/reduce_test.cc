@@ -33,6 +33,26 @@ TEST(ReduceTest, UInt8SumWrapsModulo256) {
   EXPECT_EQ(acc, (std::vector<uint8_t>{4, 3, 0}));
 }
 
+TEST(ReduceTest, Int8AndInt16SumsWrapLikeTwosComplement) {
+  std::vector<int8_t> a8 = {127, -128, 100, -5}, b8 = {1, -1, 100, 3};
+  ReduceInPlace(a8.data(), b8.data(), 4, DataType::kInt8, ReduceOp::kSum);
+  EXPECT_EQ(a8, (std::vector<int8_t>{-128, 127, -56, -2}));
+  std::vector<int16_t> a16 = {32767, -32768, 20000}, b16 = {1, -1, 20000};
+  ReduceInPlace(a16.data(), b16.data(), 3, DataType::kInt16, ReduceOp::kSum);
+  EXPECT_EQ(a16, (std::vector<int16_t>{-32768, 32767, -25536}));
+  std::vector<int8_t> lo = {-3, 4}, hi = {2, -9};
+  ReduceInPlace(lo.data(), hi.data(), 2, DataType::kInt8, ReduceOp::kMin);
+  EXPECT_EQ(lo, (std::vector<int8_t>{-3, -9}));
+}
+
+TEST(ReduceTest, BoolIsMovedButNotReduced) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+    EXPECT_FALSE(CheckReduceSupported(DataType::kBool, op).ok());
+  }
+  EXPECT_TRUE(CheckReduceSupported(DataType::kInt8, ReduceOp::kSum).ok());
+  EXPECT_FALSE(CheckReduceSupported(DataType::kInt16, ReduceOp::kAverage).ok());
+}
+
 TEST(ReduceTest, HalfSumRoundsOncePerElement) {
   // 1 + 2^-11 is not a half; fp32 accumulation then one rounding (to even)
   // gives 1.

@@ -137,6 +137,35 @@ const std::vector<std::string>& CompressionWords() {
   return *words;
 }
 
+}  // namespace
+
+absl::StatusOr<CompressionRule> ParseCompressionSpec(absl::string_view spec) {
+  const std::string accepted = absl::StrCat(
+      "compression '", spec, "' is not 'policy[:cf]' with policy one of: ",
+      absl::StrJoin(CompressionWords(), " "), " and cf a number >= 1");
+  std::pair<absl::string_view, absl::string_view> pc =
+      absl::StrSplit(spec, absl::MaxSplits(':', 1));
+  CompressionRule rule;
+  rule.policy = std::string(pc.first);
+  const auto& words = CompressionWords();
+  if (std::find(words.begin(), words.end(), rule.policy) == words.end()) {
+    return absl::InvalidArgumentError(accepted);
+  }
+  if (spec.find(':') != absl::string_view::npos &&
+      (!absl::SimpleAtod(pc.second, &rule.cf) || !(rule.cf >= 1) ||
+       !(rule.cf <= 1e12))) {
+    return absl::InvalidArgumentError(accepted);
+  }
+  return rule;
+}
+
+std::string CompressionSpecString(const CompressionRule& rule) {
+  if (rule.cf > 0) return absl::StrFormat("%s:%g", rule.policy, rule.cf);
+  return rule.policy;
+}
+
+namespace {
+
 // TERSE_GRAVAC_CANDIDATES: "paper", or family[:level] entries (see the
 // knob's doc); levels are checked here so a bad portfolio fails at start-up.
 absl::Status ParseCandidates(absl::string_view text, Config* c) {

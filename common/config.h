@@ -109,6 +109,17 @@ struct KnobDoc {
 };
 std::vector<KnobDoc> ConfigKnobDocs();
 
+// A per-operation compression spec, "policy[:cf]" with policy one of the
+// TERSE_COMPRESSION words and cf a number >= 1 (e.g. "fp16", "topk:100",
+// "gravac"), as allreduce(compression=...) passes it. Returns the rule's
+// policy and cf (0: none given, i.e. TERSE_CF) with an empty glob;
+// InvalidArgument listing the accepted words otherwise (also for "").
+absl::StatusOr<CompressionRule> ParseCompressionSpec(absl::string_view spec);
+
+// The canonical text of a spec: "policy" or "policy:<cf %g>", so that
+// "topk:100" and "topk:100.0" compare equal.
+std::string CompressionSpecString(const CompressionRule& rule);
+
 // Levenshtein distance, used for "did you mean" suggestions.
 int EditDistance(absl::string_view a, absl::string_view b);
 

@@ -173,5 +173,22 @@ TEST(ConfigTest, EditDistance) {
   EXPECT_EQ(EditDistance("TERSE_FUSON_THRESHOLD", "TERSE_FUSION_THRESHOLD"), 1);
 }
 
+TEST(ConfigTest, CompressionSpecsParseToACanonicalForm) {
+  absl::StatusOr<CompressionRule> r = ParseCompressionSpec("topk:100.0");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->policy, "topk");
+  EXPECT_EQ(r->cf, 100);
+  EXPECT_EQ(CompressionSpecString(*r), "topk:100");
+  r = ParseCompressionSpec("gravac");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->cf, 0);
+  EXPECT_EQ(CompressionSpecString(*r), "gravac");
+  for (const char* bad : {"", "zip", "topk:", "topk:0.5", "topk:x", "fp16:1:2"}) {
+    EXPECT_THAT(ParseCompressionSpec(bad).status().message(),
+                HasSubstr("policy one of"))
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace terse

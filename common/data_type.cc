@@ -21,6 +21,9 @@ constexpr TypeInfo kTypes[kNumDataTypes] = {
     {DataType::kInt32, 4, "i32", "int32"},
     {DataType::kInt64, 8, "i64", "int64"},
     {DataType::kUInt8, 1, "u8", "uint8"},
+    {DataType::kInt8, 1, "i8", "int8"},
+    {DataType::kInt16, 2, "i16", "int16"},
+    {DataType::kBool, 1, "bool", "bool"},
 };
 
 const TypeInfo& Info(DataType dtype) {
@@ -41,7 +44,7 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown data type '", name,
-                   "'; accepted: f32 f16 bf16 f64 i32 i64 u8"));
+                   "'; accepted: f32 f16 bf16 f64 i32 i64 u8 i8 i16 bool"));
 }
 
 bool IsValidDataType(int32_t value) {

@@ -20,18 +20,25 @@ enum class DataType : int32_t {
   kInt32 = 4,
   kInt64 = 5,
   kUInt8 = 6,
+  kInt8 = 7,
+  kInt16 = 8,
+  // Moved (broadcast, allgather) but not reduced: allreduce refuses it (see
+  // collectives/reduce.h CheckReduceSupported).
+  kBool = 9,
 };
 
-inline constexpr int kNumDataTypes = 7;
+inline constexpr int kNumDataTypes = 10;
 
 // Bytes per element.
 size_t DataTypeSize(DataType dtype);
 
-// Short lower-case name: "f32", "f16", "bf16", "f64", "i32", "i64", "u8".
+// Short lower-case name: "f32", "f16", "bf16", "f64", "i32", "i64", "u8",
+// "i8", "i16", "bool".
 absl::string_view DataTypeName(DataType dtype);
 
 // Inverse of DataTypeName; also accepts the long names "float32", "float16",
-// "bfloat16", "float64", "int32", "int64", "uint8". InvalidArgument otherwise.
+// "bfloat16", "float64", "int32", "int64", "uint8", "int8", "int16", "bool".
+// InvalidArgument otherwise.
 absl::StatusOr<DataType> ParseDataType(absl::string_view name);
 
 // Checks that `value` is one of the enumerators (for values read off the wire).

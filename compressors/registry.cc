@@ -118,6 +118,19 @@ CompressionChoice ChooseCompression(absl::string_view tensor_name,
   return choice;
 }
 
+CompressionChoice ChooseCompressionFor(absl::string_view tensor_name,
+                                       absl::string_view spec,
+                                       const Config& config) {
+  if (spec.empty()) return ChooseCompression(tensor_name, config);
+  absl::StatusOr<CompressionRule> rule = ParseCompressionSpec(spec);
+  if (!rule.ok()) return ChooseCompression(tensor_name, config);
+  CompressionChoice choice;
+  choice.name = rule->policy;
+  choice.cf = rule->cf > 0 ? rule->cf : config.cf;
+  choice.is_policy = IsPolicyName(choice.name);
+  return choice;
+}
+
 bool GlobMatch(absl::string_view glob, absl::string_view name) {
   // Greedy with one backtrack point (the last '*'): linear in practice.
   size_t g = 0, n = 0;

@@ -55,6 +55,15 @@ struct CompressionChoice {
 CompressionChoice ChooseCompression(absl::string_view tensor_name,
                                     const Config& config);
 
+// The choice for a tensor whose operation carries the compression spec
+// `spec` (allreduce(compression=...), see ParseCompressionSpec): that spec
+// (cf 0 in it means TERSE_CF) when non-empty and valid, else
+// ChooseCompression(tensor_name, config). Specs reaching the reducer were
+// validated at enqueue and agreed across ranks.
+CompressionChoice ChooseCompressionFor(absl::string_view tensor_name,
+                                       absl::string_view spec,
+                                       const Config& config);
+
 // Glob match over the whole name: '*' any run (also empty), '?' one char.
 bool GlobMatch(absl::string_view glob, absl::string_view name);
 

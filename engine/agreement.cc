@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/communicator.h"
 #include "collectives/reduce.h"
+#include "common/config.h"
 #include "common/data_type.h"
 
 namespace terse {
@@ -99,6 +100,13 @@ absl::Status ValidateRequest(const proto::Request& r, int size) {
     return bad(
         absl::StrCat("root rank ", r.root_rank(), " outside [0, ", size, ")"));
   }
+  if (!r.compression().empty()) {
+    if (r.op() != proto::ALLREDUCE) return bad("compression on a non-allreduce");
+    absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(r.compression());
+    if (!spec.ok() || CompressionSpecString(*spec) != r.compression()) {
+      return bad(absl::StrCat("bad compression spec '", r.compression(), "'"));
+    }
+  }
   if (r.op() == proto::ALLREDUCE) {
     absl::Status supported = CheckReduceSupported(
         static_cast<DataType>(r.dtype()), static_cast<ReduceOp>(r.reduce_op()));
@@ -151,6 +159,10 @@ proto::Response BuildResponse(
         check("postscale", [](const proto::Request& r) {
           return absl::StrFormat("%.17g", r.postscale());
         });
+        check("compression", [](const proto::Request& r) {
+          return r.compression().empty() ? std::string("default (engine policy)")
+                                         : r.compression();
+        });
         break;
       case proto::BROADCAST:
         check("shape", [](const proto::Request& r) { return Dims(r, 0); });
@@ -182,6 +194,7 @@ proto::Response BuildResponse(
   response.set_root_rank(first->root_rank());
   response.set_prescale(first->prescale());
   response.set_postscale(first->postscale());
+  response.set_compression(first->compression());
   if (first->op() == proto::ALLGATHER) {
     int64_t total_first = 0;
     for (const proto::Request* r : requests) {

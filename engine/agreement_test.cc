@@ -92,5 +92,47 @@ TEST(AgreementTest, ValidateRejectsMalformedPeerRequests) {
   EXPECT_FALSE(ValidateRequest(r, 2).ok());
 }
 
+TEST(AgreementTest, CompressionMismatchNamesTheTensorAndTheRanks) {
+  std::vector<proto::Request> reqs = {Req(0, {4}), Req(1, {4}), Req(2, {4})};
+  reqs[0].set_compression("fp16");
+  reqs[2].set_compression("fp16");
+  proto::Response r = BuildResponse("w", Ptrs(reqs));
+  EXPECT_EQ(r.kind(), proto::Response::ERROR);
+  EXPECT_EQ(r.error(),
+            "tensor 'w': compression fp16 on ranks 0,2 but default (engine "
+            "policy) on rank 1");
+  reqs[1].set_compression("topk:100");
+  r = BuildResponse("w", Ptrs(reqs));
+  EXPECT_THAT(r.error(), HasSubstr("fp16 on ranks 0,2 but topk:100 on rank 1"));
+}
+
+TEST(AgreementTest, AgreedCompressionTravelsInTheResponse) {
+  std::vector<proto::Request> reqs = {Req(0, {4}), Req(1, {4})};
+  for (auto& q : reqs) q.set_compression("topk:100");
+  proto::Response r = BuildResponse("w", Ptrs(reqs));
+  EXPECT_EQ(r.kind(), proto::Response::EXECUTE);
+  EXPECT_EQ(r.compression(), "topk:100");
+  for (auto& q : reqs) q.clear_compression();
+  EXPECT_EQ(BuildResponse("w", Ptrs(reqs)).compression(), "");
+}
+
+TEST(AgreementTest, ValidateRejectsBadCompressionSpecs) {
+  proto::Request r = Req(0, {4});
+  for (const char* good : {"fp16", "topk:100", "gravac", "none"}) {
+    r.set_compression(good);
+    EXPECT_TRUE(ValidateRequest(r, 2).ok()) << good;
+  }
+  for (const char* bad : {"zip", "topk:0.5", "topk:abc", "topk:100.0", ":"}) {
+    r.set_compression(bad);
+    EXPECT_THAT(ValidateRequest(r, 2).message(),
+                HasSubstr("bad compression spec"))
+        << bad;
+  }
+  r = Req(0, {4});
+  r.set_op(proto::BROADCAST);
+  r.set_compression("fp16");
+  EXPECT_FALSE(ValidateRequest(r, 2).ok());
+}
+
 }  // namespace
 }  // namespace terse

@@ -113,10 +113,11 @@ absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                       TensorView out,
                                       const std::vector<int64_t>& shape,
                                       ReduceOp op, double prescale,
-                                      double postscale, DoneCallback callback) {
+                                      double postscale, DoneCallback callback,
+                                      const std::string& compression) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->AllreduceAsync(name, in, out, shape, op, prescale, postscale,
-                           std::move(callback));
+                           std::move(callback), compression);
 }
 
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,

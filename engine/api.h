@@ -55,7 +55,8 @@ absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
                                       ReduceOp op, double prescale = 1.0,
                                       double postscale = 1.0,
-                                      DoneCallback callback = nullptr);
+                                      DoneCallback callback = nullptr,
+                                      const std::string& compression = "");
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
                                       DoneCallback callback = nullptr);

@@ -31,11 +31,13 @@ bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
          b.cuda == (r.device() >= 0) &&
          static_cast<int32_t>(b.reduce_op) == r.reduce_op() &&
          b.prescale == r.prescale() && b.postscale == r.postscale() &&
-         b.group == GroupOf(r.names(0));
+         b.compression == r.compression() &&
+         b.group == GroupOf(r.names(0), r.compression());
 }
 
-std::string BucketAssigner::GroupOf(const std::string& name) const {
-  return group_ ? group_(name) : std::string();
+std::string BucketAssigner::GroupOf(const std::string& name,
+                                    const std::string& compression) const {
+  return group_ ? group_(name, compression) : std::string();
 }
 
 int BucketAssigner::NewBucket(const proto::Response& r) {
@@ -46,7 +48,9 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.cuda = r.device() >= 0;
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
-  b.group = r.names_size() > 0 ? GroupOf(r.names(0)) : std::string();
+  b.compression = r.compression();
+  b.group = r.names_size() > 0 ? GroupOf(r.names(0), r.compression())
+                               : std::string();
   b.postscale = r.postscale();
   return id;
 }
@@ -115,7 +119,7 @@ std::vector<int> BucketAssigner::OnReady(
         count *
         static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r->dtype())));
     const bool solo = solo_bytes_ > 0 && bytes >= solo_bytes_ &&
-                      (!solo_filter_ || solo_filter_(name));
+                      (!solo_filter_ || solo_filter_(name, r->compression()));
     int target = -1;
     if (!solo) {
       for (size_t k = 0; k < open.size(); ++k) {
@@ -183,6 +187,7 @@ std::vector<int> BucketAssigner::Tick(int64_t stuck_limit) {
     key.set_reduce_op(static_cast<proto::ReduceOp>(old.reduce_op));
     key.set_prescale(old.prescale);
     key.set_postscale(old.postscale);
+    key.set_compression(old.compression);
     const int fresh = NewBucket(key);
     Bucket& nb = buckets_.at(fresh);
     Bucket& ob = buckets_.at(id);

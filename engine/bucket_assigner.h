@@ -5,8 +5,8 @@
 // negotiated responses, which every rank receives in the same order): the
 // first time a tensor is ready on every rank it is appended to the bucket
 // most recently opened in the same negotiation cycle with the same key
-// (dtype, device kind, reduce op, prescale, postscale, group -- the
-// compression policy) if that bucket stays within the fusion threshold;
+// (dtype, device kind, reduce op, prescale, postscale, the per-call
+// compression spec, group -- the effective compression policy) if that bucket stays within the fusion threshold;
 // otherwise it opens a new bucket (next fit, so a bucket's members are
 // consecutive in negotiated order among tensors of that key). A tensor of at
 // least `solo_bytes` that the solo filter allows (uncompressed ones) gets a
@@ -55,6 +55,9 @@ struct Bucket {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  // The members' per-call compression spec (Response.compression; empty:
+  // the engine's policy). Part of the key: members all share it.
+  std::string compression;
   std::string group;  // See BucketAssigner's group function.
   std::vector<BucketMember> members;
   int64_t count = 0;  // Sum of member counts.
@@ -72,13 +75,17 @@ struct Bucket {
 
 class BucketAssigner {
  public:
-  // `group` maps a tensor name to its group; tensors of different groups
-  // never share a bucket. It must be deterministic and the same on every
-  // rank. Null: one group.
-  using GroupFunction = std::function<std::string(const std::string&)>;
-  // Whether a tensor may get a bucket of its own for its size (e.g. only
-  // uncompressed ones: a compressed bucket copies anyway). Null: all may.
-  using SoloFilter = std::function<bool(const std::string&)>;
+  // `group` maps a tensor name and its per-call compression spec (empty:
+  // none given) to its group; tensors of different groups never share a
+  // bucket. It must be deterministic and the same on every rank. Null: one
+  // group.
+  using GroupFunction =
+      std::function<std::string(const std::string&, const std::string&)>;
+  // Whether a tensor (name, compression spec) may get a bucket of its own
+  // for its size (e.g. only uncompressed ones: a compressed bucket copies
+  // anyway). Null: all may.
+  using SoloFilter =
+      std::function<bool(const std::string&, const std::string&)>;
   // `solo_bytes` <= 0: no tensor is put alone because of its size alone
   // (it still is when larger than the threshold).
   BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
@@ -126,7 +133,8 @@ class BucketAssigner {
   // Marks `name` ready; true if its bucket just became complete.
   bool MarkReady(const std::string& name);
 
-  std::string GroupOf(const std::string& name) const;
+  std::string GroupOf(const std::string& name,
+                      const std::string& compression) const;
 
   const int64_t threshold_;
   const int64_t solo_bytes_;

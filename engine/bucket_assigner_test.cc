@@ -121,5 +121,60 @@ TEST(BucketAssignerTest, RemoveAndSplit) {
   EXPECT_EQ(a.bucket(id).ready_count, 0);
 }
 
+TEST(BucketAssignerTest, PerCallCompressionIsPartOfTheKey) {
+  BucketAssigner a(1000, 0);
+  auto with = [](const std::string& name, const std::string& spec) {
+    proto::Response r = R(name, 10);
+    r.set_compression(spec);
+    return r;
+  };
+  std::vector<proto::Response> first = {with("a", "fp16"), with("b", ""),
+                                        with("c", "fp16"), with("d", "topk:4"),
+                                        with("e", "")};
+  std::vector<int> done = a.OnReady(Ptrs(first));
+  EXPECT_EQ(a.num_buckets(), 3);  // {a,c} {b,e} {d}
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("a"))),
+            (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("b"))),
+            (std::vector<std::string>{"b", "e"}));
+  EXPECT_EQ(a.bucket(a.BucketOf("a")).compression, "fp16");
+  EXPECT_EQ(a.bucket(a.BucketOf("d")).compression, "topk:4");
+  EXPECT_EQ(a.bucket(a.BucketOf("b")).compression, "");
+  for (int id : done) a.Reset(id);
+  // A tensor whose compression changes leaves its bucket for one of its
+  // new key.
+  std::vector<proto::Response> changed = {with("c", "topk:4")};
+  a.OnReady(Ptrs(changed));
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("a"))), std::vector<std::string>{"a"});
+  EXPECT_EQ(a.bucket(a.BucketOf("c")).compression, "topk:4");
+}
+
+TEST(BucketAssignerTest, GroupAndSoloSeeTheCompressionSpec) {
+  std::vector<std::pair<std::string, std::string>> seen;
+  BucketAssigner a(
+      1000, 40,
+      [&](const std::string& name, const std::string& spec) {
+        seen.push_back({name, spec});
+        return spec.empty() ? std::string("rules") : spec;
+      },
+      [](const std::string&, const std::string& spec) {
+        return spec.empty() || spec == "none";
+      });
+  proto::Response big_dense = R("x", 20);  // 80 bytes >= 40: alone.
+  proto::Response big_fp16 = R("y", 20);
+  big_fp16.set_compression("fp16");
+  proto::Response small = R("z", 2);
+  small.set_compression("fp16");
+  std::vector<proto::Response> v = {big_dense, big_fp16, small};
+  a.OnReady(Ptrs(v));
+  EXPECT_EQ(a.num_buckets(), 2);  // {x} solo, {y,z} fused (fp16: no solo).
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("y"))),
+            (std::vector<std::string>{"y", "z"}));
+  EXPECT_EQ(a.bucket(a.BucketOf("y")).group, "fp16");
+  bool saw_fp16 = false;
+  for (const auto& [name, spec] : seen) saw_fp16 |= name == "y" && spec == "fp16";
+  EXPECT_TRUE(saw_fp16);
+}
+
 }  // namespace
 }  // namespace terse

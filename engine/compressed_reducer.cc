@@ -215,8 +215,8 @@ double CompressedReducer::PreviousStepSeconds(BucketState& state,
 
 absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
   const Bucket& bucket = *ctx.bucket;
-  const CompressionChoice choice =
-      ChooseCompression(bucket.members.front().name, config_);
+  const CompressionChoice choice = ChooseCompressionFor(
+      bucket.members.front().name, bucket.compression, config_);
   const bool compressible = bucket.dtype == DataType::kFloat32 &&
                             !bucket.cuda && ctx.op == ReduceOp::kSum &&
                             choice.name != "none" &&

@@ -186,16 +186,18 @@ Engine::Engine(const Config& config, const EngineOptions& options,
                                            config.stall_shutdown_seconds}),
       buckets_(
           config.fusion_threshold_bytes, options.solo_bytes,
-          [config](const std::string& name) {
+          [config](const std::string& name, const std::string& spec) {
             // Tensors under different compression policies never share a
-            // bucket, so each bucket has one policy.
-            const CompressionChoice c = ChooseCompression(name, config);
+            // bucket, so each bucket has one policy (the per-call spec, when
+            // given, else the name rules).
+            const CompressionChoice c =
+                ChooseCompressionFor(name, spec, config);
             return absl::StrCat(c.name, ":", c.cf);
           },
-          [config](const std::string& name) {
+          [config](const std::string& name, const std::string& spec) {
             // Only dense tensors are reduced alone in place; a compressed
             // bucket copies into its buffer anyway.
-            return ChooseCompression(name, config).name == "none";
+            return ChooseCompressionFor(name, spec, config).name == "none";
           }),
       reducer_(config, rank_, size_),
       executor_(comm_, &reducer_, timeline_.get()) {}
@@ -221,8 +223,17 @@ absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,
                                               const std::vector<int64_t>& shape,
                                               ReduceOp op, double prescale,
                                               double postscale,
-                                              DoneCallback callback) {
+                                              DoneCallback callback,
+                                              const std::string& compression) {
   TensorEntry e;
+  if (!compression.empty()) {
+    absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(compression);
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': ", spec.status().message()));
+    }
+    e.compression = CompressionSpecString(*spec);
+  }
   e.name = name;
   e.op = proto::ALLREDUCE;
   e.input = in;

@@ -16,7 +16,7 @@
 // different ops must not overlap.
 //
 // Errors: a bad argument is an error at enqueue. A disagreement between
-// ranks (dtype, shape, op, root, scales) fails that op on every rank with a
+// ranks (dtype, shape, op, root, scales, compression) fails that op on every rank with a
 // message naming the tensor and the ranks on each side. A fatal error (a
 // failed collective, a stall past TERSE_STALL_SHUTDOWN_SECONDS, a malformed
 // peer message) is agreed across ranks (first error wins), fails every
@@ -105,13 +105,19 @@ class Engine {
   // Sum/Average/Min/Max of `in` over ranks into `out` (may equal `in`).
   // `shape` is validated across ranks; in.count must equal its product.
   // prescale/postscale multiply the input before / the result after the
-  // reduction (floating-point types only).
+  // reduction (floating-point types only). `compression`: this op's
+  // compression spec ("fp16", "topk:100", "gravac"; common/config.h
+  // ParseCompressionSpec), which every rank must pass alike and which puts
+  // the tensor only into buckets of the same spec; empty: the engine's
+  // policy (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES). A bad spec is
+  // InvalidArgument at enqueue.
   absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                         TensorView out,
                                         const std::vector<int64_t>& shape,
                                         ReduceOp op, double prescale = 1.0,
                                         double postscale = 1.0,
-                                        DoneCallback callback = nullptr);
+                                        DoneCallback callback = nullptr,
+                                        const std::string& compression = "");
   // Concatenation of every rank's tensor along dimension 0 (first dims may
   // differ, the rest must agree); fetched with TakeAllgatherResult.
   absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,

@@ -42,7 +42,10 @@ bool ResponseCache::Matches(int64_t slot, const proto::Request& request) const {
   for (int i = 0; i < r.shape_size(); ++i) {
     if (r.shape(i) != request.shape(i)) return false;
   }
-  if (r.op() == proto::ALLREDUCE) return r.reduce_op() == request.reduce_op();
+  if (r.op() == proto::ALLREDUCE) {
+    return r.reduce_op() == request.reduce_op() &&
+           r.compression() == request.compression();
+  }
   return r.root_rank() == request.root_rank();
 }
 

@@ -42,7 +42,8 @@ class ResponseCache {
   const proto::Response& response(int64_t slot) const;
 
   // True when `request` asks for exactly what the slot's response executed
-  // (op, dtype, shape, reduce op, root, scales, device kind).
+  // (op, dtype, shape, reduce op, compression, root, scales, device
+  // kind).
   bool Matches(int64_t slot, const proto::Request& request) const;
 
   // Caches a single-name Cacheable response, replacing an entry of the same

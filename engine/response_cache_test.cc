@@ -53,6 +53,18 @@ TEST(ResponseCacheTest, PutFindMatch) {
   q = RequestFor(Allreduce("a", 3));
   q.set_device(0);  // CUDA instead of CPU.
   EXPECT_FALSE(cache.Matches(a, q));
+  // A different per-call compression is a cache miss (to the coordinator).
+  q = RequestFor(Allreduce("a", 3));
+  q.set_compression("fp16");
+  EXPECT_FALSE(cache.Matches(a, q));
+  proto::Response fp16 = Allreduce("f", 3);
+  fp16.set_compression("fp16");
+  const int64_t f = cache.Put(fp16, &evicted);
+  q = RequestFor(fp16);
+  q.set_compression("fp16");
+  EXPECT_TRUE(cache.Matches(f, q));
+  q.clear_compression();
+  EXPECT_FALSE(cache.Matches(f, q));
 }
 
 TEST(ResponseCacheTest, OnlyExecutedAllreduceAndBroadcastAreCacheable) {

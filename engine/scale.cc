@@ -73,6 +73,16 @@ void ScaledCopy(void* dst, const void* src, int64_t count, DataType dtype,
       ScaleInt(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
                count, factor);
       return;
+    case DataType::kInt8:
+      ScaleInt(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src),
+               count, factor);
+      return;
+    case DataType::kInt16:
+      ScaleInt(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src),
+               count, factor);
+      return;
+    case DataType::kBool:  // Never scaled (allreduce refuses bool).
+      return;
   }
 }
 

@@ -19,6 +19,7 @@ proto::Request MakeRequest(const TensorEntry& entry, int rank) {
                                                  : entry.input.device.ordinal);
   request.set_prescale(entry.prescale);
   request.set_postscale(entry.postscale);
+  request.set_compression(entry.compression);
   return request;
 }
 

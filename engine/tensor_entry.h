@@ -28,6 +28,8 @@ struct TensorEntry {
   double prescale = 1.0;
   double postscale = 1.0;
   int root_rank = 0;
+  // Allreduce: canonical compression spec; empty = the engine's policy.
+  std::string compression;
   DoneCallback callback;
   Clock::time_point enqueued;
 };

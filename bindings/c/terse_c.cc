@@ -372,6 +372,17 @@ terse_error* terse_allreduce_async(const char* name, const void* in, void* out,
                                    double prescale, double postscale,
                                    terse_done_fn done, void* user_data,
                                    int64_t* handle) {
+  return terse_allreduce_compressed_async(name, in, out, count, dtype, device,
+                                          shape, ndim, op, prescale, postscale,
+                                          nullptr, done, user_data, handle);
+}
+
+terse_error* terse_allreduce_compressed_async(
+    const char* name, const void* in, void* out, int64_t count, int dtype,
+    int device, const int64_t* shape, int ndim, int op, double prescale,
+    double postscale, const char* compression, terse_done_fn done,
+    void* user_data, int64_t* handle) {
+  const std::string spec = compression == nullptr ? "" : compression;
   absl::StatusOr<terse::Op> made =
       terse::MakeOp(name, in, out, count, dtype, device, shape, ndim);
   if (!made.ok()) return terse::ToError(made.status());
@@ -381,7 +392,8 @@ terse_error* terse_allreduce_async(const char* name, const void* in, void* out,
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
         return terse::AllreduceAsync(o.name, o.in, o.out, o.shape, *reduce_op,
-                                     prescale, postscale, std::move(callback));
+                                     prescale, postscale, std::move(callback),
+                                     spec);
       },
       /*is_allgather=*/false, done, user_data, handle);
 }

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature or a code below changes. */
-#define TERSE_C_ABI_VERSION 1
+#define TERSE_C_ABI_VERSION 2
 int terse_abi_version(void);
 
 /* Element types: the values of terse::DataType. */
@@ -56,7 +56,10 @@ enum {
   TERSE_FLOAT64 = 3,
   TERSE_INT32 = 4,
   TERSE_INT64 = 5,
-  TERSE_UINT8 = 6
+  TERSE_UINT8 = 6,
+  TERSE_INT8 = 7,
+  TERSE_INT16 = 8,
+  TERSE_BOOL = 9 /* broadcast and allgather only; allreduce refuses it */
 };
 
 /* Reductions: the values of terse::ReduceOp. */
@@ -119,6 +122,18 @@ terse_error* terse_allreduce_async(const char* name, const void* in, void* out,
                                    double prescale, double postscale,
                                    terse_done_fn done, void* user_data,
                                    int64_t* handle);
+/* terse_allreduce_async with this operation's compression spec
+ * `compression`: "policy[:cf]" with policy a TERSE_COMPRESSION word ("fp16",
+ * "topk:100", "gravac"); NULL or "": the engine's policy (TERSE_COMPRESSION,
+ * TERSE_COMPRESSION_RULES). Every rank must pass the same spec for the same
+ * tensor (else the op fails on every rank, naming the tensor and the
+ * ranks); tensors of different specs never share a fused bucket. A bad spec
+ * is InvalidArgument. */
+terse_error* terse_allreduce_compressed_async(
+    const char* name, const void* in, void* out, int64_t count, int dtype,
+    int device, const int64_t* shape, int ndim, int op, double prescale,
+    double postscale, const char* compression, terse_done_fn done,
+    void* user_data, int64_t* handle);
 /* Concatenates every rank's tensor along dimension 0 (ndim >= 1; first
  * dimensions may differ across ranks, the others must agree). */
 terse_error* terse_allgather_async(const char* name, const void* in,

@@ -268,6 +268,37 @@ TEST_F(TerseCMpiTest, MismatchedShapeReachesTheCallback) {
   EXPECT_EQ(y, static_cast<float>(size_));
 }
 
+// Per-call compression: a bad spec is refused at enqueue; a spec that
+// differs on rank 0 fails every rank naming the tensor; agreeing specs run.
+TEST_F(TerseCMpiTest, CompressedAllreduceSpecs) {
+  std::vector<float> x(16, 1.0f);
+  const int64_t shape[] = {16};
+  int64_t handle = 0;
+  terse_error* bad = terse_allreduce_compressed_async(
+      "c.bad", x.data(), x.data(), 16, TERSE_FLOAT32, TERSE_DEVICE_CPU, shape,
+      1, TERSE_OP_SUM, 1.0, 1.0, "zip:3", nullptr, nullptr, &handle);
+  ASSERT_NE(bad, nullptr);
+  EXPECT_EQ(terse_error_code(bad), 3);
+  EXPECT_THAT(terse_error_message(bad), HasSubstr("tensor 'c.bad'"));
+  terse_error_free(bad);
+
+  Outcome mismatch;
+  ASSERT_TRUE(Ok(terse_allreduce_compressed_async(
+      "c.w", x.data(), x.data(), 16, TERSE_FLOAT32, TERSE_DEVICE_CPU, shape, 1,
+      TERSE_OP_SUM, 1.0, 1.0, rank_ == 0 ? "topk:4" : "fp16", &Outcome::Done,
+      &mismatch, nullptr)));
+  EXPECT_EQ(mismatch.Await(), 3);
+  EXPECT_THAT(mismatch.message(),
+              HasSubstr("tensor 'c.w': compression topk:4 on rank 0 but fp16"));
+
+  Outcome good;
+  ASSERT_TRUE(Ok(terse_allreduce_compressed_async(
+      "c.w", x.data(), x.data(), 16, TERSE_FLOAT32, TERSE_DEVICE_CPU, shape, 1,
+      TERSE_OP_SUM, 1.0, 1.0, "fp16", &Outcome::Done, &good, nullptr)));
+  EXPECT_EQ(good.Await(), 0) << good.message();
+  EXPECT_EQ(x[15], static_cast<float>(size_));
+}
+
 // A callback may enqueue the next operation (a chain of three), but not
 // shut terse down.
 struct Chain {

@@ -90,24 +90,15 @@ int64_t EnqueueAllreduce(const std::string& name, uintptr_t in_data,
                          int device, const std::vector<int64_t>& shape,
                          int32_t op, double prescale, double postscale,
                          uintptr_t stream, const std::string& compression) {
-  // Seam for per-tensor compression: an empty string means "the engine's
-  // policy" (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES). The engine API does
-  // not take a per-operation choice yet, so a different one is refused rather
-  // than silently ignored.
-  if (!compression.empty()) {
-    throw StatusError(absl::StrCat(
-        "tensor '", name, "': per-tensor compression '", compression,
-        "' is not wired into the engine yet; select it for the whole process "
-        "with TERSE_COMPRESSION=",
-        compression, " (or init(compression=...))"));
-  }
+  // `compression`: this op's spec ("fp16", "topk:100"); empty: the engine's
+  // policy (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES).
   OrderStream(device, stream);
   int64_t handle = 0;
-  ThrowIfError(terse_allreduce_async(
+  ThrowIfError(terse_allreduce_compressed_async(
       name.c_str(), reinterpret_cast<const void*>(in_data),
       reinterpret_cast<void*>(out_data), count, dtype, device, shape.data(),
-      static_cast<int>(shape.size()), op, prescale, postscale, nullptr, nullptr,
-      &handle));
+      static_cast<int>(shape.size()), op, prescale, postscale,
+      compression.c_str(), nullptr, nullptr, &handle));
   return handle;
 }
 

@@ -209,6 +209,14 @@ absl::Status MpiCommunicator::Init() {
       Check(MPI_Op_create(ReduceFn<DataType::kUInt8, ReduceOp::kSum>,
                           /*commute=*/1, &u8_sum_op_),
             "MPI_Op_create"));
+  TERSE_RETURN_IF_ERROR(
+      Check(MPI_Op_create(ReduceFn<DataType::kInt8, ReduceOp::kSum>,
+                          /*commute=*/1, &i8_sum_op_),
+            "MPI_Op_create"));
+  TERSE_RETURN_IF_ERROR(
+      Check(MPI_Op_create(ReduceFn<DataType::kInt16, ReduceOp::kSum>,
+                          /*commute=*/1, &i16_sum_op_),
+            "MPI_Op_create"));
   for (int t = 0; t < 2; ++t) {
     for (int o = 0; o < 3; ++o) {
       TERSE_RETURN_IF_ERROR(
@@ -229,6 +237,8 @@ MpiCommunicator::~MpiCommunicator() {
     }
   }
   if (u8_sum_op_ != MPI_OP_NULL) MPI_Op_free(&u8_sum_op_);
+  if (i8_sum_op_ != MPI_OP_NULL) MPI_Op_free(&i8_sum_op_);
+  if (i16_sum_op_ != MPI_OP_NULL) MPI_Op_free(&i16_sum_op_);
   if (half_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&half_type_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
@@ -272,7 +282,12 @@ absl::StatusOr<MPI_Datatype> MpiCommunicator::MpiType(DataType dtype) const {
     case DataType::kInt64:
       return MPI_INT64_T;
     case DataType::kUInt8:
+    case DataType::kBool:  // Moved as bytes; never reduced.
       return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return half_type_;
@@ -302,6 +317,8 @@ absl::StatusOr<MPI_Op> MpiCommunicator::MpiOp(DataType dtype,
   if (dtype == DataType::kFloat16) return half_ops_[0][index];
   if (dtype == DataType::kBFloat16) return half_ops_[1][index];
   if (dtype == DataType::kUInt8 && index == 0) return u8_sum_op_;
+  if (dtype == DataType::kInt8 && index == 0) return i8_sum_op_;
+  if (dtype == DataType::kInt16 && index == 0) return i16_sum_op_;
   const MPI_Op builtin[3] = {MPI_SUM, MPI_MIN, MPI_MAX};
   return builtin[index];
 }

@@ -132,6 +132,9 @@ class MpiCommunicator : public Communicator {
   MPI_Op half_ops_[2][3];
   // u8 sum that wraps modulo 256 (Open MPI's AVX MPI_SUM saturates).
   MPI_Op u8_sum_op_ = MPI_OP_NULL;
+  // int8 / int16 sums that wrap modulo 2^8 / 2^16 (numpy's and torch's).
+  MPI_Op i8_sum_op_ = MPI_OP_NULL;
+  MPI_Op i16_sum_op_ = MPI_OP_NULL;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;

@@ -26,7 +26,12 @@ absl::StatusOr<ncclDataType_t> NcclType(DataType dtype) {
     case DataType::kInt64:
       return ncclInt64;
     case DataType::kUInt8:
+    case DataType::kBool:  // Moved as bytes; never reduced.
       return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt16:
+      break;  // NCCL has no 16-bit integer type.
   }
   return absl::InvalidArgumentError(
       absl::StrCat("nccl: unknown dtype value ", static_cast<int32_t>(dtype)));

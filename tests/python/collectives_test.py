@@ -15,7 +15,7 @@ import terse.torch as tt
 from mpi_testlib import expect, expect_raises, run
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64,
-          torch.int32, torch.int64, torch.uint8]
+          torch.int32, torch.int64, torch.uint8, torch.int8, torch.int16]
 FLOATS = {torch.float32, torch.float16, torch.bfloat16, torch.float64}
 
 

@@ -213,20 +213,14 @@ def compression_arg(choice):
     return choice.spec()
 
 
-def require_engine_policy(choice, what):
-    """Raises TerseError unless `choice` is None or the engine's policy.
-
-    The engine takes its compression policy at init (TERSE_COMPRESSION,
-    TERSE_COMPRESSION_RULES); it has no per-operation choice yet.
-    """
-    spec = compression_arg(choice)
-    if spec:
-        raise lib().TerseError(
-            f"{what}: compression {spec} differs from the policy the engine "
-            f"was started with ({engine_compression().spec()}); choose it at "
-            f"start-up: init(compression='{spec}'), TERSE_COMPRESSION, or per "
-            "tensor with TERSE_COMPRESSION_RULES (DistributedOptimizer names "
-            "gradients 'grad.<parameter name>', e.g. 'grad.fc*=topk:100')")
+def compression_spec(choice):
+    """The per-call compression spec for the engine: "" for None (the
+    engine's policy: TERSE_COMPRESSION / TERSE_COMPRESSION_RULES), else the
+    choice's 'name[:cf]'. An explicit choice wins over the name rules, also
+    when it equals the process-wide policy."""
+    if choice is None:
+        return ""
+    return Compression.get(choice).spec()
 
 
 def build_info(variables=None):
@@ -241,6 +235,6 @@ __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
            "save_compression_state", "load_compression_state",
            "momentum_correction",
-           "engine_compression", "compression_arg", "require_engine_policy",
+           "engine_compression", "compression_arg", "compression_spec",
            "build_info",
            "Compressor"]

@@ -36,9 +36,33 @@ _DOCS = {
 
 
 class Compressor:
-    """One compression choice: a name and an optional compression factor."""
+    """One compression choice: a name and an optional compression factor.
+
+    Passed to allreduce(compression=...) or DistributedOptimizer it travels
+    with the tensor to the engine, which compresses on the wire (per fused
+    bucket; tensors of different choices never share a bucket).
+
+    compress(tensor) -> (tensor, ctx) and decompress(tensor, ctx) are
+    Horovod's object API (horovod.torch.compression), static methods on
+    Compression.none / fp16 / bf16: fp16 and bf16 cast floating-point tensors
+    for the wire and back to ctx's dtype, none is the identity. terse's own
+    compressors (topk, powersgd, gravac, ...) run inside the engine; their
+    compress() raises NotImplementedError.
+    """
 
     __slots__ = ("name", "cf")
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError(
+            "this compressor runs inside terse's engine; pass it as "
+            "allreduce(..., compression=...) instead of calling compress()")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError(
+            "this compressor runs inside terse's engine; pass it as "
+            "allreduce(..., compression=...) instead of calling decompress()")
 
     def __init__(self, name, cf=None):
         if name not in NAMES:
@@ -54,7 +78,7 @@ class Compressor:
 
     def __call__(self, cf=None):
         """The same compressor with compression factor `cf`."""
-        return Compressor(self.name, cf)
+        return type(self)(self.name, cf)
 
     @property
     def doc(self):
@@ -79,12 +103,64 @@ class Compressor:
         return f"Compression.{self.name}(cf={self.cf:g})"
 
 
+class NoneCompressor(Compressor):
+    """Horovod's NoneCompressor: compress/decompress are the identity."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+def _cast_compressor(wire_dtype_name):
+    def compress(tensor):
+        import torch
+        ctx = tensor.dtype
+        if tensor.dtype.is_floating_point:
+            tensor = tensor.type(getattr(torch, wire_dtype_name))
+        return tensor, ctx
+
+    def decompress(tensor, ctx):
+        if ctx is not None and ctx.is_floating_point and tensor.dtype != ctx:
+            tensor = tensor.type(ctx)
+        return tensor
+
+    return staticmethod(compress), staticmethod(decompress)
+
+
+class FP16Compressor(Compressor):
+    """Horovod's FP16Compressor: floating tensors cast to float16 and back."""
+
+    __slots__ = ()
+    compress, decompress = _cast_compressor("float16")
+
+
+class BF16Compressor(Compressor):
+    """Like FP16Compressor with bfloat16 on the wire."""
+
+    __slots__ = ()
+    compress, decompress = _cast_compressor("bfloat16")
+
+
+_CLASSES = {"none": NoneCompressor, "fp16": FP16Compressor,
+            "bf16": BF16Compressor}
+
+
+def _make(name, cf=None):
+    return _CLASSES.get(name, Compressor)(name, cf)
+
+
 class Compression:
     """Every compressor by name: Compression.none, Compression.fp16, ..."""
 
-    none = Compressor("none")
-    fp16 = Compressor("fp16")
-    bf16 = Compressor("bf16")
+    none = NoneCompressor("none")
+    fp16 = FP16Compressor("fp16")
+    bf16 = BF16Compressor("bf16")
     topk = Compressor("topk")
     randomk = Compressor("randomk")
     dgc = Compressor("dgc")
@@ -115,7 +191,7 @@ class Compression:
             except ValueError:
                 raise ValueError(
                     f"bad compression factor in {choice!r}") from None
-        return Compressor(name, cf)
+        return _make(name, cf)
 
     @staticmethod
     def from_env(environ=None):
@@ -124,8 +200,7 @@ class Compression:
         name = environ.get("TERSE_COMPRESSION", "none") or "none"
         cf = environ.get("TERSE_CF")
         try:
-            return Compressor(name.strip().lower(),
-                              float(cf) if cf else None)
+            return _make(name.strip().lower(), float(cf) if cf else None)
         except ValueError as e:
             raise ValueError(f"TERSE_COMPRESSION={name!r} TERSE_CF={cf!r}: "
                              f"{e}") from None

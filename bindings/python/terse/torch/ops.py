@@ -12,10 +12,14 @@ names with the same shapes and dtypes. Unnamed operations get
 they issue the same sequence of calls.
 
 Supported dtypes: float32, float16, bfloat16, float64, int32, int64, uint8,
-on the CPU or a CUDA device; anything else raises TerseError naming it.
+int8, int16, on the CPU or a CUDA device (int16 on the CPU only: NCCL has no
+16-bit integers), and bool for broadcast and allgather (allreduce refuses
+it, see docs/torch.md); anything else raises TerseError naming it. Integer
+sums wrap around modulo 2^bits, as numpy's and torch's do.
 """
 
 import threading
+import warnings
 
 import torch
 
@@ -39,6 +43,9 @@ _DTYPE_NAMES = {
     torch.int32: "i32",
     torch.int64: "i64",
     torch.uint8: "u8",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.bool: "bool",
 }
 _DTYPE_CODES = {t: lib().DTYPES[n] for t, n in _DTYPE_NAMES.items()}
 _TORCH_DTYPES = {code: t for t, code in _DTYPE_CODES.items()}
@@ -143,20 +150,41 @@ def _allreduce_into(tensor, output, name, op, prescale_factor,
     handle = lib().allreduce_async(
         name, tensor.data_ptr(), output.data_ptr(), tensor.numel(), code,
         device, list(tensor.shape), op, float(prescale_factor),
-        float(postscale_factor), stream, basics.compression_arg(compression))
+        float(postscale_factor), stream, basics.compression_spec(compression))
     _table.add(handle, _Entry(keep, finish))
     return handle
 
 
-def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0,
-                    postscale_factor=1.0, compression=None):
+def _resolve_op(op, average):
+    """Horovod 0.28.1's handle_average_backwards_compatibility: `average` is
+    deprecated; True means Average, False Sum; passing both is an error."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please "
+                             "provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and "
+                      "will be removed in v1.0", DeprecationWarning,
+                      stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def allreduce_async(tensor, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, compression=None, average=None):
     """Enqueues a reduction of `tensor` across ranks into a new tensor.
 
     op: Average (default), Sum, Min or Max. prescale/postscale multiply the
     input before and the result after the reduction (Average divides by
     size() as well). compression: None (the engine's policy) or a
-    Compressor / name. Returns a handle for synchronize()/poll().
+    Compressor / name ('fp16', 'topk:100', Compression.gravac): the engine
+    compresses this tensor so on the wire, fused only with tensors of the
+    same choice; every rank must pass the same. average: deprecated (as in
+    Horovod): True = Average, False = Sum; not together with op. Returns a
+    handle for synchronize()/poll().
     """
+    op = _resolve_op(op, average)
     name = _prepare("allreduce", name, tensor)
     source = tensor.contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
@@ -165,9 +193,10 @@ def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0,
                            finish=lambda: output, keep=(source, output))
 
 
-def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0,
-                     postscale_factor=1.0, compression=None):
+def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, compression=None, average=None):
     """In-place allreduce_async: the result overwrites `tensor`."""
+    op = _resolve_op(op, average)
     name = _prepare("allreduce", name, tensor)
     if tensor.is_contiguous():
         buffer = tensor
@@ -184,16 +213,18 @@ def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0,
                            keep=(tensor, buffer))
 
 
-def allreduce(tensor, name=None, op=Average, prescale_factor=1.0,
-              postscale_factor=1.0, compression=None):
+def allreduce(tensor, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, compression=None, average=None):
     """The reduction of `tensor` across ranks (a new tensor)."""
+    op = _resolve_op(op, average)
     return synchronize(allreduce_async(tensor, name, op, prescale_factor,
                                        postscale_factor, compression))
 
 
-def allreduce_(tensor, name=None, op=Average, prescale_factor=1.0,
-               postscale_factor=1.0, compression=None):
+def allreduce_(tensor, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, compression=None, average=None):
     """Reduces `tensor` across ranks in place; returns it."""
+    op = _resolve_op(op, average)
     return synchronize(allreduce_async_(tensor, name, op, prescale_factor,
                                         postscale_factor, compression))
 

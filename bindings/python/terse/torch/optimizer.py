@@ -82,9 +82,6 @@ class _DistributedOptimizer:
                              "op=Average only")
         self._terse_compression = (None if compression is None else
                                    Compression.get(compression))
-        # Fails now, not in the first backward, if the engine cannot apply it.
-        basics.require_engine_policy(self._terse_compression,
-                                     "DistributedOptimizer")
         check_momentum_correction(self.param_groups,
                                   basics.momentum_correction())
         self._terse_passes = backward_passes_per_step
@@ -358,10 +355,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     named_parameters: model.named_parameters(); names identify gradients
         across ranks (without it, names follow the optimizer's order).
     compression: None = the process-wide policy (TERSE_COMPRESSION or
-        init(compression=...)). A terse.Compression member / name must be
-        that policy: the engine takes its policy at start-up, per tensor via
-        TERSE_COMPRESSION_RULES on the names 'grad.<parameter name>'; any
-        other choice raises TerseError saying so.
+        init(compression=...), per tensor TERSE_COMPRESSION_RULES on the
+        names 'grad.<parameter name>'). A terse.Compression member / name
+        ('fp16', 'topk:100', Compression.gravac) is passed with every
+        gradient's allreduce and wins over those rules; every rank must pass
+        the same choice.
     backward_passes_per_step, op, gradient_predivide_factor: see the module
         docstring.
     """
