@@ -357,7 +357,7 @@ const std::vector<Knob>& Knobs() {
                "TERSE_GRAVAC_GAIN_WINDOW steps; 'step' is the paper's "
                "||C(g_ef)||^2 / ||g_ef||^2",
                &Config::gravac_gain, {"window", "step"}),
-      IntKnob("TERSE_GRAVAC_GAIN_WINDOW", "steps", "20",
+      IntKnob("TERSE_GRAVAC_GAIN_WINDOW", "steps", "50",
               "steps per window-gain sample (TERSE_GRAVAC_GAIN=window)",
               &Config::gravac_gain_window, 1, 1000000),
       DoubleKnob("TERSE_ACCORDION_LOW_CF", "x", "10",

@@ -39,7 +39,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.powersgd_min_compression_rate, 2.0);
   EXPECT_EQ(c.accordion_compressor, "powersgd");
   EXPECT_EQ(c.gravac_gain, "window");
-  EXPECT_EQ(c.gravac_gain_window, 20);
+  EXPECT_EQ(c.gravac_gain_window, 50);
   EXPECT_EQ(c.accordion_high_rank, 4);
   EXPECT_EQ(c.accordion_low_rank, 1);
   EXPECT_THAT(c.gravac_candidates,

@@ -22,7 +22,7 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   // The default portfolio measures window gains: dense first, no survey.
   Decision start = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(start.dense());
-  EXPECT_EQ(start.window_gain_steps, 20);
+  EXPECT_EQ(start.window_gain_steps, 10);  // The warm-up: 50 / 5.
   EXPECT_TRUE(start.gain_probes.empty());
   // The paper's step gain: the first decision surveys every other
   // candidate's gain.

@@ -121,7 +121,8 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   }
   const int64_t k = static_cast<int64_t>(candidates_.size());
   window_mode_ = options_.gain_window > 0;
-  trial_ = std::max<int64_t>(window_mode_ ? 2 * options_.gain_window : 3,
+  warmup_ = std::max<int64_t>(1, options_.gain_window / 5);
+  trial_ = std::max<int64_t>(window_mode_ ? warmup_ + options_.gain_window : 3,
                              options_.window / (2 * k));
   if (window_mode_) {
     // Every candidate is tried once: its window gain needs it sent.
@@ -221,7 +222,14 @@ Decision PortfolioPolicy::Decide() {
   const bool quiet = send == 0 && !survey && !exploring() &&
                      decisions_ % options_.window != options_.window / 2;
   d.wants_stats = !quiet;
-  if (window_mode_) d.window_gain_steps = options_.gain_window;
+  streak_ = send == last_decided_ ? streak_ + 1 : 0;
+  last_decided_ = send;
+  if (window_mode_) {
+    // After a switch the engine's first window is a warm-up of warmup_
+    // steps (it restarts when it holds window_gain_steps), so the first
+    // sample's e_0 is this candidate's own backlog, not its predecessor's.
+    d.window_gain_steps = streak_ <= warmup_ ? warmup_ : options_.gain_window;
+  }
   ++decisions_;
   return d;
 }
@@ -244,14 +252,12 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
                                taken.level});
   if (window_mode_) {
     // A complete window of the candidate sent: one gain sample.
-    if (i != last_sent_) windows_since_switch_ = 0;
     if (Lossless(i) && stats.norm2_ef > 0) {
       UpdateGain(i, stats.norm2_sent / stats.norm2_ef);
     } else if (i > 0 && stats.window_grad_norm2 > 0 &&
-               stats.window_steps >= options_.gain_window &&
-               windows_since_switch_++ > 0) {
-      // The first window after a switch carries the predecessor's backlog
-      // in its deviation: not a sample.
+               stats.window_steps >= options_.gain_window) {
+      // Only full windows are samples: the warm-up window after a switch
+      // (shorter, see Decide) never is.
       UpdateGain(i, 1 - stats.window_dev_norm2 / stats.window_grad_norm2);
       // A fresh gain (the last trial's arrives one step after it ended):
       // choose again by the rule.
@@ -334,7 +340,8 @@ void PortfolioPolicy::SaveState(proto::PolicyState* state) const {
   p->set_trial_left(trial_left_);
   p->set_last_sent(last_sent_);
   p->set_pick_after_trials(pick_after_trials_);
-  p->set_windows_since_switch(windows_since_switch_);
+  p->set_last_decided(last_decided_);
+  p->set_streak(streak_);
   p->set_reason(last_reason_);
 }
 
@@ -360,7 +367,8 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   }
   auto in_range = [k](int64_t x) { return x >= -1 && x < k; };
   if (p.current() < 0 || p.current() >= k || !in_range(p.trying()) ||
-      !in_range(p.last_sent()) || p.trial_left() < 0 || state.decisions() < 0 ||
+      !in_range(p.last_sent()) || !in_range(p.last_decided()) ||
+      p.trial_left() < 0 || p.streak() < 0 || state.decisions() < 0 ||
       state.step() < 0) {
     return absl::InvalidArgumentError("portfolio policy state is inconsistent");
   }
@@ -384,7 +392,8 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   trial_left_ = p.trial_left();
   last_sent_ = p.last_sent();
   pick_after_trials_ = p.pick_after_trials();
-  windows_since_switch_ = p.windows_since_switch();
+  last_decided_ = p.last_decided();
+  streak_ = p.streak();
   last_reason_ = p.reason();
   return absl::OkStatus();
 }

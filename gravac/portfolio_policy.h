@@ -44,11 +44,12 @@
 //   gain = 1 - ||sum_t (g_t - sent_t)||^2 / ||sum_t g_t||^2
 // With error feedback the deviation telescopes to e_T - e_0, the change of
 // the residual, so a compressor whose backlog stays bounded scores high
-// however little one step sends. The first window after a switch is not a
-// sample (its e_0 is the predecessor's backlog, which the newcomer drains).
-// In this mode there is no survey: every candidate gets one trial in the
-// order listed, lossy ones for trial = max(2 * gain_window, window / (2K))
-// steps (one warm-up window, one sample), lossless ones (none, fp16, bf16:
+// however little one step sends. After a switch the first window is a
+// warm-up of gain_window / 5 steps and not a sample: its e_0 would be the
+// predecessor's backlog, which the newcomer drains. In this mode there is
+// no survey: every candidate gets one trial in the order listed, lossy ones
+// for trial = max(warm-up + gain_window, window / (2K)) steps (a warm-up and
+// one sample), lossless ones (none, fp16, bf16:
 // gain = their step gain, about 1) for kLosslessTrial steps: at most
 // K * trial steps, once. The choice's gain is re-measured every gain_window
 // steps while it is sent, and the rule is applied again at each sample.
@@ -155,9 +156,11 @@ class PortfolioPolicy : public Policy {
   std::deque<int> queue_;  // Candidates waiting for their trial.
   int trying_ = -1;        // Candidate in a trial (-1: none).
   int64_t trial_left_ = 0;
-  int last_sent_ = 0;                 // Candidate of the last observed step.
-  bool pick_after_trials_ = false;    // Re-pick current_ at the next decision.
-  int64_t windows_since_switch_ = 0;  // Complete windows of last_sent_.
+  int last_sent_ = 0;               // Candidate of the last observed step.
+  bool pick_after_trials_ = false;  // Re-pick current_ at the next decision.
+  int64_t warmup_ = 1;    // Window-gain warm-up after a switch (steps).
+  int last_decided_ = 0;  // Candidate of the last decision.
+  int64_t streak_ = 0;    // Decisions in a row sending it, minus one.
   std::string last_reason_ = "start: dense until the first survey";
   bool window_mode_ = false;
 };

@@ -215,7 +215,7 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   EXPECT_EQ(ChoiceName(step.choice()), "topk:10");  // 0.91 > 0.9, 0.17 s.
 
   PortfolioPolicy window(Options(kEntries, 40, 0.9, /*gain_window=*/5));
-  EXPECT_EQ(window.trial_steps(), 10);  // A warm-up window and a sample.
+  EXPECT_EQ(window.trial_steps(), 6);  // A 1-step warm-up and a sample.
   Driver dw(&window);
   const std::vector<std::string> sent = dw.Run(t, 80);
   // Dense first, one trial of every candidate in the order listed, then the
@@ -227,6 +227,25 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   EXPECT_NEAR(window.gain(3), 0.93, 1e-12);
   // Every decision asks the engine for window sums.
   EXPECT_EQ(window.Decide().window_gain_steps, 5);
+}
+
+// After a switch the engine's window restarts after the warm-up: the
+// decisions ask for a warm-up window, then full ones.
+TEST(PortfolioPolicyTest, WindowGainWarmsUpAfterASwitch) {
+  PortfolioPolicy p(Options({"none", "powersgd:4"}, 40, 0.9,
+                            /*gain_window=*/10));
+  std::vector<int64_t> steps;
+  std::vector<std::string> sent;
+  for (int i = 0; i < 6; ++i) {
+    Decision d = p.Decide();
+    steps.push_back(d.window_gain_steps);
+    sent.push_back(ChoiceName(Of(d)));
+  }
+  // Dense once, then powersgd:4's trial: warm-up 2 (decisions 0..2 of the
+  // streak ask for 2, so the engine restarts after 2 steps), then 10.
+  EXPECT_THAT(sent, ElementsAre("none", "powersgd:4", "powersgd:4",
+                                "powersgd:4", "powersgd:4", "powersgd:4"));
+  EXPECT_THAT(steps, ElementsAre(2, 2, 2, 2, 10, 10));
 }
 
 TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGain) {
