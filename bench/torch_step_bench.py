@@ -13,6 +13,15 @@ thread: compute, communication and background threads), which external
 load on a shared machine distorts much less than wall time. A mode is `ddp` or `terse:<compressor>[:cf]` (the compressor goes to
 the engine as TERSE_COMPRESSION / TERSE_CF for that job). The last line is
 one JSON object. Nothing is asserted: this is a measurement, not a test.
+
+Transport: DDP's gloo always talks TCP over loopback. By default
+(--transport tcp) terse's MPI does too (`--mca btl self,tcp`, TCP and OOB on
+lo), so every mode pays the same network stack and the comparison is of
+the libraries. --transport shm lets terse use Open MPI's shared memory
+(vader) as tools/terserun does by default on one host: faster for terse, but
+then the modes differ in transport as well as library, and the output says
+so. With more ranks than cores, OMPI_MCA_mpi_yield_when_idle=1 is set for
+every mode (waiting ranks yield their core).
 """
 
 import argparse
@@ -129,6 +138,27 @@ def _results(text):
     return out
 
 
+def _mpirun_command(args, env):
+    """tools/terserun's mpirun command for -np N (its defaults for one
+    host), with the btl list set to self,tcp for --transport tcp. (mpirun
+    rejects an MCA parameter given twice, so --mpi-args cannot override
+    terserun's btl list: the list is edited instead.)"""
+    from importlib.machinery import SourceFileLoader
+    terserun = SourceFileLoader(
+        "terserun", os.path.join(ROOT, "tools", "terserun")).load_module()
+    launch = argparse.Namespace(np=args.np, hosts=None, hostfile=None,
+                                mpi_args="", command=[])
+    cmd = terserun.build_command(launch, env, os.geteuid(),
+                                 os.cpu_count() or 1)
+    if args.transport == "tcp":
+        at = [i for i in range(len(cmd) - 2)
+              if cmd[i] == "--mca" and cmd[i + 1] == "btl"]
+        if len(at) != 1:
+            raise SystemExit(f"terserun gave no single btl list: {cmd}")
+        cmd[at[0] + 2] = "self,tcp"
+    return cmd
+
+
 def run_mode(args, mode):
     env = dict(os.environ, PYTHONPATH=_pythonpath())
     worker_mode = mode
@@ -142,11 +172,12 @@ def run_mode(args, mode):
         worker_mode = "terse"
     elif mode != "ddp":
         raise SystemExit(f"unknown mode {mode!r}: ddp or terse:<compressor>")
-    cmd = [os.path.join(ROOT, "tools", "terserun"), "-np", str(args.np),
-           sys.executable, os.path.abspath(__file__), "--worker",
-           worker_mode, "--port", str(_free_port()), "--batch",
-           str(args.batch), "--warmup", str(args.warmup), "--steps",
-           str(args.steps)]
+    if args.np > (os.cpu_count() or 1):
+        env["OMPI_MCA_mpi_yield_when_idle"] = "1"
+    cmd = _mpirun_command(args, env) + [
+        sys.executable, os.path.abspath(__file__), "--worker", worker_mode,
+        "--port", str(_free_port()), "--batch", str(args.batch), "--warmup",
+        str(args.warmup), "--steps", str(args.steps)]
     if args.verbose:
         print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
@@ -162,8 +193,23 @@ def run_mode(args, mode):
     return result
 
 
+def transport_of(args, mode):
+    if mode == "ddp":
+        return "gloo, TCP on lo"
+    if args.transport == "tcp":
+        return "Open MPI btl self,tcp, TCP on lo"
+    return "Open MPI btl self,vader,tcp (shared memory)"
+
+
 def driver(args):
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    transports = {m: transport_of(args, m) for m in modes}
+    same = len(set(t.split(",")[-1].strip() for t in transports.values())) == 1
+    print("transport: " + "; ".join(f"{m}: {t}" for m, t in transports.items()))
+    if not same:
+        print("NOTE: the modes do not share a transport (terse over shared "
+              "memory, DDP over TCP): the ratios compare transports as well "
+              "as libraries; --transport tcp compares like with like.")
     results = {m: [] for m in modes}
     cpu = {m: [] for m in modes}
     for round_index in range(args.rounds):
@@ -194,6 +240,7 @@ def driver(args):
     summary = {
         "bench": "torch_step_bench", "ranks": args.np, "batch": args.batch,
         "steps": args.steps, "rounds": args.rounds,
+        "transport": transports, "same_transport": same,
         "images_per_s": {m: round(v, 1) for m, v in medians.items()},
         "ratio_vs_ddp": ({m: round(v / reference, 3)
                           for m, v in medians.items()} if reference else {}),
@@ -211,6 +258,9 @@ def main():
     parser.add_argument("--modes",
                         default="ddp,terse:none,terse:fp16,terse:topk:100")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--transport", choices=("tcp", "shm"), default="tcp",
+                        help="terse's MPI transport: tcp (default, like "
+                        "gloo's) or shm (shared memory; not like gloo's)")
     parser.add_argument("--batch", type=int, default=32,
                         help="images per rank per step")
     parser.add_argument("--warmup", type=int, default=20)

@@ -37,7 +37,7 @@ namespace terse {
 
 class ErrorFeedback : public Compressor {
  public:
-  // num_threads: for the elementwise passes (0 = min(hardware, 8)).
+  // num_threads: for the elementwise passes (0 = kernels::DefaultThreads()).
   explicit ErrorFeedback(std::unique_ptr<Compressor> inner,
                          int num_threads = 0);
 

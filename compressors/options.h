@@ -43,7 +43,8 @@ struct CompressorOptions {
   int64_t qsgd_bucket_size = 512;
   // efsignsgd: elements per scale (0: one scale for the whole bucket).
   int64_t sign_block_size = 0;
-  // Threads of the CPU kernels (0: min(hardware, 8)).
+  // Threads of the CPU kernels (0: hardware threads / ranks on this host,
+  // at most 8; see compressors/kernels/thread_pool.h).
   int num_threads = 0;
 };
 

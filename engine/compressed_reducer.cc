@@ -222,27 +222,48 @@ absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
                             choice.name != "none" &&
                             ShouldCompress(bucket.bytes, config_);
   const Clock::time_point start = Clock::now();
+  BeginStep();  // From here to EndStep no lock is held across a collective.
   absl::Status status;
   if (!compressible) {
-    TERSE_RETURN_IF_ERROR(ApplyMomentumBeforeDense(ctx));
+    absl::Status momentum = ApplyMomentumBeforeDense(ctx);
+    if (!momentum.ok()) {
+      EndStep();
+      return momentum;
+    }
     status = dense_.Reduce(ctx);
-    absl::MutexLock lock(&mu_);
-    BucketReport& r = reports_[bucket.id];
-    r = BucketReport{bucket.id,    static_cast<int>(bucket.members.size()),
-                     bucket.bytes, "none",
-                     "none",       1,
-                     bucket.bytes, r.steps + 1};
-    bytes_sent_ += bucket.bytes;
+    Publish(BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
+                         bucket.bytes, "none", "none", 1, bucket.bytes});
   } else {
-    absl::MutexLock lock(&mu_);
     BucketState& state = StateFor(bucket, choice.name, choice.cf);
     status = ReduceCompressed(ctx, state);
     state.last_own = SecondsBetween(start, Clock::now());
   }
-  absl::MutexLock lock(&mu_);
   own_seconds_total_ += SecondsBetween(start, Clock::now());
   own_bytes_total_ += static_cast<double>(bucket.bytes);
+  EndStep();
   return status;
+}
+
+void CompressedReducer::BeginStep() {
+  absl::MutexLock lock(&mu_);  // Waits for a SaveState or LoadState.
+  idle_ = false;
+}
+
+void CompressedReducer::EndStep() {
+  absl::MutexLock lock(&mu_);
+  for (; lr_drops_pending_ > 0; --lr_drops_pending_) {
+    for (auto& [id, state] : buckets_) state->policy->OnLearningRateDrop();
+  }
+  idle_ = true;
+}
+
+void CompressedReducer::Publish(BucketReport report) {
+  bytes_sent_ += report.bytes_sent;
+  absl::MutexLock lock(&report_mu_);
+  BucketReport& r = reports_[report.bucket];
+  report.steps = r.steps + 1;
+  r = std::move(report);
+  bytes_published_ += r.bytes_sent;
 }
 
 absl::Status CompressedReducer::ApplyMomentumBeforeDense(
@@ -619,16 +640,14 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   if (decision.level > 0 && !sent.dense && bytes > 0) {
     sent.cf = static_cast<double>(bucket.bytes) / static_cast<double>(bytes);
   }
-  BucketReport& r = reports_[bucket.id];
-  r = BucketReport{bucket.id,
-                   static_cast<int>(bucket.members.size()),
-                   bucket.bytes,
-                   state.policy->Describe(),
-                   sent.compressor_name,
-                   sent.cf,
-                   bytes,
-                   r.steps + 1};
-  bytes_sent_ += bytes;
+  const BucketReport r{bucket.id,
+                       static_cast<int>(bucket.members.size()),
+                       bucket.bytes,
+                       state.policy->Describe(),
+                       sent.compressor_name,
+                       sent.cf,
+                       bytes};
+  Publish(r);
   TERSE_LOG(Debug) << "bucket " << bucket.id << " step " << ctx.step << ": "
                    << r.policy << " sent " << r.compressor << " cf " << r.cf;
   if (ctx.timeline != nullptr) {
@@ -645,25 +664,32 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
 }
 
 void CompressedReducer::Forget(int bucket_id) {
-  absl::MutexLock lock(&mu_);
-  buckets_.erase(bucket_id);
+  {
+    absl::MutexLock lock(&mu_);  // Between steps: idle_.
+    buckets_.erase(bucket_id);
+  }
+  absl::MutexLock lock(&report_mu_);
   reports_.erase(bucket_id);
 }
 
 std::vector<BucketReport> CompressedReducer::Reports() const {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&report_mu_);
   std::vector<BucketReport> out;
   for (const auto& [id, report] : reports_) out.push_back(report);
   return out;
 }
 
 int64_t CompressedReducer::bytes_sent() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_sent_;
+  absl::MutexLock lock(&report_mu_);
+  return bytes_published_;
 }
 
 void CompressedReducer::OnLearningRateDrop() {
   absl::MutexLock lock(&mu_);
+  if (!idle_) {
+    ++lr_drops_pending_;  // The step in flight applies it (EndStep).
+    return;
+  }
   for (auto& [id, state] : buckets_) state->policy->OnLearningRateDrop();
 }
 
@@ -697,12 +723,14 @@ void CompressedReducer::SaveBuckets(
 }
 
 void CompressedReducer::InstallState(LoadedState loaded) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&idle_));  // Step boundary.
   residuals_.Import(std::move(loaded.residuals));
   momenta_.Import(std::move(loaded.velocities));
   buckets_.clear();  // Rebuilt from the restored states on their next step.
   restored_ = std::move(loaded.restored);
   bytes_sent_ = loaded.bytes_sent;
+  absl::MutexLock published(&report_mu_);
+  bytes_published_ = bytes_sent_;
 }
 
 }  // namespace terse

@@ -30,7 +30,17 @@
 //
 // Reduce and Forget run on the engine's background thread; Reports,
 // bytes_sent, OnLearningRateDrop, SaveState and LoadState may be called from
-// any thread (one mutex guards the state).
+// any thread. Locking: no lock is held across a collective. A step (one
+// Reduce) marks itself in flight under mu_ (idle_ = false) and from then on
+// the background thread alone touches the bucket states, the residuals'
+// entries it updates and the velocities, without a lock; at the end of the
+// step it publishes the bucket's report and the byte count under report_mu_
+// (a small lock readers take: Reports and bytes_sent never wait for the
+// network) and sets idle_ under mu_. OnLearningRateDrop applies the drop at
+// once when no step is in flight, else the step in flight applies it before
+// it ends. SaveState and LoadState take mu_ only while idle_ (a condition):
+// they wait at most for the step in flight and so see, or replace, every
+// bucket at a step boundary, never half a step.
 #ifndef TERSE_ENGINE_COMPRESSED_REDUCER_H_
 #define TERSE_ENGINE_COMPRESSED_REDUCER_H_
 
@@ -136,45 +146,47 @@ class CompressedReducer : public BucketReducer {
   // Replaces the state by a validated one.
   void InstallState(LoadedState loaded) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The private methods below that take a BucketState run on the background
+  // thread inside a step (idle_ false; see the header comment), without mu_.
   BucketState& StateFor(const Bucket& bucket, const std::string& policy,
-                        double cf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        double cf);
   // The bucket's compressor `name` at cf (and PowerSGD rank `level` > 0);
   // `probe` instances only measure gains and keep their own state.
   absl::StatusOr<Compressor*> CompressorFor(BucketState& state,
                                             const std::string& name, double cf,
-                                            int64_t level, bool probe)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                            int64_t level, bool probe);
   // ||C(a)||^2 of `choice` applied to the bucket's a, locally (a portfolio
   // gain probe: nothing is sent).
   absl::StatusOr<double> ProbeGain(BucketState& state,
                                    const gravac::Choice& choice,
-                                   const CompressContext& cctx)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                   const CompressContext& cctx);
   // TERSE_MOMENTUM_CORRECTION on a bucket that goes dense without
   // compression: replaces its gradients by their velocities in ctx.data.
   absl::Status ApplyMomentumBeforeDense(const BucketReduceContext& ctx)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReduceCompressed(const BucketReduceContext& ctx,
-                                BucketState& state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                BucketState& state);
   // Compresses a as `decision` says; fills `sent` and the local norms.
   absl::Status Compress(const BucketReduceContext& ctx, BucketState& state,
                         const gravac::Decision& decision,
-                        const CompressContext& cctx, Sent* sent)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        const CompressContext& cctx, Sent* sent);
   // Window gain: adds this step's g and g - local to the bucket's window
   // sums and writes their norms into `stats`.
   void AddToWindowGain(BucketState& state, const std::vector<float>& local,
-                       std::vector<double>* stats)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                       std::vector<double>* stats);
   // Moves the bytes and leaves the sum over ranks in ctx.data; `stats` holds
   // this rank's statistics on entry and their sum over ranks on return.
   absl::Status Communicate(const BucketReduceContext& ctx, BucketState& state,
-                           Sent* sent, std::vector<double>* stats)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           Sent* sent, std::vector<double>* stats);
   // The time of the bucket's previous step (see the header comment).
-  double PreviousStepSeconds(BucketState& state, Clock::time_point now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double PreviousStepSeconds(BucketState& state, Clock::time_point now);
+  // Start and end of a step (see the header comment); EndStep applies
+  // learning-rate drops that came during the step.
+  void BeginStep() ABSL_LOCKS_EXCLUDED(mu_);
+  void EndStep() ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds report.bytes_sent to the count and publishes the bucket's report
+  // (its steps counted here) for readers.
+  void Publish(BucketReport report) ABSL_LOCKS_EXCLUDED(report_mu_);
 
   const Config config_;
   const int rank_;
@@ -182,19 +194,26 @@ class CompressedReducer : public BucketReducer {
   DenseAllreduceReducer dense_;
   ResidualStore residuals_;
 
+  // mu_ guards the members below while idle_; while a step is in flight the
+  // background thread owns them (no annotation can say so).
   mutable absl::Mutex mu_;
-  MomentumCorrection momenta_ ABSL_GUARDED_BY(mu_);
-  std::map<int, std::unique_ptr<BucketState>> buckets_ ABSL_GUARDED_BY(mu_);
-  std::map<int, BucketReport> reports_ ABSL_GUARDED_BY(mu_);
+  bool idle_ ABSL_GUARDED_BY(mu_) = true;  // No step in flight.
+  int lr_drops_pending_ ABSL_GUARDED_BY(mu_) = 0;
+  MomentumCorrection momenta_;
+  std::map<int, std::unique_ptr<BucketState>> buckets_;
   // Restored bucket states waiting for their bucket, by key.
-  std::map<std::string, proto::BucketCompressionState> restored_
-      ABSL_GUARDED_BY(mu_);
-  int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, proto::BucketCompressionState> restored_;
+  int64_t bytes_sent_ = 0;  // Checkpointed; published as bytes_published_.
   int64_t checkpoint_chunk_bytes_ ABSL_GUARDED_BY(mu_);
   // Running totals of every bucket's own time and bytes (for the share of
-  // the rest of the step).
-  double own_seconds_total_ ABSL_GUARDED_BY(mu_) = 0;
-  double own_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
+  // the rest of the step); background thread only.
+  double own_seconds_total_ = 0;
+  double own_bytes_total_ = 0;
+
+  // What readers see, published at the end of each step.
+  mutable absl::Mutex report_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::map<int, BucketReport> reports_ ABSL_GUARDED_BY(report_mu_);
+  int64_t bytes_published_ ABSL_GUARDED_BY(report_mu_) = 0;
 };
 
 }  // namespace terse

@@ -41,7 +41,7 @@ void CompressedReducer::set_checkpoint_chunk_bytes(int64_t bytes) {
 
 absl::Status CompressedReducer::WriteState(checkpoint::ByteSink* sink) const {
   using proto::CheckpointTensor;
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&idle_));  // Step boundary.
   proto::CheckpointHeader meta;
   // Borrowed views of the state: valid while the lock is held.
   std::vector<checkpoint::TensorToWrite> tensors;

@@ -5,7 +5,9 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <chrono>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -611,6 +613,61 @@ TEST(CompressedReducerTest, MomentumCorrectionRejectsGradientsItCannotCarry) {
   EXPECT_THAT(s.message(), HasSubstr("grad.t0"));
   EXPECT_THAT(s.message(),
               HasSubstr(std::string(DataTypeName(DataType::kFloat16))));
+}
+
+}  // namespace
+}  // namespace terse
+
+namespace terse {
+namespace {
+
+// Readers never wait for a bucket's collective: while rank 0 sits in its
+// step's collective (rank 1 has not started its own), Reports, bytes_sent and
+// OnLearningRateDrop on rank 0's reducer return at once, with the state of
+// the last finished step. SaveState waits for the step boundary and then
+// sees the whole step.
+TEST(CompressedReducerTest, ReadersDoNotWaitForTheNetwork) {
+  const Bucket bucket = MakeBucket({300, 700});
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "topk"}, {"TERSE_CF", "10"}});
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  for (int r = 0; r < 2; ++r) {
+    reducers.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+  }
+  std::string saved;
+  absl::Status status = RunLoopbackRanks(2, [&](int rank, Communicator* comm) {
+    std::vector<float> data = Gradient(rank, 0, bucket.count);
+    BucketReduceContext ctx;
+    ctx.bucket = &bucket;
+    ctx.data = data.data();
+    ctx.op = ReduceOp::kSum;
+    ctx.comm = comm;
+    ctx.step = 0;
+    std::thread saver;
+    if (rank == 1) {
+      // Rank 0 is in its collective by now (it waits for this rank).
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_TRUE(reducers[0]->Reports().empty());
+      EXPECT_EQ(reducers[0]->bytes_sent(), 0);
+      reducers[0]->OnLearningRateDrop();
+      saver = std::thread([&] {
+        absl::StatusOr<std::string> bytes = reducers[0]->SaveState();
+        EXPECT_TRUE(bytes.ok()) << bytes.status();
+        if (bytes.ok()) saved = *std::move(bytes);
+      });
+    }
+    absl::Status s = reducers[rank]->Reduce(ctx);
+    if (saver.joinable()) saver.join();
+    return s;
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(reducers[0]->Reports().size(), 1u);
+  EXPECT_GT(reducers[0]->bytes_sent(), 0);
+  // Saved after rank 0's step: its byte count is in it.
+  CompressedReducer loaded(config, 0, 2);
+  ASSERT_TRUE(loaded.LoadState(saved).ok());
+  EXPECT_EQ(loaded.bytes_sent(), reducers[0]->bytes_sent());
+  EXPECT_EQ(saved, *reducers[0]->SaveState());
 }
 
 }  // namespace

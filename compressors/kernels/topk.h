@@ -32,7 +32,7 @@ namespace kernels {
 // Writes exactly k indices of the k largest |x[i]| into `indices`, ascending.
 // Preconditions (the caller's, not checked at run time beyond a debug
 // assert): 0 <= k <= d, d < 2^32, `indices` has room for k entries.
-// num_threads 0 = min(hardware, 8); small inputs use fewer threads.
+// num_threads 0 = DefaultThreads() (parallel.h); small inputs use fewer.
 void TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
           int num_threads = 0);
 
