@@ -183,6 +183,11 @@ Decision PortfolioPolicy::Send(int i) const {
 }
 
 Decision PortfolioPolicy::Decide() {
+  if (pending_send_ >= 0) {
+    const int send = pending_send_;
+    pending_send_ = -1;
+    return Finish(send);
+  }
   if (trial_left_ == 0 && !queue_.empty() &&
       !(window_mode_ && decisions_ == 0)) {  // Dense's T_c first.
     trying_ = queue_.front();
@@ -212,6 +217,17 @@ Decision PortfolioPolicy::Decide() {
     }
     send = current_;
   }
+  if (window_mode_ && send != last_decided_ && !Lossless(send) &&
+      !Lossless(last_decided_)) {
+    // Lossy to lossy: one dense step first sends the predecessor's backlog
+    // (nothing is lost), so the newcomer's window measures its own.
+    pending_send_ = send;
+    send = 0;
+  }
+  return Finish(send);
+}
+
+Decision PortfolioPolicy::Finish(int send) {
   Decision d = Send(send);
   const bool survey = !window_mode_ && decisions_ % options_.window == 0;
   if (survey) {
@@ -341,6 +357,7 @@ void PortfolioPolicy::SaveState(proto::PolicyState* state) const {
   p->set_last_sent(last_sent_);
   p->set_pick_after_trials(pick_after_trials_);
   p->set_last_decided(last_decided_);
+  p->set_pending_send(pending_send_);
   p->set_streak(streak_);
   p->set_reason(last_reason_);
 }
@@ -368,8 +385,8 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   auto in_range = [k](int64_t x) { return x >= -1 && x < k; };
   if (p.current() < 0 || p.current() >= k || !in_range(p.trying()) ||
       !in_range(p.last_sent()) || !in_range(p.last_decided()) ||
-      p.trial_left() < 0 || p.streak() < 0 || state.decisions() < 0 ||
-      state.step() < 0) {
+      !in_range(p.pending_send()) || p.trial_left() < 0 || p.streak() < 0 ||
+      state.decisions() < 0 || state.step() < 0) {
     return absl::InvalidArgumentError("portfolio policy state is inconsistent");
   }
   for (int q : p.queue()) {
@@ -393,6 +410,7 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   last_sent_ = p.last_sent();
   pick_after_trials_ = p.pick_after_trials();
   last_decided_ = p.last_decided();
+  pending_send_ = p.pending_send();
   streak_ = p.streak();
   last_reason_ = p.reason();
   return absl::OkStatus();

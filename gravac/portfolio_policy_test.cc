@@ -218,11 +218,18 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   EXPECT_EQ(window.trial_steps(), 6);  // A 1-step warm-up and a sample.
   Driver dw(&window);
   const std::vector<std::string> sent = dw.Run(t, 80);
-  // Dense first, one trial of every candidate in the order listed, then the
-  // best T_c among window gains >= 0.9: powersgd:4 (0.93 / 0.08 s).
+  // Dense first, one trial of every candidate in the order listed (a lossy
+  // one after a lossy one behind a dense step that flushes the backlog),
+  // then the best T_c among window gains >= 0.9: powersgd:4 (0.93 / 0.08).
   EXPECT_THAT(Collapse(sent),
-              ElementsAre("none", "fp16", "powersgd:1", "powersgd:4", "topk:10",
-                          "topk:100", "powersgd:4"));
+              ElementsAre("none", "fp16", "powersgd:1", "none", "powersgd:4",
+                          "none", "topk:10", "none", "topk:100", "none",
+                          "powersgd:4"));
+  int flushes = 0;
+  for (size_t i = 1; i + 1 < sent.size(); ++i) {
+    flushes += sent[i] == "none" && sent[i - 1] != "none";
+  }
+  EXPECT_EQ(flushes, 4);
   EXPECT_EQ(ChoiceName(window.choice()), "powersgd:4");
   EXPECT_NEAR(window.gain(3), 0.93, 1e-12);
   // Every decision asks the engine for window sums.
