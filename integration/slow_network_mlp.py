@@ -91,6 +91,10 @@ class DdpRunner:
 
     def shutdown(self):
         import torch.distributed as dist
+        # Every rank past its last step first: rank 0 evaluates after the
+        # others finish, and a gloo group torn down under it can leave it
+        # waiting for ever (seen once with the fp16 hook).
+        dist.barrier()
         dist.destroy_process_group()
 
 
