@@ -124,6 +124,7 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   warmup_ = std::max<int64_t>(1, options_.gain_window / 5);
   trial_ = std::max<int64_t>(window_mode_ ? warmup_ + options_.gain_window : 3,
                              options_.window / (2 * k));
+  retry_every_ = std::max<int64_t>(options_.window, 4 * trial_);
   if (window_mode_) {
     // Every candidate is tried once: its window gain needs it sent.
     for (int i = 1; i < k; ++i) queue_.push_back(i);
@@ -187,6 +188,10 @@ Decision PortfolioPolicy::Decide() {
     const int send = pending_send_;
     pending_send_ = -1;
     return Finish(send);
+  }
+  if (window_mode_ && decisions_ > 0 && decisions_ % retry_every_ == 0 &&
+      !exploring()) {
+    MaybeRetry();
   }
   if (trial_left_ == 0 && !queue_.empty() &&
       !(window_mode_ && decisions_ == 0)) {  // Dense's T_c first.
@@ -297,6 +302,21 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
   }
   if (i >= 0) last_sent_ = i;
   if (!taken.gain_probes.empty() && stats.norm2_ef > 0) AfterSurvey();
+}
+
+void PortfolioPolicy::MaybeRetry() {
+  // Gains change as training goes on: the failed candidate that would pay
+  // most if it passed now (higher T_c than the choice), closest to epsilon.
+  int retry = -1;
+  for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
+    if (Eligible(i) || !has_gain_[i] || tc_[i].count == 0) continue;
+    if (tc_[i].mean() <= tc_[current_].mean()) continue;
+    if (retry < 0 || gains_[i] > gains_[retry]) retry = i;
+  }
+  if (retry < 0) return;
+  queue_.push_back(retry);
+  has_gain_[retry] = false;  // Its trial's window sets it afresh.
+  last_reason_ = absl::StrCat("retrying ", ChoiceName(candidates_[retry]));
 }
 
 void PortfolioPolicy::AfterSurvey() {

@@ -217,14 +217,16 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   PortfolioPolicy window(Options(kEntries, 40, 0.9, /*gain_window=*/5));
   EXPECT_EQ(window.trial_steps(), 6);  // A 1-step warm-up and a sample.
   Driver dw(&window);
-  const std::vector<std::string> sent = dw.Run(t, 80);
+  // (39 decisions: the first re-trial period, below, begins at 40.)
+  const std::vector<std::string> sent = dw.Run(t, 39);
+
   // Dense first, one trial of every candidate in the order listed (a lossy
   // one after a lossy one behind a dense step that flushes the backlog),
   // then the best T_c among window gains >= 0.9: powersgd:4 (0.93 / 0.08).
-  EXPECT_THAT(Collapse(sent),
-              ElementsAre("none", "fp16", "powersgd:1", "none", "powersgd:4",
-                          "none", "topk:10", "none", "topk:100", "none",
-                          "powersgd:4"));
+  EXPECT_THAT(
+      Collapse(sent),
+      ElementsAre("none", "fp16", "powersgd:1", "none", "powersgd:4", "none",
+                  "topk:10", "none", "topk:100", "none", "powersgd:4"));
   int flushes = 0;
   for (size_t i = 1; i + 1 < sent.size(); ++i) {
     flushes += sent[i] == "none" && sent[i - 1] != "none";
@@ -234,6 +236,31 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   EXPECT_NEAR(window.gain(3), 0.93, 1e-12);
   // Every decision asks the engine for window sums.
   EXPECT_EQ(window.Decide().window_gain_steps, 5);
+}
+
+// Gains rise as training goes on: a candidate that failed epsilon in its
+// trial but would pay (higher T_c) is tried again and then chosen.
+TEST(PortfolioPolicyTest, FailedCandidateIsRetriedAndWinsWhenItsGainRises) {
+  Trace t = SlowLink();
+  t.window_gain = {{"fp16", 0.9999},
+                   {"powersgd:1", 0.56},
+                   {"powersgd:4", 0.82},
+                   {"topk:10", 0.95},
+                   {"topk:100", 0.6}};
+  PortfolioPolicy p(Options(kEntries, 40, 0.9, /*gain_window=*/5));
+  Driver driver(&p);
+  driver.Run(t, 60);
+  EXPECT_EQ(ChoiceName(p.choice()), "topk:10");
+  t.window_gain["powersgd:4"] = 0.93;
+  // Re-trials every max(40, 4 * 6) = 40 decisions, of the failed candidate
+  // with a better T_c than the choice's that is closest to epsilon:
+  // powersgd:4 (gain 0.82) at decision 80; it now passes and wins.
+  const std::vector<std::string> later = driver.Run(t, 40);
+  EXPECT_EQ(ChoiceName(p.choice()), "powersgd:4");
+  EXPECT_EQ(later.back(), "powersgd:4");
+  int retried = 0;
+  for (const std::string& s : later) retried += s == "topk:100";
+  EXPECT_EQ(retried, 0) << "one re-trial per period, the closest first";
 }
 
 // After a switch the engine's window restarts after the warm-up: the
