@@ -273,7 +273,7 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
                                taken.level});
   if (window_mode_) {
     // A complete window of the candidate sent: one gain sample.
-    if (Lossless(i) && stats.norm2_ef > 0) {
+    if (i >= 0 && Lossless(i) && stats.norm2_ef > 0) {
       UpdateGain(i, stats.norm2_sent / stats.norm2_ef);
     } else if (i > 0 && stats.window_grad_norm2 > 0 &&
                stats.window_steps >= options_.gain_window) {

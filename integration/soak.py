@@ -183,9 +183,15 @@ def _fields(buf):
 
 
 def residuals_of(state):
-    """{(name, tensor_offset): float32 array} of CompressionState bytes."""
-    out = {}
+    """{(name, tensor_offset): float32 array} of the engine's compression
+    state: the chunked format (engine/checkpoint_format.h: "TERSECKP", u32
+    version, u32 header length, u32 header CRC, a CheckpointHeader, then
+    every tensor's float32 bytes in header order), or the older
+    CompressionState protobuf."""
     buf = memoryview(state)
+    if bytes(buf[:8]) == b"TERSECKP":
+        return _chunked_residuals(buf)
+    out = {}
     for field, wire, value in _fields(buf):
         if field != 2 or wire != 2:
             continue
@@ -201,6 +207,34 @@ def residuals_of(state):
                 values.append(np.frombuffer(v, dtype="<f4"))
         out[(name, offset)] = (np.concatenate(values) if values
                                else np.zeros(0, np.float32))
+    return out
+
+
+RESIDUAL_KIND = 1  # CheckpointTensor.Kind.RESIDUAL
+
+
+def _chunked_residuals(buf):
+    header_len = int.from_bytes(buf[12:16], "little")
+    header = buf[20:20 + header_len]
+    at = 20 + header_len
+    out = {}
+    for field, wire, value in _fields(header):
+        if field != 4 or wire != 2:  # CheckpointHeader.tensors
+            continue
+        name, offset, kind, count = "", 0, 0, 0
+        for f, w, v in _fields(value):
+            if f == 1:
+                name = bytes(v).decode()
+            elif f == 2:
+                offset = v
+            elif f == 3:
+                kind = v
+            elif f == 5:
+                count = v
+        data = np.frombuffer(buf[at:at + 4 * count], dtype="<f4")
+        at += 4 * count
+        if kind == RESIDUAL_KIND:
+            out[(name, offset)] = data.copy()
     return out
 
 
