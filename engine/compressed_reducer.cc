@@ -21,7 +21,7 @@ namespace {
 // bucket's previous step time and ||what was sent||^2, then ||C(a)||^2 of
 // each of the decision's gain probes (the same number on every rank: every
 // rank takes the same decision).
-constexpr int kNumStats = 8;
+constexpr int kNumStats = 9;
 enum StatIndex {
   kNormEf = 0,
   kNormMin,
@@ -31,6 +31,7 @@ enum StatIndex {
   kWindowDev,    // ||sum over the window of (g - sent)||^2
   kWindowGrad,   // ||sum over the window of g||^2
   kWindowSteps,  // steps in the window so far
+  kSentBytes,    // bytes this rank put on the wire for the bucket
 };
 
 // Slots of the pending norms kept for Observe: the stats above with the
@@ -449,6 +450,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     std::vector<uint8_t> message = std::move(sent->payload.bytes);
     const size_t payload_bytes = message.size();
     sent->bytes = static_cast<int64_t>(payload_bytes);
+    (*stats)[kSentBytes] = static_cast<double>(sent->bytes);
     message.resize(payload_bytes + stats_bytes);
     std::memcpy(message.data() + payload_bytes, stats->data(), stats_bytes);
     MaybeCorruptPayloadForTest(rank_, message.data(), payload_bytes);
@@ -493,6 +495,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     *stats = total;
     stats_gathered = true;
   }
+  if (!stats_gathered) (*stats)[kSentBytes] = static_cast<double>(sent->bytes);
   if (!stats_gathered && state.adaptive && !sent->gather_stats) {
     std::fill(stats->begin(), stats->end(), 0.0);  // The same on every rank.
   } else if (!stats_gathered && state.adaptive) {
@@ -619,6 +622,7 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
       step.window_dev_norm2 = p[kWindowDev];
       step.window_grad_norm2 = p[kWindowGrad];
       step.window_steps = p[kWindowSteps];
+      step.bytes_sent = p[kSentBytes];
       step.probe_norm2.assign(p.begin() + kNumStats, p.end());
       step.seconds = stats[kSeconds];
       state.policy->Observe(state.pending, step);

@@ -99,6 +99,9 @@ struct StepStats {
   double window_dev_norm2 = 0;
   double window_grad_norm2 = 0;
   double window_steps = 0;
+  // Bytes a rank put on the wire for the bucket (averaged over ranks; 0 when
+  // the exchange was skipped).
+  double bytes_sent = 0;
 };
 
 class Policy {

@@ -134,6 +134,7 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   has_gain_.assign(k, false);
   has_gain_[0] = true;  // Dense sends everything.
   tc_.assign(k, Throughput{});
+  bytes_.assign(k, Throughput{});
 }
 
 bool PortfolioPolicy::Lossless(int i) const {
@@ -159,15 +160,19 @@ int PortfolioPolicy::Best(int exclude) const {
     if (i != exclude && Eligible(i) && tc_[i].count > 0) order.push_back(i);
   }
   if (order.empty()) return 0;
-  std::stable_sort(order.begin(), order.end(), [this](int a, int b) {
-    return tc_[a].mean() > tc_[b].mean();
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [this](int a, int b) { return Tc(a) > Tc(b); });
   if (order.size() >= 2) {
-    const double best = tc_[order[0]].mean(), second = tc_[order[1]].mean();
-    // omega saturation: a tie goes to the higher gain (less compression).
-    if (best > 0 && (best - second) / best <= options_.omega &&
-        gains_[order[1]] > gains_[order[0]]) {
-      return order[1];
+    const double best = Tc(order[0]), second = Tc(order[1]);
+    // omega saturation: a tie goes to the lower CF (more bytes sent), as
+    // the paper settles; the higher gain while bytes are unknown.
+    if (best > 0 && (best - second) / best <= options_.omega) {
+      const Throughput& a = bytes_[order[0]];
+      const Throughput& b = bytes_[order[1]];
+      const bool known = a.count > 0 && b.count > 0;
+      if (known ? b.mean() > a.mean() : gains_[order[1]] > gains_[order[0]]) {
+        return order[1];
+      }
     }
   }
   return order[0];
@@ -292,11 +297,15 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
                  stats.probe_norm2[k] / stats.norm2_ef);
     }
   }
+  if (i >= 0 && stats.bytes_sent > 0) {
+    bytes_[i].sum += stats.bytes_sent;
+    ++bytes_[i].count;
+  }
   if (i >= 0 && stats.seconds > 0) {
     // The step that switched to a candidate pays for the switch (a new
     // compressor, a cold PowerSGD start): not counted.
     if (i == last_sent_) {
-      tc_[i].sum += stats.samples / stats.seconds * gains_[i];
+      tc_[i].sum += stats.samples / stats.seconds;
       ++tc_[i].count;
     }
   }
@@ -310,7 +319,7 @@ void PortfolioPolicy::MaybeRetry() {
   int retry = -1;
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
     if (Eligible(i) || !has_gain_[i] || tc_[i].count == 0) continue;
-    if (tc_[i].mean() <= tc_[current_].mean()) continue;
+    if (Tc(i) <= Tc(current_)) continue;
     if (retry < 0 || gains_[i] > gains_[retry]) retry = i;
   }
   if (retry < 0) return;
@@ -347,7 +356,7 @@ std::string PortfolioPolicy::Describe() const {
     }
     absl::StrAppend(&out, " T_c=");
     if (tc_[i].count > 0) {
-      absl::StrAppend(&out, absl::SixDigits(tc_[i].mean()));
+      absl::StrAppend(&out, absl::SixDigits(Tc(i)));
     } else {
       absl::StrAppend(&out, "?");
     }
@@ -369,6 +378,8 @@ void PortfolioPolicy::SaveState(proto::PolicyState* state) const {
     c->set_has_gain(has_gain_[i]);
     c->set_throughput_sum(tc_[i].sum);
     c->set_throughput_count(tc_[i].count);
+    c->set_bytes_sum(bytes_[i].sum);
+    c->set_bytes_count(bytes_[i].count);
   }
   p->set_current(current_);
   for (int q : queue_) p->add_queue(q);
@@ -420,6 +431,8 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
     has_gain_[i] = i == 0 || p.candidates(i).has_gain();
     tc_[i] = Throughput{p.candidates(i).throughput_sum(),
                         p.candidates(i).throughput_count()};
+    bytes_[i] =
+        Throughput{p.candidates(i).bytes_sum(), p.candidates(i).bytes_count()};
   }
   observed_ = state.step();
   decisions_ = state.decisions();

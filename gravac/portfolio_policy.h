@@ -4,12 +4,16 @@
 // The candidates are (compressor, level) pairs across families: dense,
 // fp16/bf16, PowerSGD ranks, sparsifier CFs, QSGD bits. Each has its own
 // compression gain d_c = ||C(g_ef)||^2 / ||g_ef||^2 (an EWMA, as in the
-// paper) and its compression throughput T_c = (samples / seconds) * d_c,
-// measured over the steps it was sent. The paper's rule picks among them:
+// paper) and its compression throughput T_c = (samples / seconds) * d_c:
+// the mean throughput over the steps it was sent times its current gain.
+// The paper's rule picks among them:
 //
 //   eligible = { c : d_c >= epsilon }  (dense, d = 1, always is)
 //   send argmax_{c in eligible} T_c; when the two best are within omega
-//   (relative), the one with the higher gain (omega saturation).
+//   (relative), the one with the lower compression factor, i.e. that sends
+//   more bytes as measured (the paper settles on the lower CF of the two;
+//   across families the CF is the measured one), or the higher gain while
+//   the bytes of either are unknown (omega saturation).
 //
 // How the gains and throughputs are measured (every input is an average
 // over ranks, so every rank takes the same decisions):
@@ -126,7 +130,10 @@ class PortfolioPolicy : public Policy {
   const std::vector<Choice>& candidates() const { return candidates_; }
   const Choice& choice() const { return candidates_[current_]; }
   double gain(int i) const { return gains_[i]; }
-  double throughput(int i) const { return tc_[i].mean(); }
+  // T_c: the candidate's measured throughput (samples / s, mean over the
+  // steps it was sent) times its current gain, so a gain measured at the end
+  // of a trial (window mode) applies to the whole trial's throughput.
+  double Tc(int i) const { return tc_[i].mean() * gains_[i]; }
   bool exploring() const { return !queue_.empty() || trial_left_ > 0; }
   int64_t trial_steps() const { return trial_; }
 
@@ -166,8 +173,9 @@ class PortfolioPolicy : public Policy {
   std::vector<double> gains_;
   std::vector<bool> has_gain_;
   std::vector<Throughput> tc_;
-  std::deque<int> queue_;  // Candidates waiting for their trial.
-  int trying_ = -1;        // Candidate in a trial (-1: none).
+  std::vector<Throughput> bytes_;  // Bytes sent per step, by candidate.
+  std::deque<int> queue_;          // Candidates waiting for their trial.
+  int trying_ = -1;                // Candidate in a trial (-1: none).
   int64_t trial_left_ = 0;
   int last_sent_ = 0;               // Candidate of the last observed step.
   bool pick_after_trials_ = false;  // Re-pick current_ at the next decision.
