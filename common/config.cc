@@ -127,7 +127,7 @@ Knob BoolKnob(std::string name, std::string def, std::string doc,
 // The default portfolio of TERSE_GRAVAC_CANDIDATES (its measurement is in
 // docs/results/gravac.md).
 constexpr char kDefaultCandidates[] =
-    "none,fp16,powersgd:1,powersgd:4,topk:10,topk:100";
+    "none,fp16,powersgd:1,powersgd:4,topk:10";
 
 const std::vector<std::string>& CompressionWords() {
   static const auto* words = new std::vector<std::string>{

@@ -44,7 +44,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.accordion_low_rank, 1);
   EXPECT_THAT(c.gravac_candidates,
               ::testing::ElementsAre("none", "fp16", "powersgd:1",
-                                     "powersgd:4", "topk:10", "topk:100"));
+                                     "powersgd:4", "topk:10"));
   EXPECT_EQ(c.backend, "auto");
   EXPECT_EQ(c.timeline_path, "");
   EXPECT_EQ(c.stall_check_seconds, 60.0);

@@ -29,7 +29,7 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   c.gravac_gain = "step";
   Decision survey = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(survey.dense());
-  EXPECT_EQ(survey.gain_probes.size(), 5u);
+  EXPECT_EQ(survey.gain_probes.size(), 4u);
   EXPECT_EQ(survey.window_gain_steps, 0);
   // One sparsifier family: the paper's controller. With the throughput
   // guard (default) the first steps measure dense without probes; without
