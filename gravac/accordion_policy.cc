@@ -33,8 +33,8 @@ void AccordionPolicy::Observe(const Decision& taken, const StepStats& stats) {
   if (has_previous_ && previous_norm_ > 0) {
     double change = std::fabs(previous_norm_ - norm) / previous_norm_;
     critical_ = change >= options_.threshold;
-    TERSE_LOG(Debug) << "accordion: step " << step_ << " norm change "
-                     << change << (critical_ ? " critical" : " not critical");
+    TERSE_LOG(Debug) << "accordion: step " << step_ << " norm change " << change
+                     << (critical_ ? " critical" : " not critical");
   }
   previous_norm_ = norm;
   has_previous_ = true;
@@ -48,8 +48,8 @@ std::string AccordionPolicy::Describe() const {
                         critical_ ? options_.high_rank : options_.low_rank,
                         critical_ ? " critical" : " not critical");
   }
-  return absl::StrCat("accordion ", options_.compressor, " cf=",
-                      critical_ ? options_.low_cf : options_.high_cf);
+  return absl::StrCat("accordion ", options_.compressor,
+                      " cf=", critical_ ? options_.low_cf : options_.high_cf);
 }
 
 void AccordionPolicy::SaveState(proto::PolicyState* state) const {

@@ -134,7 +134,7 @@ void GravacPolicy::Observe(const Decision& taken, const StepStats& stats) {
       gain = taken.send_cf == taken.probe_cf_candidate ? delta_candidate_
                                                        : delta_min_;
     }
-    Throughput& t = throughput_[taken.dense() ? 1.0 : taken.send_cf];
+    RunningMean& t = throughput_[taken.dense() ? 1.0 : taken.send_cf];
     t.sum += stats.samples / stats.seconds * gain;
     ++t.count;
     if (options_.throughput_guard) {
@@ -249,7 +249,7 @@ absl::Status GravacPolicy::RestoreState(const proto::PolicyState& state) {
   has_gains_ = state.has_gains();
   throughput_.clear();
   for (const proto::ThroughputRecord& r : state.throughput()) {
-    throughput_[r.cf()] = Throughput{r.sum(), r.count()};
+    throughput_[r.cf()] = RunningMean{r.sum(), r.count()};
   }
   settled_ = state.settled();
   theta_ideal_ = state.theta_ideal();

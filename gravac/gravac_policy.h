@@ -122,12 +122,7 @@ class GravacPolicy : public Policy {
   double delta_min_ = 1;
   double delta_candidate_ = 1;
   bool has_gains_ = false;
-  struct Throughput {
-    double sum = 0;
-    int64_t count = 0;
-    double mean() const { return count ? sum / count : 0; }
-  };
-  std::map<double, Throughput> throughput_;  // By CF sent.
+  std::map<double, RunningMean> throughput_;  // By CF sent.
   bool settled_ = false;
   double theta_ideal_ = 0;
   Decision last_decision_;

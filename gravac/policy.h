@@ -44,6 +44,14 @@ struct Choice {
   }
 };
 
+// A running mean (a throughput or a byte count per step) that policies keep
+// per CF or candidate and checkpoint as its sum and count.
+struct RunningMean {
+  double sum = 0;
+  int64_t count = 0;
+  double mean() const { return count ? sum / count : 0; }
+};
+
 struct Decision {
   // Sparsifier for both probe levels and for sending; "none" means dense.
   std::string compressor = "none";

@@ -133,8 +133,8 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   gains_.assign(k, 1.0);
   has_gain_.assign(k, false);
   has_gain_[0] = true;  // Dense sends everything.
-  tc_.assign(k, Throughput{});
-  bytes_.assign(k, Throughput{});
+  tc_.assign(k, RunningMean{});
+  bytes_.assign(k, RunningMean{});
 }
 
 bool PortfolioPolicy::Lossless(int i) const {
@@ -167,8 +167,8 @@ int PortfolioPolicy::Best(int exclude) const {
     // omega saturation: a tie goes to the lower CF (more bytes sent), as
     // the paper settles; the higher gain while bytes are unknown.
     if (best > 0 && (best - second) / best <= options_.omega) {
-      const Throughput& a = bytes_[order[0]];
-      const Throughput& b = bytes_[order[1]];
+      const RunningMean& a = bytes_[order[0]];
+      const RunningMean& b = bytes_[order[1]];
       const bool known = a.count > 0 && b.count > 0;
       if (known ? b.mean() > a.mean() : gains_[order[1]] > gains_[order[0]]) {
         return order[1];
@@ -250,10 +250,12 @@ Decision PortfolioPolicy::Finish(int send) {
   d.wants_stats = !quiet;
   streak_ = send == last_decided_ ? streak_ + 1 : 0;
   last_decided_ = send;
-  if (window_mode_) {
-    // After a switch the engine's first window is a warm-up of warmup_
-    // steps (it restarts when it holds window_gain_steps), so the first
-    // sample's e_0 is this candidate's own backlog, not its predecessor's.
+  if (window_mode_ && !Lossless(send)) {
+    // Lossless sends need no window (their gain is their step gain), so the
+    // engine keeps no sums for them. After a switch the engine's first window
+    // is a warm-up of warmup_ steps (it restarts when it holds
+    // window_gain_steps), so the first sample's e_0 is this candidate's own
+    // backlog, not its predecessor's.
     d.window_gain_steps = streak_ <= warmup_ ? warmup_ : options_.gain_window;
   }
   ++decisions_;
@@ -429,10 +431,10 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
   for (int i = 0; i < k; ++i) {
     gains_[i] = p.candidates(i).gain();
     has_gain_[i] = i == 0 || p.candidates(i).has_gain();
-    tc_[i] = Throughput{p.candidates(i).throughput_sum(),
-                        p.candidates(i).throughput_count()};
+    tc_[i] = RunningMean{p.candidates(i).throughput_sum(),
+                         p.candidates(i).throughput_count()};
     bytes_[i] =
-        Throughput{p.candidates(i).bytes_sum(), p.candidates(i).bytes_count()};
+        RunningMean{p.candidates(i).bytes_sum(), p.candidates(i).bytes_count()};
   }
   observed_ = state.step();
   decisions_ = state.decisions();

@@ -141,12 +141,6 @@ class PortfolioPolicy : public Policy {
   static constexpr int64_t kLosslessTrial = 3;
 
  private:
-  struct Throughput {
-    double sum = 0;
-    int64_t count = 0;
-    double mean() const { return count ? sum / count : 0; }
-  };
-
   int IndexOf(const Choice& c) const;
   // none, fp16, bf16: their gain is their step gain (about 1) in both modes.
   bool Lossless(int i) const;
@@ -172,10 +166,10 @@ class PortfolioPolicy : public Policy {
   int current_ = 0;        // Candidate sent when not in a trial.
   std::vector<double> gains_;
   std::vector<bool> has_gain_;
-  std::vector<Throughput> tc_;
-  std::vector<Throughput> bytes_;  // Bytes sent per step, by candidate.
-  std::deque<int> queue_;          // Candidates waiting for their trial.
-  int trying_ = -1;                // Candidate in a trial (-1: none).
+  std::vector<RunningMean> tc_;
+  std::vector<RunningMean> bytes_;  // Bytes sent per step, by candidate.
+  std::deque<int> queue_;           // Candidates waiting for their trial.
+  int trying_ = -1;                 // Candidate in a trial (-1: none).
   int64_t trial_left_ = 0;
   int last_sent_ = 0;               // Candidate of the last observed step.
   bool pick_after_trials_ = false;  // Re-pick current_ at the next decision.

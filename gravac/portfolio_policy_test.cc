@@ -278,11 +278,11 @@ TEST(PortfolioPolicyTest, WindowGainWarmsUpAfterASwitch) {
     steps.push_back(d.window_gain_steps);
     sent.push_back(ChoiceName(Of(d)));
   }
-  // Dense once, then powersgd:4's trial: warm-up 2 (decisions 0..2 of the
-  // streak ask for 2, so the engine restarts after 2 steps), then 10.
+  // Dense once (no window), then powersgd:4's trial: warm-up 2 (decisions 0..2
+  // of the streak ask for 2, so the engine restarts after 2 steps), then 10.
   EXPECT_THAT(sent, ElementsAre("none", "powersgd:4", "powersgd:4",
                                 "powersgd:4", "powersgd:4", "powersgd:4"));
-  EXPECT_THAT(steps, ElementsAre(2, 2, 2, 2, 10, 10));
+  EXPECT_THAT(steps, ElementsAre(0, 2, 2, 2, 10, 10));  // Dense: none.
 }
 
 TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGainWhileBytesAreUnknown) {
