@@ -149,6 +149,7 @@ proto::Request RequestFor(const proto::Response& r) {
   q.set_root_rank(r.root_rank());
   q.set_prescale(r.prescale());
   q.set_postscale(r.postscale());
+  q.set_compression(r.compression());
   return q;
 }
 
