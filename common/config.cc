@@ -265,6 +265,12 @@ const std::vector<Knob>& Knobs() {
       IntKnob("TERSE_CACHE_CAPACITY", "entries", "1024",
               "response-cache size; 0 negotiates every tensor every step",
               &Config::cache_capacity, 0, 1 << 20),
+      IntKnob("TERSE_FORGET_AFTER_STEPS", "steps", "100",
+              "steps an allreduce tensor name may go unseen before its "
+              "bucket, fusion buffer and error-feedback residual are "
+              "dropped (it starts afresh if it comes back); 0 keeps them "
+              "for ever",
+              &Config::forget_after_steps, 0, int64_t{1} << 40),
       WordKnob("TERSE_BACKEND", "auto",
                "collective backend: auto picks NCCL for CUDA tensors, MPI "
                "for CPU tensors",

@@ -36,6 +36,9 @@ struct Config {
   int64_t fusion_threshold_bytes;
   double cycle_time_ms;
   int64_t cache_capacity;
+  // Steps a tensor name may go unreduced before its bucket and per-name
+  // state are dropped (engine/bucket_assigner.h); 0: never.
+  int64_t forget_after_steps;
   std::string backend;  // auto | mpi | nccl
 
   // Compression.

@@ -15,6 +15,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.fusion_threshold_bytes, 67108864);
   EXPECT_EQ(c.cycle_time_ms, 1.0);
   EXPECT_EQ(c.cache_capacity, 1024);
+  EXPECT_EQ(c.forget_after_steps, 100);
   EXPECT_EQ(c.compression, "none");
   EXPECT_EQ(c.cf, 100.0);
   EXPECT_TRUE(c.compression_rules.empty());
@@ -59,7 +60,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 37u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 38u);
 }
 
 TEST(ConfigTest, ParsesValues) {

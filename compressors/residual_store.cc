@@ -4,6 +4,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace terse {
@@ -110,6 +111,22 @@ void ResidualStore::Erase(const std::vector<Segment>& segments) {
   for (const Segment& s : segments) {
     residuals_.erase(KeyOf(s.name, s.tensor_offset, s.count));
   }
+}
+
+int64_t ResidualStore::EraseNames(const std::vector<std::string>& names) {
+  if (names.empty()) return 0;
+  const absl::flat_hash_set<std::string> drop(names.begin(), names.end());
+  absl::MutexLock lock(&mu_);
+  int64_t dropped = 0;
+  for (auto it = residuals_.begin(); it != residuals_.end();) {
+    if (drop.contains(it->second.name)) {
+      residuals_.erase(it++);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
 }
 
 std::vector<float> ResidualStore::Residual(const std::string& name,

@@ -49,6 +49,11 @@ class ResidualStore {
                  absl::Span<const float> sent);
   // Drops the residuals of `segments` (GraVAC's dense fallback).
   void Erase(const std::vector<Segment>& segments);
+  // Drops every residual of the tensors `names` (any offset and count), e.g.
+  // of names the engine stopped tracking (engine/bucket_assigner.h); one
+  // that comes back starts from a zero residual. Returns how many residuals
+  // were dropped.
+  int64_t EraseNames(const std::vector<std::string>& names);
 
   // The residual of one segment (zeros if it has none yet).
   std::vector<float> Residual(const std::string& name, int64_t tensor_offset,

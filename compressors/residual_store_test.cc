@@ -49,6 +49,52 @@ TEST(ResidualStoreTest, ExportImportRoundTrip) {
   EXPECT_EQ(b.size(), 2);
 }
 
+// Error feedback over steps with a compressor that sends the entries of even
+// index: conservation (what was sent + the residual = every gradient since
+// the residual was last zero), checked in exact small-integer arithmetic.
+TEST(ResidualStoreTest, EraseNamesRestartsThoseResidualsAndKeepsTheLaw) {
+  ResidualStore store;
+  // One bucket: "kept" at [0, 4), "dropped" in two segments at [4, 6) and
+  // [6, 9) (tensor offsets 0 and 2), "other" at [9, 10).
+  const std::vector<Segment> bucket = Segments({{"kept", 0, 4, 0},
+                                                {"dropped", 4, 2, 0},
+                                                {"dropped", 6, 3, 2},
+                                                {"other", 9, 1, 0}});
+  const int d = 10;
+  std::vector<double> sent_sum(d, 0), grad_sum(d, 0);
+  auto step = [&](int t) {
+    std::vector<float> a(d), sent(d, 0);
+    for (int i = 0; i < d; ++i) a[i] = static_cast<float>((t * 7 + i * 3) % 11);
+    for (int i = 0; i < d; ++i) grad_sum[i] += a[i];
+    store.AddTo(absl::MakeSpan(a), bucket);
+    for (int i = 0; i < d; i += 2) sent[i] = a[i];
+    for (int i = 0; i < d; ++i) sent_sum[i] += sent[i];
+    store.Store(bucket, a, sent);
+  };
+  auto residual = [&](int i) -> double {
+    if (i < 4) return store.Residual("kept", 0, 4)[i];
+    if (i < 6) return store.Residual("dropped", 0, 2)[i - 4];
+    if (i < 9) return store.Residual("dropped", 2, 3)[i - 6];
+    return store.Residual("other", 0, 1)[0];
+  };
+  for (int t = 0; t < 5; ++t) step(t);
+  for (int i = 0; i < d; ++i) {
+    EXPECT_EQ(sent_sum[i] + residual(i), grad_sum[i]) << i;
+  }
+  EXPECT_EQ(store.size(), 4);
+  EXPECT_EQ(store.EraseNames({"dropped", "never.seen"}), 2);
+  EXPECT_EQ(store.size(), 2);
+  for (int i = 4; i < 9; ++i) EXPECT_EQ(residual(i), 0.0) << i;
+  // The dropped tensor starts afresh: its law counts from here.
+  for (int i = 4; i < 9; ++i) sent_sum[i] = grad_sum[i] = 0;
+  for (int t = 5; t < 9; ++t) step(t);
+  for (int i = 0; i < d; ++i) {
+    EXPECT_EQ(sent_sum[i] + residual(i), grad_sum[i]) << i;
+  }
+  EXPECT_EQ(store.EraseNames({}), 0);
+  EXPECT_EQ(store.size(), 4);
+}
+
 TEST(ResidualStoreTest, SegmentsAreValidated) {
   CompressContext ctx;
   std::vector<Segment> bad = Segments({{"x", 3, 4, 0}});

@@ -1,5 +1,6 @@
 #include "engine/bucket_assigner.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -20,11 +21,52 @@ int64_t ResponseCount(const proto::Response& r) {
 }  // namespace
 
 BucketAssigner::BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
-                               GroupFunction group, SoloFilter solo)
+                               GroupFunction group, SoloFilter solo,
+                               int64_t forget_after_steps)
     : threshold_(threshold_bytes),
       solo_bytes_(solo_bytes),
       group_(std::move(group)),
-      solo_filter_(std::move(solo)) {}
+      solo_filter_(std::move(solo)),
+      forget_after_(forget_after_steps) {}
+
+void BucketAssigner::CountStep(const std::string& name,
+                               std::vector<int>* completed) {
+  auto it = seen_.find(name);
+  if (it != seen_.end() && it->second.step == step_) {
+    // Ready twice in one step: the step is over.
+    working_set_ = step_names_;
+    EndStep(completed);
+  } else if (step_names_ >= std::max(kMinStepNames, working_set_)) {
+    EndStep(completed);  // No name repeats: a step of fresh names is full.
+  }
+  seen_[name].step = step_;
+  ++step_names_;
+}
+
+void BucketAssigner::EndStep(std::vector<int>* completed) {
+  ++step_;
+  step_names_ = 0;
+  if (forget_after_ <= 0) return;
+  std::vector<std::string> stale;
+  for (const auto& [name, seen] : seen_) {
+    if (step_ - seen.step > forget_after_) stale.push_back(name);
+  }
+  // A fixed order, so the buckets change the same way on every rank.
+  std::sort(stale.begin(), stale.end());
+  for (const std::string& name : stale) {
+    seen_.erase(name);
+    forgotten_.push_back(name);
+    auto place = places_.find(name);
+    if (place == places_.end()) continue;  // It failed and left already.
+    const int id = place->second.bucket;
+    Erase(id, place->second.index);
+    auto b = buckets_.find(id);
+    if (b != buckets_.end() && b->second.complete() &&
+        b->second.ready_count > 0) {
+      completed->push_back(id);
+    }
+  }
+}
 
 bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
   return static_cast<int32_t>(b.dtype) == r.dtype() &&
@@ -95,6 +137,7 @@ bool BucketAssigner::MarkReady(const std::string& name) {
 std::vector<int> BucketAssigner::OnReady(
     const std::vector<const proto::Response*>& ready) {
   std::vector<int> completed;
+  for (const proto::Response* r : ready) CountStep(r->names(0), &completed);
   // The bucket of each key opened last in this call (next fit).
   std::vector<int> open;
   for (const proto::Response* r : ready) {
@@ -217,6 +260,12 @@ std::vector<int> BucketAssigner::TakeChanged() {
   std::vector<int> changed;
   changed.swap(changed_);
   return changed;
+}
+
+std::vector<std::string> BucketAssigner::TakeForgotten() {
+  std::vector<std::string> forgotten;
+  forgotten.swap(forgotten_);
+  return forgotten;
 }
 
 void BucketAssigner::Reset(int id) {

@@ -23,6 +23,20 @@
 // tensor that was submitted together with others once and never again must
 // not block them forever).
 //
+// Forgetting (bounded state): a tensor name that has not been ready for
+// `forget_after_steps` steps leaves its bucket (an emptied bucket is
+// deleted and reported by TakeChanged, so its fusion buffer and compressor
+// state go) and is reported by TakeForgotten, so per-name state elsewhere
+// (error-feedback residuals, velocities) can be dropped; if it comes back it
+// starts afresh, as a tensor seen for the first time. Steps are counted from
+// the negotiated responses alone (so every rank forgets the same names at
+// the same point): a step ends when a name that was already ready in it is
+// ready again (a training loop reduces each gradient once per step), or,
+// when no name repeats (every op under a fresh name), once it has seen more
+// distinct names than max(kMinStepNames, the distinct names of the last step
+// that ended by a repeat). So at most about (forget_after_steps + 1) times
+// that many names are tracked, whatever the workload.
+//
 // Not thread-safe; used by the engine's background thread only.
 #ifndef TERSE_ENGINE_BUCKET_ASSIGNER_H_
 #define TERSE_ENGINE_BUCKET_ASSIGNER_H_
@@ -87,14 +101,22 @@ class BucketAssigner {
   using SoloFilter =
       std::function<bool(const std::string&, const std::string&)>;
   // `solo_bytes` <= 0: no tensor is put alone because of its size alone
-  // (it still is when larger than the threshold).
+  // (it still is when larger than the threshold). `forget_after_steps` <= 0:
+  // names are never forgotten.
   BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
-                 GroupFunction group = nullptr, SoloFilter solo = nullptr);
+                 GroupFunction group = nullptr, SoloFilter solo = nullptr,
+                 int64_t forget_after_steps = 0);
 
-  // One cycle's EXECUTE allreduce responses, in negotiated order: assigns
+  // A step that no repeated name ends is ended after this many distinct
+  // names at least (see Forgetting above).
+  static constexpr int64_t kMinStepNames = 256;
+
+  // One cycle's EXECUTE allreduce responses, in negotiated order: advances
+  // the step count and forgets stale names (see Forgetting above), assigns
   // the tensors seen for the first time (or with changed parameters), then
-  // marks every one ready. Returns the buckets that became complete, in the
-  // order they completed.
+  // marks every one ready. Returns the buckets that became complete (also
+  // those whose last unready members were forgotten), in the order they
+  // completed.
   std::vector<int> OnReady(const std::vector<const proto::Response*>& ready);
 
   // The tensor failed: it leaves its bucket. Returns the bucket id if the
@@ -113,6 +135,14 @@ class BucketAssigner {
   // last call, so per-bucket state elsewhere can be dropped.
   std::vector<int> TakeChanged();
 
+  // Names forgotten (see Forgetting above) since the last call.
+  std::vector<std::string> TakeForgotten();
+
+  // Names tracked now (members of some bucket).
+  int64_t num_names() const { return static_cast<int64_t>(places_.size()); }
+  // Steps counted so far (see Forgetting above).
+  int64_t steps() const { return step_; }
+
   bool exists(int id) const { return buckets_.count(id) > 0; }
   const Bucket& bucket(int id) const { return buckets_.at(id); }
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
@@ -123,6 +153,9 @@ class BucketAssigner {
   struct Place {
     int bucket;
     int index;
+  };
+  struct Seen {
+    int64_t step = 0;  // The last step the name was ready in.
   };
 
   bool SameKey(const Bucket& b, const proto::Response& r) const;
@@ -136,6 +169,12 @@ class BucketAssigner {
   std::string GroupOf(const std::string& name,
                       const std::string& compression) const;
 
+  // Counts `name` ready in the current step, ending the step first if it
+  // already was (or the step is full); forgets stale names at a step's end,
+  // appending buckets that became complete by it to `completed`.
+  void CountStep(const std::string& name, std::vector<int>* completed);
+  void EndStep(std::vector<int>* completed);
+
   const int64_t threshold_;
   const int64_t solo_bytes_;
   const GroupFunction group_;
@@ -144,6 +183,15 @@ class BucketAssigner {
   std::map<int, Bucket> buckets_;
   absl::flat_hash_map<std::string, Place> places_;
   std::vector<int> changed_;
+
+  const int64_t forget_after_;
+  int64_t step_ = 0;
+  // Distinct names ready in the current step, and in the last step that a
+  // repeated name ended.
+  int64_t step_names_ = 0;
+  int64_t working_set_ = 0;
+  absl::flat_hash_map<std::string, Seen> seen_;
+  std::vector<std::string> forgotten_;
 };
 
 }  // namespace terse

@@ -1,5 +1,7 @@
 #include "engine/bucket_assigner.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -174,6 +176,108 @@ TEST(BucketAssignerTest, GroupAndSoloSeeTheCompressionSpec) {
   bool saw_fp16 = false;
   for (const auto& [name, spec] : seen) saw_fp16 |= name == "y" && spec == "fp16";
   EXPECT_TRUE(saw_fp16);
+}
+
+
+// Forgetting (bucket_assigner.h). Oracle: a training loop whose step is one
+// OnReady of the same names, so the assigner's step count is the loop's.
+TEST(BucketAssignerTest, NameUnseenForNStepsIsForgottenOnceAndItsBucketRuns) {
+  const int64_t n = 5;
+  BucketAssigner a(1000, 0, nullptr, nullptr, n);
+  std::vector<proto::Response> first = {R("a", 1), R("b", 1), R("rare", 1)};
+  std::vector<proto::Response> step = {R("a", 1), R("b", 1)};
+  for (int id : a.OnReady(Ptrs(first))) a.Reset(id);
+  const int id = a.BucketOf("a");
+  ASSERT_EQ(a.BucketOf("rare"), id);  // {a, b, rare}
+  a.TakeChanged();
+  // Steps 1..n: "rare" is missing, so {a, b, rare} waits (nobody ticks).
+  for (int64_t s = 1; s <= n; ++s) {
+    EXPECT_TRUE(a.OnReady(Ptrs(step)).empty());
+    EXPECT_EQ(a.steps(), s);
+    EXPECT_TRUE(a.TakeForgotten().empty());
+  }
+  // Step n+1 begins: "rare" has missed n whole steps and goes; the bucket
+  // it held up is complete with a and b ready since step 1.
+  EXPECT_EQ(a.OnReady(Ptrs(step)), std::vector<int>{id});
+  EXPECT_EQ(a.TakeForgotten(), std::vector<std::string>{"rare"});
+  EXPECT_EQ(a.TakeChanged(), std::vector<int>{id});
+  EXPECT_EQ(Members(a.bucket(id)), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(a.BucketOf("rare"), -1);
+  EXPECT_EQ(a.num_names(), 2);
+  a.Reset(id);
+  // The kept names never go while they keep coming.
+  for (int s = 0; s < 4 * n; ++s) {
+    for (int done : a.OnReady(Ptrs(step))) a.Reset(done);
+  }
+  EXPECT_TRUE(a.TakeForgotten().empty());
+  EXPECT_EQ(a.BucketOf("a"), id);
+  // "rare" comes back: a new name, in a new bucket of its own cycle.
+  std::vector<proto::Response> back = {R("rare", 1)};
+  std::vector<int> done = a.OnReady(Ptrs(back));
+  EXPECT_EQ(done.size(), 1u);
+  EXPECT_NE(a.BucketOf("rare"), id);
+  EXPECT_TRUE(a.bucket(a.BucketOf("rare")).complete());
+}
+
+TEST(BucketAssignerTest, FreshNamesStayBoundedAndEachIsForgottenOnce) {
+  const int64_t n = 3;
+  BucketAssigner a(1 << 20, 0, nullptr, nullptr, n);
+  const int64_t fresh = 20000;
+  std::set<std::string> forgotten;
+  int64_t most = 0;
+  for (int64_t i = 0; i < fresh; ++i) {
+    // One to three fresh names a cycle, never repeated.
+    std::vector<proto::Response> v;
+    for (int64_t j = 0; j <= i % 3; ++j) {
+      v.push_back(R("noname." + std::to_string(i) + "." + std::to_string(j),
+                    1 + j));
+    }
+    for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
+    for (const std::string& name : a.TakeForgotten()) {
+      EXPECT_TRUE(forgotten.insert(name).second) << name << " twice";
+    }
+    a.TakeChanged();
+    most = std::max(most, a.num_names());
+  }
+  // No name repeats, so a step ends after kMinStepNames names: at most n
+  // past steps and the current one are tracked.
+  EXPECT_LE(most, (n + 1) * BucketAssigner::kMinStepNames);
+  EXPECT_LE(a.num_buckets(), a.num_names());
+  // Everything issued is tracked or was forgotten (once), nothing else.
+  int64_t issued = 0;
+  for (int64_t i = 0; i < fresh; ++i) issued += 1 + i % 3;
+  EXPECT_EQ(static_cast<int64_t>(forgotten.size()) + a.num_names(), issued);
+}
+
+TEST(BucketAssignerTest, FreshNamesBesideATrainingLoopGoAfterNSteps) {
+  // Each step: the loop's gradients g0..g9 and one fresh name.
+  const int64_t n = 4;
+  BucketAssigner a(1 << 20, 0, nullptr, nullptr, n);
+  for (int s = 0; s < 200; ++s) {
+    std::vector<proto::Response> v;
+    for (int g = 0; g < 10; ++g) v.push_back(R("g" + std::to_string(g), 8));
+    v.push_back(R("fresh." + std::to_string(s), 8));
+    for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
+    std::vector<std::string> gone = a.TakeForgotten();
+    if (s > n) {
+      // Step s forgets the fresh name of step s - n - 1, nothing else.
+      EXPECT_EQ(gone, std::vector<std::string>{"fresh." +
+                                               std::to_string(s - n - 1)});
+    } else {
+      EXPECT_TRUE(gone.empty());
+    }
+    EXPECT_LE(a.num_names(), 10 + n + 1);
+  }
+}
+
+TEST(BucketAssignerTest, ForgetAfterZeroKeepsEveryName) {
+  BucketAssigner a(1 << 20, 0);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<proto::Response> v = {R("n" + std::to_string(i), 1)};
+    for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
+  }
+  EXPECT_TRUE(a.TakeForgotten().empty());
+  EXPECT_EQ(a.num_names(), 2000);
 }
 
 }  // namespace

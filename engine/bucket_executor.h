@@ -41,6 +41,10 @@ class BucketExecutor {
 
   // The bucket was dropped or changed: release its buffer and state.
   void Forget(int bucket_id);
+  // Tensor names no longer tracked: forwarded to the reducer.
+  void ForgetTensors(const std::vector<std::string>& names) {
+    if (!names.empty()) reducer_->ForgetTensors(names);
+  }
 
  private:
   struct PerBucket {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
@@ -46,6 +47,12 @@ class BucketReducer {
 
   // The bucket was dropped or changed membership: forget its state.
   virtual void Forget(int bucket_id) { (void)bucket_id; }
+
+  // The engine stopped tracking these tensor names (BucketAssigner's
+  // TakeForgotten): drop per-name state (residuals, velocities).
+  virtual void ForgetTensors(const std::vector<std::string>& names) {
+    (void)names;
+  }
 };
 
 // Dense allreduce of the whole region (records COMMUNICATE).

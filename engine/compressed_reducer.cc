@@ -676,6 +676,11 @@ void CompressedReducer::Forget(int bucket_id) {
   reports_.erase(bucket_id);
 }
 
+void CompressedReducer::ForgetTensors(const std::vector<std::string>& names) {
+  residuals_.EraseNames(names);
+  momenta_.EraseNames(names);
+}
+
 std::vector<BucketReport> CompressedReducer::Reports() const {
   absl::MutexLock lock(&report_mu_);
   std::vector<BucketReport> out;

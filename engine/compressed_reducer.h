@@ -85,6 +85,8 @@ class CompressedReducer : public BucketReducer {
 
   absl::Status Reduce(const BucketReduceContext& ctx) override;
   void Forget(int bucket_id) override;
+  // Drops the residuals and velocities of `names` (between steps).
+  void ForgetTensors(const std::vector<std::string>& names) override;
 
   std::vector<BucketReport> Reports() const;
   // Bytes this rank has sent through this reducer since it was made.

@@ -198,7 +198,8 @@ Engine::Engine(const Config& config, const EngineOptions& options,
             // Only dense tensors are reduced alone in place; a compressed
             // bucket copies into its buffer anyway.
             return ChooseCompressionFor(name, spec, config).name == "none";
-          }),
+          },
+          config.forget_after_steps),
       reducer_(config, rank_, size_),
       executor_(comm_, &reducer_, timeline_.get()) {}
 
@@ -409,6 +410,7 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
   for (int id : buckets_.OnReady(ready)) complete.push_back(id);
   for (int id : buckets_.Tick(stuck_limit_)) complete.push_back(id);
   for (int id : buckets_.TakeChanged()) executor_.Forget(id);
+  executor_.ForgetTensors(buckets_.TakeForgotten());
   {
     // Before any op of this cycle completes, so a waiter sees fresh stats.
     absl::MutexLock lock(&mu_);

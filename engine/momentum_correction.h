@@ -69,6 +69,10 @@ class MomentumCorrection {
     return velocities_.WithEntries(fn);
   }
   int64_t size() const { return velocities_.size(); }
+  // ResidualStore::EraseNames of the velocities.
+  int64_t EraseNames(const std::vector<std::string>& names) {
+    return velocities_.EraseNames(names);
+  }
 
  private:
   // The segments that Apply.

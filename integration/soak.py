@@ -48,7 +48,13 @@ Random events between batches (drawn from the shared seed):
   restore   load_compression_state() of the last save: the law's e(before)
             then is the saved residual, so a restore that did not restore
             fails the next check of that slot.
-  unnamed   (--unnamed) an allreduce without a name ('allreduce.noname.N').
+  unnamed   (--unnamed) an allreduce without a name ('allreduce.noname.N'):
+            a fresh name every time, whose bucket and state the engine
+            must drop (TERSE_FORGET_AFTER_STEPS, --forget-after) or RSS
+            grows without bound. An error-feedback slot the engine forgot
+            the same way restarts from a zero residual: the check takes
+            e(before) = 0 when the engine held no residual for it before
+            the op (read from its saved state) and counts it as forgotten.
 
 Reported per rank: ops and ops/s, peak RSS (VmHWM), RSS growth after the
 warm-up (the first 20% of the time; RSS sampled at quiescent points, between
@@ -496,6 +502,14 @@ class Soak:
                                    name=f"soak.res.{name}").numpy()
         after = gathered.astype(np.float64).sum(axis=0)
         before = self.residual_sums.get(name, np.zeros(d))
+        if not spec.get("held_before", True) and before.any():
+            # The engine forgot the slot (unseen for TERSE_FORGET_AFTER_STEPS
+            # steps; forgetting is the same on every rank): its residual
+            # restarts at zero. A residual lost any other way still fails:
+            # the engine held none here, so the law holds only with zero.
+            before = np.zeros(d)
+            key = ("forgotten", spec["comp"], "-")
+            self.counts[key] = self.counts.get(key, 0) + 1
         g = np.zeros(d, np.float64)
         mag = np.abs(before) + np.abs(after)
         for x in xs:
@@ -534,6 +548,14 @@ class Soak:
 
     def run_batch(self, batch_no):
         specs, order = self.draw_batch(batch_no)
+        for s in specs:
+            if s.get("ef"):
+                # Whether the engine holds this slot's residual before the
+                # op: one it forgot (TERSE_FORGET_AFTER_STEPS) restarts at
+                # zero, which check_ef must tell from a lost residual.
+                state = terse.save_compression_state()
+                s["held_before"] = (s["name"], 0) in residuals_of(state)
+                del state
         handles = [self.start(s) for s in specs]
         for i in order:
             try:
@@ -705,6 +727,9 @@ def main():
                         "bucket and its fusion buffer per name)")
     p.add_argument("--unnamed", type=float, default=0.0,
                    help="share of dense allreduces issued without a name")
+    p.add_argument("--forget-after", type=int, default=None,
+                   help="TERSE_FORGET_AFTER_STEPS for the engine (default: "
+                        "the engine's; 0 never forgets a name)")
     p.add_argument("--join-rate", type=float, default=0.03)
     p.add_argument("--checkpoint-rate", type=float, default=0.02)
     p.add_argument("--max-rss-growth", type=float, default=0.01,
@@ -714,8 +739,11 @@ def main():
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    terse.init(config={"TERSE_COMPRESSION_RULES": compression_rules(),
-                       "TERSE_CF": str(EF_CF)})
+    config = {"TERSE_COMPRESSION_RULES": compression_rules(),
+              "TERSE_CF": str(EF_CF)}
+    if args.forget_after is not None:
+        config["TERSE_FORGET_AFTER_STEPS"] = str(args.forget_after)
+    terse.init(config=config)
     soak = Soak(args)
     report = soak.run()
     problems = []
