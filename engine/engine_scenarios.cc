@@ -103,6 +103,26 @@ absl::Status ManySmallTensors(int rank, Engine& engine) {
                    " with ", first.buckets, " buckets"));
 }
 
+// TERSE_FORGET_AFTER_STEPS = 3 (engine/bucket_assigner.h): a steady set of
+// tensors each step plus one name never used again; the buckets of the
+// fresh names go, so the bucket count stops growing, and results stay right.
+absl::Status FreshNamesAreForgotten(int rank, Engine& engine) {
+  const std::vector<int64_t> steady = {5, 9, 3};
+  int64_t at_ten = 0;
+  for (int step = 0; step < 40; ++step) {
+    TERSE_RETURN_IF_ERROR(AllreduceStep(rank, engine, steady, step, "w"));
+    TERSE_RETURN_IF_ERROR(AllreduceStep(rank, engine, {7}, step,
+                                        absl::StrCat("fresh.", step, ".")));
+    if (step == 10) at_ten = engine.stats().buckets;
+  }
+  const int64_t later = engine.stats().buckets;
+  TERSE_RETURN_IF_ERROR(Expect(
+      later <= at_ten && later <= 3 + 3 + 2,
+      absl::StrCat("buckets ", at_ten, " at step 10, ", later, " at 40")));
+  // A forgotten name that comes back is reduced like a new one.
+  return AllreduceStep(rank, engine, {7}, 0, "fresh.0.");
+}
+
 absl::Status FusionThreshold(int rank, Engine& engine) {
   std::vector<int64_t> sizes(40, 100);  // 400 bytes each: >= 4 buckets.
   sizes.push_back(5000);                // Larger than the threshold.
@@ -294,6 +314,8 @@ std::vector<Scenario> CorrectnessScenarios() {
       {"FusionThreshold", [](Config* c) { c->fusion_threshold_bytes = 4096; },
        FusionThreshold},
       {"MixedDtypes", nullptr, MixedDtypes},
+      {"FreshNamesAreForgotten", [](Config* c) { c->forget_after_steps = 3; },
+       FreshNamesAreForgotten},
       {"Scaling", nullptr, Scaling},
       {"ZeroSize", nullptr, ZeroSize},
       {"BroadcastRoots", nullptr, BroadcastRoots},
