@@ -1,0 +1,111 @@
+#include "engine/collective_watchdog.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+
+namespace terse {
+namespace {
+
+constexpr size_t kMaxListed = 20;
+
+}  // namespace
+
+CollectiveWatchdog::CollectiveWatchdog(int rank, double limit_seconds,
+                                       const PeerMonitor* peers,
+                                       Action action, double poll_seconds)
+    : rank_(rank),
+      limit_(limit_seconds),
+      peers_(peers),
+      action_(std::move(action)),
+      poll_(poll_seconds) {
+  if (limit_ > 0) thread_ = std::thread([this] { Run(); });
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void CollectiveWatchdog::Enter(absl::string_view phase, Tensors tensors) {
+  absl::MutexLock lock(&mu_);
+  inside_ = true;
+  phase_.assign(phase.data(), phase.size());
+  tensors_ = std::move(tensors);
+  since_ = Clock::now();
+}
+
+void CollectiveWatchdog::Leave() {
+  absl::MutexLock lock(&mu_);
+  inside_ = false;
+}
+
+std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
+  if (limit_ <= 0) return "";
+  std::string phase;
+  Tensors tensors;
+  double waited = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!inside_) return "";
+    waited = SecondsBetween(since_, now);
+    if (waited <= limit_) return "";
+    phase = phase_;
+    tensors = tensors_;
+  }
+  std::string message = absl::StrFormat(
+      "terse: rank %d: %s has not completed in %.1f s "
+      "(TERSE_STALL_SHUTDOWN_SECONDS=%g)",
+      rank_, phase, waited, limit_);
+  if (tensors != nullptr && !tensors->empty()) {
+    std::vector<std::string> quoted;
+    for (size_t i = 0; i < tensors->size() && i < kMaxListed; ++i) {
+      quoted.push_back(absl::StrCat("'", (*tensors)[i], "'"));
+    }
+    absl::StrAppend(&message, ", holding up ", tensors->size(),
+                    tensors->size() == 1 ? " tensor: " : " tensors: ",
+                    absl::StrJoin(quoted, ", "),
+                    tensors->size() > kMaxListed ? ", ..." : "");
+  }
+  if (peers_ != nullptr) {
+    // Silent for most of the wait: heartbeats go every second or so.
+    const std::vector<int> silent = peers_->Silent(limit_ / 2, now);
+    if (silent.empty()) {
+      absl::StrAppend(&message,
+                      "; every rank still answers heartbeats (a peer is "
+                      "stuck, not unreachable)");
+    } else {
+      std::vector<std::string> named;
+      for (int r : silent) {
+        named.push_back(absl::StrFormat("rank %d (not heard for %.1f s)", r,
+                                        peers_->SilentFor(r, now)));
+      }
+      absl::StrAppend(&message, "; unreachable: ",
+                      absl::StrJoin(named, ", "));
+    }
+  }
+  return message;
+}
+
+void CollectiveWatchdog::Run() {
+  const absl::Duration poll = absl::Seconds(poll_);
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), poll);
+    if (stop_) return;
+    mu_.Unlock();
+    const std::string message = Overdue(Clock::now());
+    if (!message.empty()) action_(message);
+    mu_.Lock();
+    if (!message.empty()) return;  // Once.
+  }
+}
+
+}  // namespace terse

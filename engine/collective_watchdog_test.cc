@@ -1,0 +1,82 @@
+#include "engine/collective_watchdog.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace {
+
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(CollectiveWatchdogTest, MessageNamesPhaseTensorsAndSilentRanks) {
+  // Never started: every peer was last "heard" when it was made.
+  auto peers = PeerMonitor::Create(1, 4, 1.0);
+  ASSERT_TRUE(peers.ok());
+  CollectiveWatchdog w(1, 20, peers->get(), [](const std::string&) {},
+                       /*poll_seconds=*/3600);
+  const Clock::time_point t0 = Clock::now();
+  EXPECT_EQ(w.Overdue(t0 + std::chrono::seconds(100)), "");  // Not inside.
+  w.Enter("negotiation",
+          std::make_shared<const std::vector<std::string>>(
+              std::vector<std::string>{"fc1.weight", "fc1.bias"}));
+  EXPECT_EQ(w.Overdue(Clock::now() + std::chrono::seconds(10)), "");
+  const std::string m = w.Overdue(Clock::now() + std::chrono::seconds(30));
+  EXPECT_TRUE(Has(m, "rank 1: negotiation has not completed in 30")) << m;
+  EXPECT_TRUE(Has(m, "TERSE_STALL_SHUTDOWN_SECONDS=20")) << m;
+  EXPECT_TRUE(Has(m, "holding up 2 tensors: 'fc1.weight', 'fc1.bias'")) << m;
+  EXPECT_TRUE(Has(m, "unreachable: rank 0 (not heard for 3")) << m;
+  EXPECT_TRUE(Has(m, "rank 2 (not heard")) << m;
+  EXPECT_TRUE(Has(m, "rank 3 (not heard")) << m;
+  EXPECT_FALSE(Has(m, "rank 1 (not heard")) << m;
+  w.Leave();
+  EXPECT_EQ(w.Overdue(Clock::now() + std::chrono::seconds(100)), "");
+}
+
+TEST(CollectiveWatchdogTest, ActsOnceWhenAPhaseOverstays) {
+  absl::Notification fired;
+  std::string got;
+  int calls = 0;
+  {
+    CollectiveWatchdog w(
+        0, 0.2, nullptr,
+        [&](const std::string& m) {
+          ++calls;
+          got = m;
+          fired.Notify();
+        },
+        0.02);
+    w.Enter("allreduce of bucket 3", nullptr);
+    ASSERT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(Has(got, "rank 0: allreduce of bucket 3 has not completed"))
+      << got;
+}
+
+TEST(CollectiveWatchdogTest, PhasesThatEndInTimeAndADisabledLimitNeverAct) {
+  int calls = 0;
+  {
+    CollectiveWatchdog w(0, 3600, nullptr,
+                         [&](const std::string&) { ++calls; }, 0.01);
+    for (int i = 0; i < 100; ++i) {
+      w.Enter("negotiation", nullptr);
+      w.Leave();
+    }
+  }
+  CollectiveWatchdog off(0, 0, nullptr, [&](const std::string&) { ++calls; });
+  off.Enter("negotiation", nullptr);
+  EXPECT_EQ(off.Overdue(Clock::now() + std::chrono::hours(1)), "");
+  EXPECT_EQ(calls, 0);
+}
+
+}  // namespace
+}  // namespace terse
