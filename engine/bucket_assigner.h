@@ -109,7 +109,7 @@ class BucketAssigner {
 
   // A step that no repeated name ends is ended after this many distinct
   // names at least (see Forgetting above).
-  static constexpr int64_t kMinStepNames = 256;
+  static constexpr int64_t kMinStepNames = 16;
 
   // One cycle's EXECUTE allreduce responses, in negotiated order: advances
   // the step count and forgets stale names (see Forgetting above), assigns

@@ -23,10 +23,15 @@ modules, but has htb, u32 and pfifo. The faulted link's root qdisc (on both
 ends: the rank's eth0 and the bridge's port) becomes htb with two classes:
 1:1 holds the usual tbf (the same rate limit as every other link), 1:2 a
 `pfifo limit 0`, which drops everything it is given. u32 filters send
-packets to 1:2: for "loss", those whose IP ID matches (id & 0x7f) == 0 or
-(id & 0x1ff) == 0x40 (1/128 + 1/512 = 0.98% of packets; Linux gives every
-TCP segment, retransmissions included, a new ID); for "flap"/"down", every
-IP packet. The clean run uses the same qdisc tree without filters.
+packets to 1:2: for "loss", those whose IP ID matches (id & 0x7f) == 0x55
+or (id & 0x1ff) == 0x0aa (1/128 + 1/512 = 0.98% of packets; Linux gives
+every TCP segment of a connection, retransmissions included, the next ID);
+for "flap"/"down", every IP packet. Packets with ID 0 are never dropped for
+"loss": Linux sends every SYN-ACK with ID 0, so a pattern matching 0 drops
+every connection's handshake (a first version did: Open MPI's daemon on the
+lossy host could not connect back, "unable to complete a TCP connection",
+after 134 s of SYN retries). The clean run uses the same qdisc tree without
+filters.
 
 Needs root. Its own namespaces (prefix terse-flt, 10.79.0.0/24), apart from
 the experiment's and the demo's; removed at the end.
@@ -60,14 +65,13 @@ NETNS_ENV = {"TERSE_NETNS_PREFIX": "terse-flt",
              "TERSE_NETNS_STATE": "/run/terse-flt-netns.hosts"}
 SCENARIOS = ("clean", "loss", "flap", "down")
 RATE = "100mbit"
-# 1/128 + 1/512 of IP IDs (see the module doc).
-LOSS_PATTERNS = (("0x0000", "0x007f"), ("0x0040", "0x01ff"))
+# 1/128 + 1/512 of IP IDs (see the module doc); neither matches ID 0.
+LOSS_PATTERNS = (("0x0055", "0x007f"), ("0x00aa", "0x01ff"))
 
 
 # --- the worker: one rank of training (run under mpirun) ---------------------
 
 def worker(args):
-    import numpy as np
     import torch
     import torch.nn.functional as F
     sys.path.insert(0, HERE)
