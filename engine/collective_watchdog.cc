@@ -17,10 +17,12 @@ constexpr size_t kMaxListed = 20;
 
 CollectiveWatchdog::CollectiveWatchdog(int rank, double limit_seconds,
                                        const PeerMonitor* peers,
-                                       Action action, double poll_seconds)
+                                       HeldUp held_up, Action action,
+                                       double poll_seconds)
     : rank_(rank),
       limit_(limit_seconds),
       peers_(peers),
+      held_up_(std::move(held_up)),
       action_(std::move(action)),
       poll_(poll_seconds) {
   if (limit_ > 0) thread_ = std::thread([this] { Run(); });
@@ -34,11 +36,10 @@ CollectiveWatchdog::~CollectiveWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CollectiveWatchdog::Enter(absl::string_view phase, Tensors tensors) {
+void CollectiveWatchdog::Enter(absl::string_view phase) {
   absl::MutexLock lock(&mu_);
   inside_ = true;
   phase_.assign(phase.data(), phase.size());
-  tensors_ = std::move(tensors);
   since_ = Clock::now();
 }
 
@@ -50,7 +51,6 @@ void CollectiveWatchdog::Leave() {
 std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
   if (limit_ <= 0) return "";
   std::string phase;
-  Tensors tensors;
   double waited = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -58,13 +58,17 @@ std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
     waited = SecondsBetween(since_, now);
     if (waited <= limit_) return "";
     phase = phase_;
-    tensors = tensors_;
   }
+  // Outside mu_: held_up_ takes its owner's lock.
+  std::vector<std::string> held;
+  if (held_up_) held = held_up_();
+  std::sort(held.begin(), held.end());
+  const std::vector<std::string>* tensors = &held;
   std::string message = absl::StrFormat(
       "terse: rank %d: %s has not completed in %.1f s "
       "(TERSE_STALL_SHUTDOWN_SECONDS=%g)",
       rank_, phase, waited, limit_);
-  if (tensors != nullptr && !tensors->empty()) {
+  if (!tensors->empty()) {
     std::vector<std::string> quoted;
     for (size_t i = 0; i < tensors->size() && i < kMaxListed; ++i) {
       quoted.push_back(absl::StrCat("'", (*tensors)[i], "'"));

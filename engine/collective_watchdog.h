@@ -8,7 +8,8 @@
 // each blocking phase with Enter/Leave; this class's own thread checks
 // every `poll` seconds whether the current phase has lasted longer than
 // `limit` seconds (TERSE_STALL_SHUTDOWN_SECONDS) and, once, calls the action
-// with a message naming the phase, the tensors it holds up and the ranks a
+// with a message naming the phase, the tensors held up (`held_up`: this
+// rank's ops submitted and not completed, read only then) and the ranks a
 // PeerMonitor has not heard from, e.g.
 //   terse: rank 0: negotiation has not completed in 20.4 s
 //   (TERSE_STALL_SHUTDOWN_SECONDS=20), holding up 3 tensors: 'fc1.weight',
@@ -21,7 +22,6 @@
 #define TERSE_ENGINE_COLLECTIVE_WATCHDOG_H_
 
 #include <functional>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,20 +37,21 @@ namespace terse {
 class CollectiveWatchdog {
  public:
   using Action = std::function<void(const std::string& message)>;
-  using Tensors = std::shared_ptr<const std::vector<std::string>>;
+  // Names of the ops held up; called from this class's thread (so it must
+  // be thread-safe), only when a phase is overdue. May be null.
+  using HeldUp = std::function<std::vector<std::string>()>;
 
   // limit_seconds <= 0: disabled (no thread; Overdue is always empty).
   // `peers` (may be null) is not owned and must outlive this object.
   CollectiveWatchdog(int rank, double limit_seconds, const PeerMonitor* peers,
-                     Action action, double poll_seconds = 0.5);
+                     HeldUp held_up, Action action, double poll_seconds = 0.5);
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
   // A blocking phase begins: `phase` names it ("negotiation", "allreduce of
-  // bucket 3"), `tensors` (may be null) the tensors waiting on it. The
-  // snapshot is shared, not copied: pass the same one while it holds.
-  void Enter(absl::string_view phase, Tensors tensors);
+  // bucket 3"). Cheap: called around every collective.
+  void Enter(absl::string_view phase);
   void Leave();
 
   // The message if the current phase has lasted more than the limit at
@@ -63,6 +64,7 @@ class CollectiveWatchdog {
   const int rank_;
   const double limit_;
   const PeerMonitor* const peers_;
+  const HeldUp held_up_;
   const Action action_;
   const double poll_;
   std::thread thread_;
@@ -71,7 +73,6 @@ class CollectiveWatchdog {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool inside_ ABSL_GUARDED_BY(mu_) = false;
   std::string phase_ ABSL_GUARDED_BY(mu_);
-  Tensors tensors_ ABSL_GUARDED_BY(mu_);
   Clock::time_point since_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -44,6 +44,11 @@ absl::Status TensorQueue::closed_status() const {
   return Detached(closed_);
 }
 
+std::vector<std::string> TensorQueue::InFlightNames() const {
+  absl::MutexLock lock(&mu_);
+  return std::vector<std::string>(in_flight_.begin(), in_flight_.end());
+}
+
 void TensorQueue::RequestShutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_requested_ = true;

@@ -42,6 +42,11 @@ class TensorQueue {
   // OK while open.
   absl::Status closed_status() const;
 
+  // The names in flight (pushed and not yet released), in no order. Any
+  // thread (the collective watchdog reads it while the background thread
+  // is blocked).
+  std::vector<std::string> InFlightNames() const;
+
   // Shutdown requested by this process (read by the background thread).
   void RequestShutdown();
   bool shutdown_requested() const;

@@ -39,7 +39,9 @@ the experiment's and the demo's; removed at the end.
     sudo /usr/bin/python3 integration/faults.py                 # all four
     ... --only clean,loss --epochs 1
     ... --only clean,clean~2         # NAME~i: another run of NAME
-    ... --docs docs/reliability.md   # rewrite its fault rows from the results
+    ... --docs docs/reliability.md   # only rewrite the fault table there
+                                     # (between its faults:begin/end marks)
+                                     # from --out's summary.json
 
 Results: --out (default /tmp/terse-faults)/<scenario>.{log,jsonl,json};
 summary.json there.
@@ -233,13 +235,22 @@ def stop_group(proc):
             pass
 
 
-def ranks_alive():
-    """Processes left in the rank namespaces (python ranks and orted)."""
+def ranks_alive(workers_only=False):
+    """Processes left in the rank namespaces (the ranks, Open MPI's daemons
+    and mpirun), or only the training ranks."""
     prefix = NETNS_ENV["TERSE_NETNS_PREFIX"]
     pids = []
     for r in range(4):
         out = sh("ip", "netns", "pids", f"{prefix}{r}", check=False).stdout
-        pids += out.split()
+        for pid in out.split():
+            if workers_only:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"--worker" not in f.read():
+                            continue
+                except OSError:
+                    continue
+            pids.append(pid)
     return pids
 
 
@@ -256,6 +267,7 @@ def run_scenario(label, args, env):
     run_env = dict(env)
     if name == "down":
         run_env["TERSE_STALL_SHUTDOWN_SECONDS"] = str(args.stall)
+        summary_stall = args.stall
     cmd = [MPIRUN, "--", "/usr/bin/python3", os.path.abspath(__file__),
            "--worker", "--epochs", str(args.epochs), "--ckpt-every",
            str(args.ckpt_every), "--ckpt-dir", ckpt_dir, "--metrics-out",
@@ -281,6 +293,7 @@ def run_scenario(label, args, env):
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         fault_start = None
+        ranks_end = None
         restored = False
         deadline = start + args.timeout
         while proc.poll() is None and time.time() < deadline:
@@ -299,6 +312,18 @@ def run_scenario(label, args, env):
                 restored = True
                 events.append(f"link back after "
                               f"{time.time() - fault_start:.1f} s")
+            if name == "down" and fault_start and ranks_end is None and \
+                    not ranks_alive(workers_only=True):
+                ranks_end = time.time()
+                events.append(f"every rank gone "
+                              f"{ranks_end - fault_start:.1f} s after the "
+                              f"link went down")
+            if ranks_end and time.time() > ranks_end + 30:
+                # mpirun may wait for ever for the daemon of a host it can
+                # no longer reach, after every rank is gone.
+                events.append("mpirun still running 30 s after every rank "
+                              "ended: stopped")
+                break
             if name == "down" and fault_start and not restored and \
                     time.time() >= fault_start + args.stall + 30 + \
                     args.grace:
@@ -311,16 +336,23 @@ def run_scenario(label, args, env):
         returncode = proc.poll()
         end = time.time()
         if returncode is None:
-            returncode = "timeout"
-            events.append(f"killed after --timeout {args.timeout} s")
+            if ranks_end is not None:
+                returncode = "mpirun stopped"
+            else:
+                returncode = "timeout"
+                events.append(f"killed after --timeout {args.timeout} s")
             stop_group(proc)
         reader.join(5)
     summary["returncode"] = returncode
+    if name == "down":
+        summary["stall_seconds"] = summary_stall
     summary["seconds"] = round(end - start, 1)
     summary["dropped_packets"] = dropped(args.rank)
     if fault_start is not None:
         summary["fault_start_s"] = round(fault_start - start, 1)
         summary["end_after_fault_s"] = round(end - fault_start, 1)
+    if ranks_end is not None:
+        summary["ranks_end_after_fault_s"] = round(ranks_end - fault_start, 1)
     summary["left_running_after_exit"] = ranks_alive()
     summary["events"] = events
     if os.path.exists(metrics):
@@ -363,6 +395,87 @@ def check(ckpt_dir, env):
     return result
 
 
+def verdict(s, clean):
+    """(held?, why) of one scenario's summary against the expectations of
+    the module doc; `clean`: the clean runs' accuracies."""
+    name = s["scenario"].split("~")[0]
+    if name in ("clean", "loss", "flap"):
+        if s.get("returncode") != 0 or "test_accuracy" not in s:
+            return False, f"did not finish (exit {s.get('returncode')})"
+        if name == "clean":
+            return True, "reference"
+        acc = s["test_accuracy"]
+        worst = max(abs(acc - c) for c in clean) if clean else None
+        if worst is None:
+            return False, "no clean run to compare with"
+        return worst <= 0.003, (f"{100 * worst:.2f} points from the "
+                                f"farthest clean run (bound 0.3)")
+    stall = s.get("stall_seconds", 20)
+    gone = s.get("ranks_end_after_fault_s", s.get("end_after_fault_s", 1e9))
+    ended = (s.get("returncode") not in (0, "timeout") and
+             gone <= stall + 30 and
+             not s.get("left_running_after_exit"))
+    text = " ".join(s.get("messages", []))
+    named = (f"unreachable: rank {s['link'].split()[-1]}" in text and
+             "holding up" in text)
+    loads = all(v == "loads" for k, v in s.get("checkpoints", {}).items()
+                if k.startswith("step"))
+    why = [(f"every rank ended {gone} s after the link went down") if ended
+           else "not every rank ended within stall + 30 s",
+           "the message names the unreachable rank and the tensors" if named
+           else "no message names the unreachable rank and the tensors",
+           "every completed checkpoint loads" if loads
+           else "a checkpoint does not load"]
+    return ended and named and loads, "; ".join(why)
+
+
+def write_docs(path, summaries):
+    """Rewrites the table between the faults:begin/end marks of `path`."""
+    clean = [s["test_accuracy"] for s in summaries.values()
+             if s["scenario"].split("~")[0] == "clean" and
+             s.get("returncode") == 0 and "test_accuracy" in s]
+    rows = ["| run | fault (rank 3's link) | what happened | final accuracy "
+            "| checkpoints | held | command |",
+            "|---|---|---|---|---|---|---|"]
+    faults = {"clean": "none", "loss": "~1% loss both ways, whole run",
+              "flap": "100% loss for 5 s at step ~94, then back",
+              "down": "100% loss from step ~94 on"}
+    for label, s in summaries.items():
+        name = label.split("~")[0]
+        fault = faults[name]
+        if name == "down":
+            fault += f" (TERSE_STALL_SHUTDOWN_SECONDS={s.get('stall_seconds', 20):g})"
+        happened = [f"exit {s.get('returncode')} after {s.get('seconds')} s",
+                    f"last step {s.get('last_step')}",
+                    f"{s.get('dropped_packets', 0)} packets dropped"]
+        happened += s.get("events", [])
+        msgs = [m for m in s.get("messages", []) if "setpgid" not in m]
+        if msgs:
+            happened.append("messages: " + " / ".join(
+                m.replace("|", "/")[:300] for m in msgs[:4]))
+        acc = s.get("test_accuracy")
+        ckpts = s.get("checkpoints", {})
+        loads = sum(1 for k, v in ckpts.items()
+                    if k.startswith("step") and v == "loads")
+        total = sum(1 for k in ckpts if k.startswith("step"))
+        held, why = verdict(s, clean)
+        rows.append("| " + " | ".join([
+            label, fault, "; ".join(happened),
+            f"{100 * acc:.2f}%" if acc is not None else "-",
+            f"{loads} of {total} load" if total else "none written",
+            ("yes: " if held else "**no**: ") + why,
+            "`" + s.get("command", "?") + "`"]) + " |")
+    with open(path) as f:
+        text = f.read()
+    begin, end = "<!-- faults:begin -->", "<!-- faults:end -->"
+    if begin not in text or end not in text:
+        sys.exit(f"{path} has no {begin} ... {end} block")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(head + begin + "\n" + "\n".join(rows) + "\n" + end + tail)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=",".join(SCENARIOS))
@@ -384,12 +497,18 @@ def main():
                    help=argparse.SUPPRESS)
     p.add_argument("--ckpt-dir", default="")
     p.add_argument("--metrics-out", default="")
+    p.add_argument("--docs", default="",
+                   help="only rewrite this file's fault table from the "
+                        "summary in --out")
     args = p.parse_args()
     if args.worker:
         return worker(args)
     if args.check_checkpoints:
         return check_checkpoints(args)
 
+    if args.docs:
+        with open(os.path.join(args.out, "summary.json")) as f:
+            return write_docs(args.docs, json.load(f))
     sys.path.insert(0, HERE)
     from gravac_experiment import CONFIGS, MPI_ENV
     names = [n for n in args.only.split(",") if n]
@@ -420,6 +539,10 @@ def main():
             s["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC",
                                           time.gmtime())
             s["load1"] = os.getloadavg()[0]
+            s["command"] = " ".join(
+                (["PYTHONPATH=" + os.environ["PYTHONPATH"]]
+                 if os.environ.get("PYTHONPATH") else []) +
+                ["integration/faults.py"] + sys.argv[1:])
             summaries[name] = s
             print(json.dumps(s, indent=1), flush=True)
             with open(summary_path, "w") as f:
