@@ -246,9 +246,13 @@ def ranks_alive(workers_only=False):
             if workers_only:
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        if b"--worker" not in f.read():
-                            continue
+                        argv = f.read().split(b"\0")
                 except OSError:
+                    continue
+                # A rank is python running --worker (mpirun's own command
+                # line holds --worker too).
+                if not (os.path.basename(argv[0]).startswith(b"python")
+                        and b"--worker" in argv):
                     continue
             pids.append(pid)
     return pids
@@ -362,17 +366,22 @@ def run_scenario(label, args, env):
         summary["train_seconds"] = round(record["seconds"], 1)
         summary["final_policy"] = record["policy"]
     text = "".join(l for _, l in lines)
-    keys = ("stall", "unreachable", "rank", "error", "Error", "abort",
-            "ABORT", "timed out", "Terse", "terse")
-    summary["messages"] = [l.strip()[:400] for l in text.splitlines()
-                           if any(k in l for k in keys)
-                           and not l.startswith("FAULTS")][:40]
+    summary["messages"] = messages_of(text)
     steps = re.findall(r"FAULTS step (\d+)/", text)
     summary["last_step"] = int(steps[-1]) if steps else 0
     summary["checkpoints"] = check(ckpt_dir, env)
     del_filters(args.rank, 1)
     del_filters(args.rank, 2)
     return summary
+
+
+def messages_of(text):
+    """The lines of a run's output that say what went wrong."""
+    keys = ("stall", "unreachable", "rank", "error", "Error", "abort",
+            "ABORT", "timed out", "Terse", "terse", "ORTE", "unable")
+    return [l.strip()[:400] for l in text.splitlines()
+            if any(k in l for k in keys) and "FAULTS" not in l
+            and "setpgid" not in l][:40]
 
 
 def check(ckpt_dir, env):
@@ -438,21 +447,25 @@ def write_docs(path, summaries):
             "| checkpoints | held | command |",
             "|---|---|---|---|---|---|---|"]
     faults = {"clean": "none", "loss": "~1% loss both ways, whole run",
-              "flap": "100% loss for 5 s at step ~94, then back",
-              "down": "100% loss from step ~94 on"}
+              "flap": "100% loss for 5 s mid-run, then back",
+              "down": "100% loss from mid-run on"}
     for label, s in summaries.items():
         name = label.split("~")[0]
         fault = faults[name]
         if name == "down":
             fault += f" (TERSE_STALL_SHUTDOWN_SECONDS={s.get('stall_seconds', 20):g})"
-        happened = [f"exit {s.get('returncode')} after {s.get('seconds')} s",
+        if s.get("note"):
+            fault += f"; {s['note']}"
+        code = s.get("returncode")
+        happened = [(f"exit {code}" if isinstance(code, int) else str(code))
+                    + f" after {s.get('seconds')} s",
                     f"last step {s.get('last_step')}",
                     f"{s.get('dropped_packets', 0)} packets dropped"]
         happened += s.get("events", [])
         msgs = [m for m in s.get("messages", []) if "setpgid" not in m]
         if msgs:
             happened.append("messages: " + " / ".join(
-                m.replace("|", "/")[:300] for m in msgs[:4]))
+                m.replace("|", "/")[:300] for m in msgs[:3]))
         acc = s.get("test_accuracy")
         ckpts = s.get("checkpoints", {})
         loads = sum(1 for k, v in ckpts.items()
