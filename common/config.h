@@ -37,6 +37,12 @@ struct Config {
   double cycle_time_ms;
   int64_t cache_capacity;
   std::string backend;  // auto | mpi | nccl
+  // How device (CUDA, simulated) buckets move: "nccl" through the device's
+  // communicator from the registry (NCCL for CUDA), "mpi" staged through
+  // (pinned) host memory over the control communicator, for an MPI that is
+  // not CUDA-aware or several ranks on one GPU (Horovod's
+  // HOROVOD_GPU_OPERATIONS).
+  std::string gpu_operations = "nccl";
 
   // Compression.
   std::string compression;  // none | fp16 | ... | gravac | accordion

@@ -28,7 +28,7 @@ BucketAssigner::BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
 
 bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
   return static_cast<int32_t>(b.dtype) == r.dtype() &&
-         b.cuda == (r.device() >= 0) &&
+         b.cuda == (r.device() >= 0) && b.device_kind == r.device_kind() &&
          static_cast<int32_t>(b.reduce_op) == r.reduce_op() &&
          b.prescale == r.prescale() && b.postscale == r.postscale() &&
          b.compression == r.compression() &&
@@ -46,6 +46,7 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.id = id;
   b.dtype = static_cast<DataType>(r.dtype());
   b.cuda = r.device() >= 0;
+  b.device_kind = r.device_kind();
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
   b.compression = r.compression();
@@ -184,6 +185,7 @@ std::vector<int> BucketAssigner::Tick(int64_t stuck_limit) {
     proto::Response key;
     key.set_dtype(static_cast<int32_t>(old.dtype));
     key.set_device(old.cuda ? 0 : -1);
+    key.set_device_kind(old.device_kind);
     key.set_reduce_op(static_cast<proto::ReduceOp>(old.reduce_op));
     key.set_prescale(old.prescale);
     key.set_postscale(old.postscale);
