@@ -10,7 +10,9 @@
 #include "collectives/reduce.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "collectives/sim_communicator.h"
 #include "compressors/registry.h"
+#include "device/cuda_runtime.h"
 
 namespace terse {
 namespace {
@@ -34,10 +36,9 @@ absl::Status CheckView(const std::string& name, const TensorView& view,
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': ", what, " has an unknown dtype"));
   }
-  if (!view.device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", name, "': ", view.device.ToString(),
-        " tensors are not supported by this engine yet (CPU only)"));
+  if (!Device::IsValidKind(static_cast<int32_t>(view.device.kind))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': ", what, " has an unknown device"));
   }
   return absl::OkStatus();
 }
@@ -107,6 +108,15 @@ absl::Status CheckEntry(const TensorEntry& e, int size) {
   }
 }
 
+// The engine's runtimes: the caller's, or `owned` holding `cuda`.
+const DeviceRuntimes* ChooseRuntimes(const DeviceRuntimes* given,
+                                     DeviceRuntime* cuda,
+                                     DeviceRuntimes* owned) {
+  if (given != nullptr) return given;
+  owned->Register(cuda).IgnoreError();  // A fresh table: cannot clash.
+  return owned;
+}
+
 std::string TimelinePath(const std::string& path, int rank) {
   if (path.empty()) return "";
   if (absl::StrContains(path, "{rank}")) {
@@ -138,6 +148,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
              Communicator*) -> absl::StatusOr<std::unique_ptr<Communicator>> {
         return BorrowCommunicator(comm);
       }));
+  if (options.devices != nullptr) {
+    absl::StatusOr<DeviceRuntime*> sim =
+        options.devices->Get(Device::Kind::kSim);
+    if (sim.ok()) TERSE_RETURN_IF_ERROR(RegisterSimBackend(&table, *sim));
+  }
   Config borrowed = config;
   borrowed.backend = "auto";
   TERSE_ASSIGN_OR_RETURN(
@@ -180,6 +195,10 @@ Engine::Engine(const Config& config, const EngineOptions& options,
       stuck_limit_(std::max<int64_t>(
           10, static_cast<int64_t>(options.bucket_split_seconds * 1000.0 /
                                    std::max(config.cycle_time_ms, 0.01)))),
+      owned_cuda_(options.devices == nullptr ? std::make_unique<CudaRuntime>()
+                                             : nullptr),
+      runtimes_(ChooseRuntimes(options.devices, owned_cuda_.get(),
+                               &owned_runtimes_)),
       timeline_(std::move(timeline)),
       negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
                                            config.stall_check_seconds,
@@ -200,13 +219,15 @@ Engine::Engine(const Config& config, const EngineOptions& options,
             return ChooseCompressionFor(name, spec, config).name == "none";
           }),
       reducer_(config, rank_, size_),
-      executor_(comm_, &reducer_, timeline_.get()) {}
+      executor_(comm_, &reducer_, timeline_.get()),
+      device_(config, registry, runtimes_) {}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 
 absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   TERSE_RETURN_IF_ERROR(queue_.closed_status());
   TERSE_RETURN_IF_ERROR(CheckEntry(entry, size_));
+  TERSE_RETURN_IF_ERROR(CheckDevice(entry));
   entry.handle = handles_.Allocate(entry.op == proto::ALLGATHER);
   entry.enqueued = Clock::now();
   const Handle handle = entry.handle;
@@ -218,13 +239,48 @@ absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   return handle;
 }
 
+absl::Status Engine::CheckDevice(const TensorEntry& e) {
+  if (e.op == proto::BARRIER || e.op == proto::JOIN) return absl::OkStatus();
+  if (e.input.device.is_cpu()) {
+    if (e.ready != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", e.name, "': a ready event is for device tensors"));
+    }
+    if (e.op == proto::ALLREDUCE && !e.output.device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", e.name, "': output on ",
+                       e.output.device.ToString(), ", input on cpu"));
+    }
+    return absl::OkStatus();
+  }
+  TERSE_RETURN_IF_ERROR(device_.CheckView(e.name, e.input, "input"));
+  if (e.op != proto::ALLREDUCE) return absl::OkStatus();
+  if (e.output.device != e.input.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", e.name, "': output on ", e.output.device.ToString(),
+        ", input on ", e.input.device.ToString()));
+  }
+  TERSE_RETURN_IF_ERROR(device_.CheckView(e.name, e.output, "output"));
+  const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
+                                                   config_);
+  if (c.name != "none") {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", e.name, "': compression '", c.name, "' of ",
+        e.input.device.ToString(),
+        " tensors is not implemented yet; pass compression \"none\" or "
+        "exclude the tensor with TERSE_COMPRESSION_RULES"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,
                                               TensorView in, TensorView out,
                                               const std::vector<int64_t>& shape,
                                               ReduceOp op, double prescale,
                                               double postscale,
                                               DoneCallback callback,
-                                              const std::string& compression) {
+                                              const std::string& compression,
+                                              std::shared_ptr<Event> ready) {
   TensorEntry e;
   if (!compression.empty()) {
     absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(compression);
@@ -243,19 +299,22 @@ absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,
   e.prescale = prescale;
   e.postscale = postscale;
   e.callback = std::move(callback);
+  e.ready = std::move(ready);
   return Enqueue(std::move(e));
 }
 
 absl::StatusOr<Handle> Engine::AllgatherAsync(const std::string& name,
                                               TensorView in,
                                               const std::vector<int64_t>& shape,
-                                              DoneCallback callback) {
+                                              DoneCallback callback,
+                                              std::shared_ptr<Event> ready) {
   TensorEntry e;
   e.name = name;
   e.op = proto::ALLGATHER;
   e.input = in;
   e.shape = shape;
   e.callback = std::move(callback);
+  e.ready = std::move(ready);
   return Enqueue(std::move(e));
 }
 
@@ -263,7 +322,8 @@ absl::StatusOr<Handle> Engine::BroadcastAsync(const std::string& name,
                                               TensorView buffer,
                                               const std::vector<int64_t>& shape,
                                               int root_rank,
-                                              DoneCallback callback) {
+                                              DoneCallback callback,
+                                              std::shared_ptr<Event> ready) {
   TensorEntry e;
   e.name = name;
   e.op = proto::BROADCAST;
@@ -272,14 +332,41 @@ absl::StatusOr<Handle> Engine::BroadcastAsync(const std::string& name,
   e.shape = shape;
   e.root_rank = root_rank;
   e.callback = std::move(callback);
+  e.ready = std::move(ready);
   return Enqueue(std::move(e));
 }
 
 absl::StatusOr<bool> Engine::Poll(Handle handle) const {
-  return handles_.Poll(handle);
+  TERSE_ASSIGN_OR_RETURN(bool complete, handles_.Poll(handle));
+  if (!complete) return false;
+  std::shared_ptr<Event> done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = done_.find(handle);
+    if (it != done_.end()) done = it->second;
+  }
+  if (done == nullptr) return true;
+  return done->Query();
 }
 
-absl::Status Engine::Wait(Handle handle) { return handles_.Wait(handle); }
+absl::Status Engine::Wait(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, WaitIssued(handle));
+  if (done == nullptr) return absl::OkStatus();
+  return done->HostWait();
+}
+
+absl::StatusOr<std::shared_ptr<Event>> Engine::WaitIssued(Handle handle) {
+  absl::Status status = handles_.Wait(handle);
+  std::shared_ptr<Event> done = TakeDone(handle);
+  if (!status.ok()) return status;
+  return done;
+}
+
+std::shared_ptr<Event> Engine::TakeDone(Handle handle) {
+  absl::MutexLock lock(&mu_);
+  auto node = done_.extract(handle);
+  return node.empty() ? nullptr : std::move(node.mapped());
+}
 
 absl::StatusOr<AllgatherResult> Engine::TakeAllgatherResult(Handle handle) {
   return handles_.TakeAllgatherResult(handle);
@@ -408,7 +495,10 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
   }
   for (int id : buckets_.OnReady(ready)) complete.push_back(id);
   for (int id : buckets_.Tick(stuck_limit_)) complete.push_back(id);
-  for (int id : buckets_.TakeChanged()) executor_.Forget(id);
+  for (int id : buckets_.TakeChanged()) {
+    executor_.Forget(id);
+    device_.Forget(id);
+  }
   {
     // Before any op of this cycle completes, so a waiter sees fresh stats.
     absl::MutexLock lock(&mu_);
@@ -471,13 +561,17 @@ void Engine::RunBucket(int id, Clock::time_point ready_at) {
   }
   // Even after a local error this rank takes part, so that no peer blocks in
   // the collective; the error reaches every rank in the next cycle.
-  absl::Status status = executor_.Run(bucket, entries, ready_at);
+  std::shared_ptr<Event> done;
+  absl::Status status =
+      bucket.device_kind == static_cast<int32_t>(Device::Kind::kCpu)
+          ? executor_.Run(bucket, entries, ready_at)
+          : device_.RunBucket(bucket, entries, &done);
   if (!status.ok() && local_error_.ok()) local_error_ = status;
   std::vector<std::string> names;
   names.reserve(bucket.members.size());
   for (const BucketMember& m : bucket.members) names.push_back(m.name);
   buckets_.Reset(id);
-  FinishAll(names, status);
+  FinishAll(names, status, std::move(done));
 }
 
 void Engine::RunBroadcast(const proto::Response& r,
@@ -495,6 +589,18 @@ void Engine::RunBroadcast(const proto::Response& r,
       count *
       static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r.dtype())));
   auto it = in_flight_.find(name);
+  const bool local = it != in_flight_.end() &&
+                     it->second.input.bytes() == bytes &&
+                     it->second.op == proto::BROADCAST;
+  if (r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)) {
+    std::shared_ptr<Event> done;
+    absl::Status status = device_.RunBroadcast(
+        static_cast<Device::Kind>(r.device_kind()),
+        local ? &it->second : nullptr, bytes, r.root_rank(), &done);
+    if (!status.ok() && local_error_.ok()) local_error_ = status;
+    Finish(name, status, {}, std::move(done));
+    return;
+  }
   std::vector<uint8_t> scratch;
   void* buffer = nullptr;
   if (it != in_flight_.end() && it->second.input.bytes() == bytes) {
@@ -554,13 +660,20 @@ void Engine::RunAllgather(const proto::Response& r,
   auto it = in_flight_.find(name);
   std::vector<uint8_t> scratch;
   const void* send = nullptr;
-  if (it != in_flight_.end() && it->second.input.bytes() == recv_bytes[rank_]) {
+  const bool local = it != in_flight_.end() &&
+                     it->second.input.bytes() == recv_bytes[rank_];
+  if (local) {
     send = it->second.input.data;
   } else {
     scratch.resize(recv_bytes[rank_]);  // Take part without a local op.
     send = scratch.data();
   }
-  absl::Status status = comm_->Allgatherv(send, result.data.data(), recv_bytes);
+  absl::Status status =
+      r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)
+          ? device_.RunAllgather(static_cast<Device::Kind>(r.device_kind()),
+                                 local ? &it->second : nullptr, recv_bytes,
+                                 result.data.data())
+          : comm_->Allgatherv(send, result.data.data(), recv_bytes);
   if (!status.ok() && local_error_.ok()) local_error_ = status;
   if (timeline_ != nullptr) {
     const std::string track = absl::StrCat("allgather ", name);
@@ -575,17 +688,22 @@ void Engine::RunAllgather(const proto::Response& r,
 }
 
 void Engine::Finish(const std::string& name, const absl::Status& status,
-                    AllgatherResult result) {
+                    AllgatherResult result, std::shared_ptr<Event> done) {
   auto node = in_flight_.extract(name);
   if (node.empty()) return;
   TensorEntry entry = std::move(node.mapped());
   queue_.Release(name);
+  if (done != nullptr && status.ok()) {
+    absl::MutexLock lock(&mu_);
+    done_[entry.handle] = std::move(done);
+  }
   if (entry.callback) entry.callback(status);
   handles_.Complete(entry.handle, status, std::move(result));
 }
 
 void Engine::FinishAll(const std::vector<std::string>& names,
-                       const absl::Status& status) {
+                       const absl::Status& status,
+                       std::shared_ptr<Event> done) {
   std::vector<TensorEntry> entries;
   std::vector<std::string> released;
   std::vector<Handle> handles;
@@ -598,6 +716,10 @@ void Engine::FinishAll(const std::vector<std::string>& names,
     entries.push_back(std::move(node.mapped()));
   }
   queue_.ReleaseAll(released);
+  if (done != nullptr && status.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (Handle h : handles) done_[h] = done;
+  }
   for (TensorEntry& e : entries) {
     if (e.callback) e.callback(status);
   }
