@@ -237,10 +237,12 @@ absl::Status FusionAndScaling(SimRuntime* sim, int rank, Engine& engine) {
     const int64_t count = 1 + (t * 13) % 50;
     std::vector<double> v(count), zeros(count, 0.0);
     for (int64_t i = 0; i < count; ++i) v[i] = Value(rank, t, i);
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> a,
-                           Upload(d, DataType::kFloat32, v));
+    // The output first: the input's event then covers both writes (one
+    // producer stream, in order).
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> b,
                            Upload(d, DataType::kFloat32, zeros));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> a,
+                           Upload(d, DataType::kFloat32, v));
     TERSE_ASSIGN_OR_RETURN(
         Handle h, engine.AllreduceAsync(absl::StrCat("f", t), a->view, b->view,
                                         {count}, ReduceOp::kSum, 2.0, 0.25,
