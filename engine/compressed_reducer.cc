@@ -219,7 +219,7 @@ absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
   const CompressionChoice choice = ChooseCompressionFor(
       bucket.members.front().name, bucket.compression, config_);
   const bool compressible = bucket.dtype == DataType::kFloat32 &&
-                            !bucket.cuda && ctx.op == ReduceOp::kSum &&
+                            ctx.host_addressable && ctx.op == ReduceOp::kSum &&
                             choice.name != "none" &&
                             ShouldCompress(bucket.bytes, config_);
   const Clock::time_point start = Clock::now();
@@ -272,8 +272,8 @@ absl::Status CompressedReducer::ApplyMomentumBeforeDense(
   const Bucket& bucket = *ctx.bucket;
   absl::MutexLock lock(&mu_);
   if (!momenta_.enabled()) return absl::OkStatus();
-  const bool fits = bucket.dtype == DataType::kFloat32 && !bucket.cuda &&
-                    ctx.op == ReduceOp::kSum;
+  const bool fits = bucket.dtype == DataType::kFloat32 &&
+                    ctx.host_addressable && ctx.op == ReduceOp::kSum;
   for (const BucketMember& m : bucket.members) {
     if (!fits && MomentumCorrection::Applies(m.name)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -281,7 +281,7 @@ absl::Status CompressedReducer::ApplyMomentumBeforeDense(
           " applies momentum to float32 CPU gradients summed or averaged "
           "over ranks; gradient '",
           m.name, "' is ", DataTypeName(bucket.dtype),
-          bucket.cuda ? " on CUDA" : "",
+          ctx.host_addressable ? "" : " on CUDA",
           ": set TERSE_MOMENTUM_CORRECTION=0 and let the optimizer apply "
           "momentum"));
     }

@@ -13,8 +13,12 @@ namespace terse {
 
 DeviceExecutor::DeviceExecutor(const Config& config,
                                CommunicatorRegistry* registry,
-                               const DeviceRuntimes* runtimes)
+                               const DeviceRuntimes* runtimes,
+                               BucketReducer* reducer,
+                               NeedsReducer needs_reducer)
     : staged_(config.gpu_operations == "mpi"),
+      reducer_(reducer),
+      needs_reducer_(std::move(needs_reducer)),
       registry_(registry),
       runtimes_(runtimes),
       local_rank_(registry->control()->local_rank()) {}
@@ -74,6 +78,11 @@ absl::Status DeviceExecutor::CheckView(const std::string& name,
   return (*runtime)->CheckDeviceMemory(
       view.data, view.bytes(), view.device.ordinal,
       absl::StrCat("tensor '", name, "': ", what));
+}
+
+bool DeviceExecutor::HostAddressable(Device::Kind kind) const {
+  absl::StatusOr<DeviceRuntime*> runtime = runtimes_->Get(kind);
+  return runtime.ok() && (*runtime)->host_addressable();
 }
 
 absl::StatusOr<DeviceExecutor::Context*> DeviceExecutor::ContextFor(
@@ -170,7 +179,10 @@ absl::Status DeviceExecutor::RunBucket(
     TERSE_ASSIGN_OR_RETURN(
         DeviceBuffer buffer,
         DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bucket.bytes));
-    it = fusion_.insert_or_assign(bucket.id, Fusion{kind, std::move(buffer)})
+    const int64_t runs = it != fusion_.end() ? it->second.runs : 0;
+    it = fusion_
+             .insert_or_assign(bucket.id,
+                               Fusion{kind, std::move(buffer), runs})
              .first;
   }
   uint8_t* region = it->second.buffer.as<uint8_t>();
@@ -202,10 +214,26 @@ absl::Status DeviceExecutor::RunBucket(
   const DataType dtype = bucket.dtype;
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
-  TERSE_RETURN_IF_ERROR(Collective(
-      ctx, region, bucket.bytes, [&](Communicator* comm, void* data) {
-        return comm->Allreduce(data, count, dtype, op);
-      }));
+  if (ctx->runtime->host_addressable() && needs_reducer_ &&
+      needs_reducer_(bucket)) {
+    // The reducer's CPU kernels read and write the region: the fuse must
+    // have run.
+    TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+    BucketReduceContext rctx;
+    rctx.bucket = &bucket;
+    rctx.data = region;
+    rctx.op = op;
+    rctx.comm = registry_->control();
+    rctx.track = absl::StrCat("bucket ", bucket.id);
+    rctx.step = it->second.runs++;
+    rctx.host_addressable = true;
+    TERSE_RETURN_IF_ERROR(reducer_->Reduce(rctx));
+  } else {
+    TERSE_RETURN_IF_ERROR(Collective(
+        ctx, region, bucket.bytes, [&](Communicator* comm, void* data) {
+          return comm->Allreduce(data, count, dtype, op);
+        }));
+  }
 
   // Unfuse: the result (x postscale, / size for an average) into each
   // output this rank has.

@@ -30,11 +30,20 @@
 // Allgather results are host memory (AllgatherResult), so an allgather is
 // always staged through the host.
 //
+// Compression (and TERSE_MOMENTUM_CORRECTION) of device buckets: only where
+// the runtime's memory is host-addressable (the simulated device). There a
+// bucket that `needs_reducer` says so is reduced by the engine's
+// BucketReducer (the CompressedReducer: its CPU kernels, residuals and
+// velocities, payloads over the control communicator) on the device fusion
+// buffer, after the engine stream is synchronised; fuse and unfuse stay on
+// the stream. The engine refuses such tensors on CUDA at enqueue.
+//
 // Not thread-safe except CheckView (any thread). Every rank runs the same
 // device collectives in the same order (the negotiated one).
 #ifndef TERSE_ENGINE_DEVICE_EXECUTOR_H_
 #define TERSE_ENGINE_DEVICE_EXECUTOR_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,15 +57,19 @@
 #include "common/config.h"
 #include "device/runtime.h"
 #include "engine/bucket_assigner.h"
+#include "engine/bucket_reducer.h"
 #include "engine/tensor_entry.h"
 
 namespace terse {
 
 class DeviceExecutor {
  public:
+  // Whether a bucket goes through the reducer (compression or momentum).
+  using NeedsReducer = std::function<bool(const Bucket&)>;
   // None owned; all must outlive the executor.
   DeviceExecutor(const Config& config, CommunicatorRegistry* registry,
-                 const DeviceRuntimes* runtimes);
+                 const DeviceRuntimes* runtimes, BucketReducer* reducer,
+                 NeedsReducer needs_reducer);
   ~DeviceExecutor();
   DeviceExecutor(const DeviceExecutor&) = delete;
   DeviceExecutor& operator=(const DeviceExecutor&) = delete;
@@ -67,6 +80,9 @@ class DeviceExecutor {
   // a runtime; InvalidArgument otherwise, naming the tensor.
   absl::Status CheckView(const std::string& name, const TensorView& view,
                          const char* what);
+
+  // Whether `kind`'s memory is host-addressable (false without a runtime).
+  bool HostAddressable(Device::Kind kind) const;
 
   // Runs device bucket `bucket` (entries as in BucketExecutor::Run: null for
   // a member this rank has no op for; it contributes zeros). On OK, `done`
@@ -114,6 +130,8 @@ class DeviceExecutor {
   absl::Status RecordDone(Context* ctx, std::shared_ptr<Event>* done);
 
   const bool staged_;  // gpu_operations == "mpi".
+  BucketReducer* const reducer_;
+  const NeedsReducer needs_reducer_;
   CommunicatorRegistry* const registry_;
   const DeviceRuntimes* const runtimes_;
   const int local_rank_;
@@ -127,6 +145,7 @@ class DeviceExecutor {
   struct Fusion {
     Device::Kind kind;
     DeviceBuffer buffer;
+    int64_t runs = 0;
   };
   absl::flat_hash_map<int, Fusion> fusion_;  // By bucket id.
 };

@@ -13,6 +13,7 @@
 #include "collectives/sim_communicator.h"
 #include "compressors/registry.h"
 #include "device/cuda_runtime.h"
+#include "engine/momentum_correction.h"
 
 namespace terse {
 namespace {
@@ -220,7 +221,14 @@ Engine::Engine(const Config& config, const EngineOptions& options,
           }),
       reducer_(config, rank_, size_),
       executor_(comm_, &reducer_, timeline_.get()),
-      device_(config, registry, runtimes_) {}
+      device_(config, registry, runtimes_, &reducer_,
+              [config](const Bucket& bucket) {
+                // Compression or momentum correction: the reducer's work.
+                return config.momentum_correction > 0 ||
+                       ChooseCompressionFor(bucket.members.front().name,
+                                            bucket.compression, config)
+                               .name != "none";
+              }) {}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 
@@ -261,6 +269,7 @@ absl::Status Engine::CheckDevice(const TensorEntry& e) {
         ", input on ", e.input.device.ToString()));
   }
   TERSE_RETURN_IF_ERROR(device_.CheckView(e.name, e.output, "output"));
+  if (device_.HostAddressable(e.input.device.kind)) return absl::OkStatus();
   const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
                                                    config_);
   if (c.name != "none") {
@@ -269,6 +278,13 @@ absl::Status Engine::CheckDevice(const TensorEntry& e) {
         e.input.device.ToString(),
         " tensors is not implemented yet; pass compression \"none\" or "
         "exclude the tensor with TERSE_COMPRESSION_RULES"));
+  }
+  if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", e.name, "': TERSE_MOMENTUM_CORRECTION on ",
+        e.input.device.ToString(),
+        " tensors is not implemented yet; set TERSE_MOMENTUM_CORRECTION=0 "
+        "and let the optimizer apply momentum"));
   }
   return absl::OkStatus();
 }

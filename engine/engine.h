@@ -22,8 +22,10 @@
 // enqueued on the engine's stream; its buffers must stay valid until that
 // work is done. WaitIssued returns the completion event for the consumer's
 // stream to wait on; Wait blocks the host until the work is done; Poll is
-// true only then. Compression of device tensors is not implemented yet: a
-// device allreduce whose policy is not "none" fails at enqueue.
+// true only then. Compression and momentum correction run on simulated-device
+// buckets (the CPU reducer on the device fusion buffer, device_executor.h);
+// on CUDA they are not implemented yet and such an allreduce fails at
+// enqueue with Unimplemented.
 //
 // Errors: a bad argument is an error at enqueue. A disagreement between
 // ranks (dtype, shape, op, root, scales, compression) fails that op on every rank with a
