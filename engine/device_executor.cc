@@ -7,6 +7,8 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "device/cuda_kernels.h"
+#include "compressors/registry.h"
+#include "engine/momentum_correction.h"
 #include "engine/scale.h"
 
 namespace terse {
@@ -16,7 +18,8 @@ DeviceExecutor::DeviceExecutor(const Config& config,
                                const DeviceRuntimes* runtimes,
                                BucketReducer* reducer,
                                NeedsReducer needs_reducer)
-    : staged_(config.gpu_operations == "mpi"),
+    : config_(config),
+      staged_(config.gpu_operations == "mpi"),
       reducer_(reducer),
       needs_reducer_(std::move(needs_reducer)),
       registry_(registry),
@@ -78,6 +81,48 @@ absl::Status DeviceExecutor::CheckView(const std::string& name,
   return (*runtime)->CheckDeviceMemory(
       view.data, view.bytes(), view.device.ordinal,
       absl::StrCat("tensor '", name, "': ", what));
+}
+
+absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
+  if (e.op == proto::BARRIER || e.op == proto::JOIN) return absl::OkStatus();
+  if (e.input.device.is_cpu()) {
+    if (e.ready != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", e.name, "': a ready event is for device tensors"));
+    }
+    if (e.op == proto::ALLREDUCE && !e.output.device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", e.name, "': output on ",
+                       e.output.device.ToString(), ", input on cpu"));
+    }
+    return absl::OkStatus();
+  }
+  TERSE_RETURN_IF_ERROR(CheckView(e.name, e.input, "input"));
+  if (e.op != proto::ALLREDUCE) return absl::OkStatus();
+  if (e.output.device != e.input.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", e.name, "': output on ", e.output.device.ToString(),
+        ", input on ", e.input.device.ToString()));
+  }
+  TERSE_RETURN_IF_ERROR(CheckView(e.name, e.output, "output"));
+  if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
+  const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
+                                                   config_);
+  if (c.name != "none") {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", e.name, "': compression '", c.name, "' of ",
+        e.input.device.ToString(),
+        " tensors is not implemented yet; pass compression \"none\" or "
+        "exclude the tensor with TERSE_COMPRESSION_RULES"));
+  }
+  if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", e.name, "': TERSE_MOMENTUM_CORRECTION on ",
+        e.input.device.ToString(),
+        " tensors is not implemented yet; set TERSE_MOMENTUM_CORRECTION=0 "
+        "and let the optimizer apply momentum"));
+  }
+  return absl::OkStatus();
 }
 
 bool DeviceExecutor::HostAddressable(Device::Kind kind) const {

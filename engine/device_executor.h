@@ -38,8 +38,8 @@
 // buffer, after the engine stream is synchronised; fuse and unfuse stay on
 // the stream. The engine refuses such tensors on CUDA at enqueue.
 //
-// Not thread-safe except CheckView (any thread). Every rank runs the same
-// device collectives in the same order (the negotiated one).
+// Not thread-safe except CheckView and CheckEntry (any thread). Every rank
+// runs the same device collectives in the same order (the negotiated one).
 #ifndef TERSE_ENGINE_DEVICE_EXECUTOR_H_
 #define TERSE_ENGINE_DEVICE_EXECUTOR_H_
 
@@ -80,6 +80,11 @@ class DeviceExecutor {
   // a runtime; InvalidArgument otherwise, naming the tensor.
   absl::Status CheckView(const std::string& name, const TensorView& view,
                          const char* what);
+  // Enqueue time (any thread): the device rules of an op: CheckView of its
+  // views, output on the input's device, a ready event only for device
+  // tensors, and compression / momentum correction only where the device
+  // memory is host-addressable (Unimplemented on CUDA).
+  absl::Status CheckEntry(const TensorEntry& e);
 
   // Whether `kind`'s memory is host-addressable (false without a runtime).
   bool HostAddressable(Device::Kind kind) const;
@@ -129,6 +134,7 @@ class DeviceExecutor {
       const std::function<absl::Status(Communicator*, void*)>& op);
   absl::Status RecordDone(Context* ctx, std::shared_ptr<Event>* done);
 
+  const Config config_;
   const bool staged_;  // gpu_operations == "mpi".
   BucketReducer* const reducer_;
   const NeedsReducer needs_reducer_;

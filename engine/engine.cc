@@ -13,7 +13,6 @@
 #include "collectives/sim_communicator.h"
 #include "compressors/registry.h"
 #include "device/cuda_runtime.h"
-#include "engine/momentum_correction.h"
 
 namespace terse {
 namespace {
@@ -235,7 +234,7 @@ Engine::~Engine() { Shutdown().IgnoreError(); }
 absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   TERSE_RETURN_IF_ERROR(queue_.closed_status());
   TERSE_RETURN_IF_ERROR(CheckEntry(entry, size_));
-  TERSE_RETURN_IF_ERROR(CheckDevice(entry));
+  TERSE_RETURN_IF_ERROR(device_.CheckEntry(entry));
   entry.handle = handles_.Allocate(entry.op == proto::ALLGATHER);
   entry.enqueued = Clock::now();
   const Handle handle = entry.handle;
@@ -245,48 +244,6 @@ absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
     return pushed;
   }
   return handle;
-}
-
-absl::Status Engine::CheckDevice(const TensorEntry& e) {
-  if (e.op == proto::BARRIER || e.op == proto::JOIN) return absl::OkStatus();
-  if (e.input.device.is_cpu()) {
-    if (e.ready != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", e.name, "': a ready event is for device tensors"));
-    }
-    if (e.op == proto::ALLREDUCE && !e.output.device.is_cpu()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", e.name, "': output on ",
-                       e.output.device.ToString(), ", input on cpu"));
-    }
-    return absl::OkStatus();
-  }
-  TERSE_RETURN_IF_ERROR(device_.CheckView(e.name, e.input, "input"));
-  if (e.op != proto::ALLREDUCE) return absl::OkStatus();
-  if (e.output.device != e.input.device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", e.name, "': output on ", e.output.device.ToString(),
-        ", input on ", e.input.device.ToString()));
-  }
-  TERSE_RETURN_IF_ERROR(device_.CheckView(e.name, e.output, "output"));
-  if (device_.HostAddressable(e.input.device.kind)) return absl::OkStatus();
-  const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
-                                                   config_);
-  if (c.name != "none") {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", e.name, "': compression '", c.name, "' of ",
-        e.input.device.ToString(),
-        " tensors is not implemented yet; pass compression \"none\" or "
-        "exclude the tensor with TERSE_COMPRESSION_RULES"));
-  }
-  if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", e.name, "': TERSE_MOMENTUM_CORRECTION on ",
-        e.input.device.ToString(),
-        " tensors is not implemented yet; set TERSE_MOMENTUM_CORRECTION=0 "
-        "and let the optimizer apply momentum"));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,

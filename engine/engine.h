@@ -216,8 +216,6 @@ class Engine {
   void FinishAll(const std::vector<std::string>& names,
                  const absl::Status& status,
                  std::shared_ptr<Event> done = nullptr);
-  // Device tensors: checks at enqueue.
-  absl::Status CheckDevice(const TensorEntry& e);
   std::shared_ptr<Event> TakeDone(Handle handle);
   void Stop(const absl::Status& cause, bool fatal);
 
