@@ -59,10 +59,17 @@ absl::Status LaunchError(const char* what) {
 
 }  // namespace
 
-absl::Status CudaScaledCopy(void* stream, void* dst, const void* src,
-                            int64_t count, DataType dtype, double factor) {
+absl::Status CudaScaledCopy(int device, void* stream, void* dst,
+                            const void* src, int64_t count, DataType dtype,
+                            double factor) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (count <= 0) return absl::OkStatus();
+  const cudaError_t set = cudaSetDevice(device);
+  if (set != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        std::string("CudaScaledCopy: cudaSetDevice: ") +
+        cudaGetErrorString(set));
+  }
   const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
   if (factor == 1.0) {
     if (dst == src) return absl::OkStatus();

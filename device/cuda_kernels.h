@@ -14,11 +14,13 @@
 
 namespace terse {
 
-// dst[i] = src[i] * factor, as Stream::ScaledCopy would (f16/bf16 in fp32,
-// rounded once; integers in double, rounded to nearest). InvalidArgument
-// for kBool with a factor other than 1.
-absl::Status CudaScaledCopy(void* stream, void* dst, const void* src,
-                            int64_t count, DataType dtype, double factor);
+// dst[i] = src[i] * factor on CUDA device `device` (made current first),
+// as engine/scale.h's ScaledCopy does on the host (f16/bf16 in fp32, rounded
+// once; integers in double, rounded to nearest). InvalidArgument for kBool
+// with a factor other than 1.
+absl::Status CudaScaledCopy(int device, void* stream, void* dst,
+                            const void* src, int64_t count, DataType dtype,
+                            double factor);
 
 }  // namespace terse
 

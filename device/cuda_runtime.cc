@@ -81,19 +81,27 @@ class CudaStream : public Stream {
 
   Device device() const override { return Device::Cuda(ordinal_); }
 
+  // Every call works on the stream's device, whichever thread makes it.
+  absl::Status MakeCurrent() const {
+    return CudaError(cudaSetDevice(ordinal_), "cudaSetDevice");
+  }
+
   absl::Status Record(Event* event) override {
+    if (absl::Status current = MakeCurrent(); !current.ok()) return current;
     absl::StatusOr<CudaEvent*> e = AsCudaEvent(event);
     if (!e.ok()) return e.status();
     return CudaError(cudaEventRecord((*e)->event(), stream_),
                      "cudaEventRecord");
   }
   absl::Status WaitEvent(Event* event) override {
+    if (absl::Status current = MakeCurrent(); !current.ok()) return current;
     absl::StatusOr<CudaEvent*> e = AsCudaEvent(event);
     if (!e.ok()) return e.status();
     return CudaError(cudaStreamWaitEvent(stream_, (*e)->event(), 0),
                      "cudaStreamWaitEvent");
   }
   absl::Status Memcpy(void* dst, const void* src, int64_t bytes) override {
+    if (absl::Status current = MakeCurrent(); !current.ok()) return current;
     if (bytes < 0 || ((dst == nullptr || src == nullptr) && bytes > 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("Memcpy: null buffer or negative size (", bytes, ")"));
@@ -104,6 +112,7 @@ class CudaStream : public Stream {
                      "cudaMemcpyAsync");
   }
   absl::Status Memset(void* dst, int value, int64_t bytes) override {
+    if (absl::Status current = MakeCurrent(); !current.ok()) return current;
     if (bytes < 0 || (dst == nullptr && bytes > 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("Memset: null buffer or negative size (", bytes, ")"));
@@ -114,6 +123,7 @@ class CudaStream : public Stream {
         "cudaMemsetAsync");
   }
   absl::Status LaunchHost(std::function<void()> fn) override {
+    if (absl::Status current = MakeCurrent(); !current.ok()) return current;
     if (!fn) return absl::InvalidArgumentError("LaunchHost: empty function");
     auto* heap = new std::function<void()>(std::move(fn));
     const cudaError_t err = cudaLaunchHostFunc(
@@ -128,6 +138,7 @@ class CudaStream : public Stream {
     return CudaError(err, "cudaLaunchHostFunc");
   }
   absl::Status Synchronize() override {
+    if (absl::Status current = MakeCurrent(); !current.ok()) return current;
     return CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   void* native_handle() override { return stream_; }

@@ -71,7 +71,7 @@ TEST_F(CudaRuntimeGpuTest, ScaledCopyMatchesTheCpu) {
   std::vector<float> x(n), y(n);
   for (int i = 0; i < n; ++i) x[i] = 0.25f * i - 7.0f;
   ASSERT_TRUE((*s)->Memcpy(dev->data(), x.data(), n * 4).ok());
-  ASSERT_TRUE(CudaScaledCopy((*s)->native_handle(), dev->data(), dev->data(),
+  ASSERT_TRUE(CudaScaledCopy(0, (*s)->native_handle(), dev->data(), dev->data(),
                              n, DataType::kFloat32, 0.5)
                   .ok());
   ASSERT_TRUE((*s)->Memcpy(y.data(), dev->data(), n * 4).ok());
@@ -81,7 +81,7 @@ TEST_F(CudaRuntimeGpuTest, ScaledCopyMatchesTheCpu) {
   std::vector<uint16_t> h(n), hy(n);
   for (int i = 0; i < n; ++i) h[i] = FloatToBFloat16(0.125f * (i % 97));
   ASSERT_TRUE((*s)->Memcpy(dev->data(), h.data(), n * 2).ok());
-  ASSERT_TRUE(CudaScaledCopy((*s)->native_handle(), dev->data(), dev->data(),
+  ASSERT_TRUE(CudaScaledCopy(0, (*s)->native_handle(), dev->data(), dev->data(),
                              n, DataType::kBFloat16, 3.0)
                   .ok());
   ASSERT_TRUE((*s)->Memcpy(hy.data(), dev->data(), n * 2).ok());

@@ -182,8 +182,8 @@ absl::Status DeviceExecutor::ScaledCopy(Context* ctx, void* dst,
       terse::ScaledCopy(dst, src, count, dtype, factor);
     });
   }
-  return CudaScaledCopy(ctx->stream->native_handle(), dst, src, count, dtype,
-                        factor);
+  return CudaScaledCopy(ctx->ordinal, ctx->stream->native_handle(), dst, src,
+                        count, dtype, factor);
 }
 
 absl::Status DeviceExecutor::Collective(
