@@ -23,9 +23,9 @@
 #
 # Known first-run risks (read from the code; nothing here has run on a GPU):
 # a driver older than 580 makes every GPU test skip; NCCL refuses two ranks
-# on one GPU, so multi-rank NCCL is not tested (the engine's 4-ranks-on-one-
-# GPU path is TERSE_GPU_OPERATIONS=mpi, which has no GPU test yet); small
-# tests time out at 60 s by default (raised here with --test_timeout).
+# on one GPU, so multi-rank NCCL is not tested (engine_cuda_gpu_test runs 4
+# ranks on one GPU with TERSE_GPU_OPERATIONS=mpi, and 1 rank over NCCL);
+# small tests time out at 60 s by default (raised here with --test_timeout).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
@@ -159,7 +159,7 @@ else
   # gpu-tagged tests and the device-aware tests that run without one.
   NAMED="//common:cuda_probe_gpu_test //device:cuda_runtime_gpu_test
     //compressors/kernels:kernels_cuda_test
-    //compressors/kernels:cuda_checked_gpu_test
+    //compressors/kernels:cuda_checked_gpu_test //engine:engine_cuda_gpu_test
     //collectives/nccl:nccl_communicator_gpu_test
     //efcp:sparse_mfac_cuda_gpu_test //efcp:dense_mfac_cuda_gpu_test
     //common:cuda_probe_test //device:cuda_runtime_test
@@ -221,7 +221,7 @@ else
   fi
 fi
 
-note "not covered: engine over NCCL and over TERSE_GPU_OPERATIONS=mpi on a GPU, compression on CUDA buckets, the PyTorch CUDA binding (docs/gpu.md)"
+note "not covered: compression on CUDA buckets, the PyTorch CUDA binding, multi-GPU NCCL (docs/gpu.md)"
 echo "===== SUMMARY (${SECONDS} s) ====="
 printf '%s\n' "${RESULTS[@]}" >"$OUT/summary.txt"
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped" >>"$OUT/summary.txt"
