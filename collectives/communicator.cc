@@ -16,6 +16,8 @@ absl::string_view ReduceOpName(ReduceOp op) {
       return "min";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }

@@ -31,7 +31,16 @@
 
 namespace terse {
 
-enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3 };
+// kProduct multiplies element-wise (integers wrap modulo 2^bits, as numpy's
+// and torch's do). Adasum is not element-wise and is no ReduceOp: the torch
+// binding composes it from allgather (docs/torch.md).
+enum class ReduceOp : int32_t {
+  kSum = 0,
+  kAverage = 1,
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4
+};
 
 absl::string_view ReduceOpName(ReduceOp op);
 

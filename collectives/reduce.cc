@@ -20,12 +20,27 @@ void WrapAdd(T* acc, const T* in, int64_t count) {
   }
 }
 
+// Integer products wrap likewise. Operands narrower than int are widened to
+// unsigned int (not int) first, so the multiplication cannot overflow a
+// signed type.
+template <typename T>
+void WrapMultiply(T* acc, const T* in, int64_t count) {
+  using U = std::make_unsigned_t<T>;
+  using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+  for (int64_t i = 0; i < count; ++i) {
+    acc[i] = static_cast<T>(static_cast<U>(
+        static_cast<W>(static_cast<U>(acc[i])) *
+        static_cast<W>(static_cast<U>(in[i]))));
+  }
+}
+
 template <typename T>
 void ReduceTyped(T* acc, const T* in, int64_t count, ReduceOp op) {
   if constexpr (std::is_integral_v<T>) {
     if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
       return WrapAdd(acc, in, count);
     }
+    if (op == ReduceOp::kProduct) return WrapMultiply(acc, in, count);
   }
   switch (op) {
     case ReduceOp::kSum:
@@ -37,6 +52,9 @@ void ReduceTyped(T* acc, const T* in, int64_t count, ReduceOp op) {
       break;
     case ReduceOp::kMax:
       for (int64_t i = 0; i < count; ++i) acc[i] = std::max(acc[i], in[i]);
+      break;
+    case ReduceOp::kProduct:
+      for (int64_t i = 0; i < count; ++i) acc[i] *= in[i];
       break;
   }
 }
@@ -78,6 +96,13 @@ absl::Status CheckReduceSupported(DataType dtype, ReduceOp op) {
         "allreduce of bool is not supported (as in Horovod over MPI, where "
         "MPI defines no sum of MPI_C_BOOL); cast to uint8 or int32, or use "
         "allgather/broadcast");
+  }
+  const int32_t code = static_cast<int32_t>(op);
+  if (code < static_cast<int32_t>(ReduceOp::kSum) ||
+      code > static_cast<int32_t>(ReduceOp::kProduct)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown reduce op value ", code,
+                     "; accepted: sum, average, min, max, product"));
   }
   if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) {
     return absl::InvalidArgumentError(

@@ -14,8 +14,8 @@
 
 namespace terse {
 
-// OK when `op` is defined for `dtype`: Sum/Min/Max for every type, Average
-// for floating-point types only.
+// OK when `op` is defined for `dtype`: Sum/Min/Max/Product for every type
+// but bool, Average for floating-point types only.
 absl::Status CheckReduceSupported(DataType dtype, ReduceOp op);
 
 // acc[i] = op(acc[i], in[i]) for i < count, in the buffers' own type. Average

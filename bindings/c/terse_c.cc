@@ -138,6 +138,8 @@ absl::StatusOr<ReduceOp> MakeReduceOp(int op) {
       return ReduceOp::kMin;
     case TERSE_OP_MAX:
       return ReduceOp::kMax;
+    case TERSE_OP_PRODUCT:
+      return ReduceOp::kProduct;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown reduce op code ", op));

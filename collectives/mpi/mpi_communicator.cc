@@ -198,13 +198,24 @@ absl::Status MpiCommunicator::Init() {
   TERSE_RETURN_IF_ERROR(Check(MPI_Type_contiguous(2, MPI_BYTE, &half_type_),
                               "MPI_Type_contiguous"));
   TERSE_RETURN_IF_ERROR(Check(MPI_Type_commit(&half_type_), "MPI_Type_commit"));
-  MPI_User_function* fns[2][3] = {
+  MPI_User_function* fns[2][4] = {
       {ReduceFn<DataType::kFloat16, ReduceOp::kSum>,
        ReduceFn<DataType::kFloat16, ReduceOp::kMin>,
-       ReduceFn<DataType::kFloat16, ReduceOp::kMax>},
+       ReduceFn<DataType::kFloat16, ReduceOp::kMax>,
+       ReduceFn<DataType::kFloat16, ReduceOp::kProduct>},
       {ReduceFn<DataType::kBFloat16, ReduceOp::kSum>,
        ReduceFn<DataType::kBFloat16, ReduceOp::kMin>,
-       ReduceFn<DataType::kBFloat16, ReduceOp::kMax>}};
+       ReduceFn<DataType::kBFloat16, ReduceOp::kMax>,
+       ReduceFn<DataType::kBFloat16, ReduceOp::kProduct>}};
+  MPI_User_function* small_int_prod[3] = {
+      ReduceFn<DataType::kUInt8, ReduceOp::kProduct>,
+      ReduceFn<DataType::kInt8, ReduceOp::kProduct>,
+      ReduceFn<DataType::kInt16, ReduceOp::kProduct>};
+  for (int t = 0; t < 3; ++t) {
+    TERSE_RETURN_IF_ERROR(Check(MPI_Op_create(small_int_prod[t], /*commute=*/1,
+                                              &small_int_prod_ops_[t]),
+                                "MPI_Op_create"));
+  }
   TERSE_RETURN_IF_ERROR(
       Check(MPI_Op_create(ReduceFn<DataType::kUInt8, ReduceOp::kSum>,
                           /*commute=*/1, &u8_sum_op_),
@@ -218,7 +229,7 @@ absl::Status MpiCommunicator::Init() {
                           /*commute=*/1, &i16_sum_op_),
             "MPI_Op_create"));
   for (int t = 0; t < 2; ++t) {
-    for (int o = 0; o < 3; ++o) {
+    for (int o = 0; o < 4; ++o) {
       TERSE_RETURN_IF_ERROR(
           Check(MPI_Op_create(fns[t][o], /*commute=*/1, &half_ops_[t][o]),
                 "MPI_Op_create"));
@@ -235,6 +246,9 @@ MpiCommunicator::~MpiCommunicator() {
     for (MPI_Op& op : row) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     }
+  }
+  for (MPI_Op& op : small_int_prod_ops_) {
+    if (op != MPI_OP_NULL) MPI_Op_free(&op);
   }
   if (u8_sum_op_ != MPI_OP_NULL) MPI_Op_free(&u8_sum_op_);
   if (i8_sum_op_ != MPI_OP_NULL) MPI_Op_free(&i8_sum_op_);
@@ -310,6 +324,9 @@ absl::StatusOr<MPI_Op> MpiCommunicator::MpiOp(DataType dtype,
     case ReduceOp::kMax:
       index = 2;
       break;
+    case ReduceOp::kProduct:
+      index = 3;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "mpi: unknown reduce op value ", static_cast<int32_t>(op)));
@@ -319,7 +336,12 @@ absl::StatusOr<MPI_Op> MpiCommunicator::MpiOp(DataType dtype,
   if (dtype == DataType::kUInt8 && index == 0) return u8_sum_op_;
   if (dtype == DataType::kInt8 && index == 0) return i8_sum_op_;
   if (dtype == DataType::kInt16 && index == 0) return i16_sum_op_;
-  const MPI_Op builtin[3] = {MPI_SUM, MPI_MIN, MPI_MAX};
+  if (index == 3) {
+    if (dtype == DataType::kUInt8) return small_int_prod_ops_[0];
+    if (dtype == DataType::kInt8) return small_int_prod_ops_[1];
+    if (dtype == DataType::kInt16) return small_int_prod_ops_[2];
+  }
+  const MPI_Op builtin[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   return builtin[index];
 }
 

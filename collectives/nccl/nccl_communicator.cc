@@ -47,6 +47,8 @@ absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op) {
       return ncclMin;
     case ReduceOp::kMax:
       return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("nccl: unknown reduce op value ", static_cast<int32_t>(op)));
