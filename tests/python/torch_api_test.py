@@ -330,6 +330,106 @@ def test_process_sets(_):
     expect(hvd.remove_process_set(gps) is False, "global is not removed")
 
 
+# --- DistributedOptimizer's remaining arguments ---------------------------------------
+
+def _rank_batch(r):
+    g = torch.Generator().manual_seed(900 + r)
+    return torch.randn(6, 4, generator=g, dtype=torch.float64), torch.randn(
+        6, 2, generator=g, dtype=torch.float64)
+
+
+def _model():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(),
+                               torch.nn.Linear(3, 2)).double()
+
+
+def _grads(model, r):
+    model.zero_grad()
+    x, y = _rank_batch(r)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_optimizer_groups_match_averaged_gradients(_):
+    size, rank = hvd.size(), hvd.rank()
+    ref = _model()
+    per_rank = [_grads(ref, r) for r in range(size)]
+    mean = [sum(g[i] for g in per_rank) / size for i in range(4)]
+    start = [p.detach().clone() for p in ref.parameters()]
+    for label, kwargs in (("num_groups", {"num_groups": 2}),
+                          ("groups", None)):
+        model = _model()
+        params = list(model.parameters())
+        if kwargs is None:
+            kwargs = {"groups": [[params[0], params[3]], [params[1]]]}
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.5),
+            named_parameters=model.named_parameters(), op=hvd.Average,
+            **kwargs)
+        x, y = _rank_batch(rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        for p, s0, g in zip(model.parameters(), start, mean):
+            expect(torch.allclose(p, s0 - 0.5 * g, atol=1e-12), label)
+    expect_raises(ValueError, ["num_groups or groups"],
+                  hvd.DistributedOptimizer,
+                  torch.optim.SGD(_model().parameters(), lr=0.1),
+                  num_groups=2, groups=[[]])
+
+
+def test_optimizer_sparse_gradients(_):
+    size, rank = hvd.size(), hvd.rank()
+    for sparse_as_dense in (False, True):
+        torch.manual_seed(1)
+        emb = torch.nn.Embedding(10, 3, sparse=True).double()
+        start = emb.weight.detach().clone()
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(emb.parameters(), lr=1.0),
+            named_parameters=emb.named_parameters(),
+            sparse_as_dense=sparse_as_dense)
+        ids = torch.tensor([rank % 10, (rank + 3) % 10, 7])
+        emb(ids).sum().backward()
+        opt.step()
+        want = start.clone()
+        for r in range(size):
+            for i in (r % 10, (r + 3) % 10, 7):
+                want[i] -= 1.0 / size
+        expect(torch.allclose(emb.weight, want, atol=1e-12),
+               f"sparse_as_dense={sparse_as_dense}")
+
+
+def test_optimizer_adasum_combines_deltas(_):
+    size, rank = hvd.size(), hvd.rank()
+    ref = _model()
+    start = [p.detach().clone() for p in ref.parameters()]
+    per_rank = [_grads(ref, r) for r in range(size)]
+    model = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(),
+                                                   lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   op=hvd.Adasum)
+    x, y = _rank_batch(rank)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    for i, p in enumerate(model.parameters()):
+        deltas = [(-0.1 * g[i]).numpy().ravel() for g in per_rank]
+        want = start[i].numpy() + adasum_reference(deltas).reshape(
+            start[i].shape)
+        expect(np.allclose(p.detach().numpy(), want, atol=1e-12),
+               f"Adasum optimizer parameter {i}")
+    expect_raises(ValueError, ["Adasum", "compression"],
+                  hvd.DistributedOptimizer,
+                  torch.optim.SGD(_model().parameters(), lr=0.1),
+                  op=hvd.Adasum, compression=hvd.Compression.fp16)
+    expect_raises(NotImplementedError, ["process set"],
+                  hvd.DistributedOptimizer,
+                  torch.optim.SGD(_model().parameters(), lr=0.1),
+                  process_set=hvd.ProcessSet([0]))
+
+
 def setup():
     hvd.init()
     return "initialised"  # mpi_testlib passes a non-None context.
