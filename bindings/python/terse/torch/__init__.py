@@ -49,6 +49,7 @@ from terse.torch.ops import (Adasum, Average, HorovodInternalError, Max, Min,
                              broadcast_async_, join, poll, synchronize)
 from terse.torch.optimizer import DistributedOptimizer
 from terse.torch.sync_batch_norm import SyncBatchNorm
+from terse.torch import elastic  # noqa: E402 (needs the names above)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
@@ -75,5 +76,5 @@ __all__ = [
     "poll", "synchronize",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object",
-    "DistributedOptimizer", "SyncBatchNorm",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic",
 ]
