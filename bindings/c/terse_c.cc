@@ -527,6 +527,18 @@ terse_error* terse_notify_learning_rate_drop(void) {
   return terse::ToError(terse::NotifyLearningRateDrop());
 }
 
+terse_error* terse_start_timeline(const char* path) {
+  if (path == nullptr || path[0] == '\0') {
+    return terse::ToError(
+        absl::InvalidArgumentError("start_timeline: empty file path"));
+  }
+  return terse::ToError(terse::StartTimeline(path));
+}
+
+terse_error* terse_stop_timeline(void) {
+  return terse::ToError(terse::StopTimeline());
+}
+
 terse_error* terse_save_compression_state(char** data, size_t* size) {
   if (!data || !size) {
     return terse::ToError(terse::CheckOut(nullptr, "data or size"));

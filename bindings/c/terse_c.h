@@ -196,6 +196,12 @@ void terse_bucket_reports_free(terse_bucket_reports* reports);
 terse_error* terse_bytes_sent(int64_t* bytes);
 /* The learning rate was just lowered (Accordion switches to its low CF). */
 terse_error* terse_notify_learning_rate_drop(void);
+/* Horovod's start_timeline / stop_timeline (engine/engine.h): this rank
+ * starts writing a timeline to `path` ("{rank}" replaced; without it only
+ * rank 0 writes), or completes it. Not collective. Start is
+ * FailedPrecondition while one is being written. */
+terse_error* terse_start_timeline(const char* path);
+terse_error* terse_stop_timeline(void);
 /* A checkpoint of the compression state (policies, error-feedback
  * residuals): *data (malloc'ed, release with terse_free) of *size bytes. */
 terse_error* terse_save_compression_state(char** data, size_t* size);

@@ -332,6 +332,16 @@ PYBIND11_MODULE(_terse, m) {
       [] { ThrowIfError(terse_notify_learning_rate_drop()); }, Release(),
       "The learning rate was just lowered (Accordion's signal).");
   m.def(
+      "start_timeline",
+      [](const std::string& path) {
+        ThrowIfError(terse_start_timeline(path.c_str()));
+      },
+      Release(), py::arg("path"),
+      "Starts writing a timeline to `path` (rank 0, or {rank} per rank).");
+  m.def(
+      "stop_timeline", [] { ThrowIfError(terse_stop_timeline()); }, Release(),
+      "Completes the timeline being written (if any).");
+  m.def(
       "save_compression_state",
       [] {
         char* data = nullptr;

@@ -7,7 +7,10 @@ for reducescatter and alltoall, a single-process torch BatchNorm over the
 global batch for SyncBatchNorm.
 """
 
+import json
+import os
 import pickle
+import tempfile
 
 import numpy as np
 import torch
@@ -48,10 +51,28 @@ def test_introspection(_):
     expect(isinstance(hvd.nccl_built(), int), "nccl_built is a version")
     expect(isinstance(hvd.cuda_built(), bool), "cuda_built")
     expect(hvd.HorovodInternalError is hvd.TerseError, "alias")
-    expect_raises(hvd.TerseError, ["TERSE_TIMELINE"], hvd.start_timeline,
-                  f"/tmp/never.{rank}.json")
-    hvd.stop_timeline()  # No timeline: nothing to stop.
     expect(rank == hvd.global_process_set.rank(), "global set rank")
+
+
+def test_timeline_starts_and_stops_at_runtime(_):
+    rank = hvd.rank()
+    directory = tempfile.mkdtemp(prefix=f"terse_tl_{rank}_")
+    hvd.stop_timeline()  # No timeline: nothing to stop.
+    for attempt in range(2):  # Started again after a stop.
+        path = os.path.join(directory, f"tl{attempt}.{{rank}}.json")
+        hvd.start_timeline(path)
+        expect_raises(hvd.TerseError, ["already"], hvd.start_timeline, path)
+        hvd.allreduce(torch.ones(8), name=f"timeline.{attempt}", op=hvd.Sum)
+        hvd.barrier()
+        hvd.stop_timeline()
+        with open(path.replace("{rank}", str(rank))) as f:
+            events = json.load(f)  # A complete JSON document.
+        expect(any(e.get("args", {}).get("name") == f"terse rank {rank}"
+                   for e in events), "process name")
+        expect(any(e.get("name") == "COMMUNICATE" for e in events),
+               f"a COMMUNICATE event in {len(events)} events")
+    expect_raises(hvd.TerseError, ["mark_cycles"], hvd.start_timeline,
+                  os.path.join(directory, "x.json"), mark_cycles=True)
 
 
 # --- reductions --------------------------------------------------------------------

@@ -239,38 +239,25 @@ def ccl_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Horovod's runtime timeline start. terse opens its timeline once, at
-    init(), from TERSE_TIMELINE=<path> (rank 0's file; see docs/timeline
-    in README). Starting one later is not supported yet: this raises
-    TerseError naming TERSE_TIMELINE, except when that very file is already
-    being written (then it does nothing). mark_cycles=True raises too:
-    terse's timeline has no cycle markers."""
+    """Starts writing a Chrome-trace timeline to `file_path` (Horovod's
+    start_timeline): rank 0 writes it, or every rank its own when the path
+    holds "{rank}" (as TERSE_TIMELINE). Not collective. Raises TerseError
+    while a timeline is being written (stop_timeline() first) or if the file
+    cannot be opened. mark_cycles=True raises: terse's timeline has no
+    negotiation-cycle markers."""
     check_initialized("start_timeline()")
     if mark_cycles:
         raise lib().TerseError(
             "start_timeline(mark_cycles=True): terse's timeline has no cycle "
             "markers; pass mark_cycles=False")
-    current = (_engine_variables or {}).get("TERSE_TIMELINE", "")
-    if current and os.path.abspath(current) == os.path.abspath(
-            os.fspath(file_path)):
-        return
-    raise lib().TerseError(
-        f"start_timeline({os.fspath(file_path)!r}): terse cannot start a "
-        "timeline after init() yet; set TERSE_TIMELINE=<path> before init() "
-        + (f"(this run writes {current!r})" if current else
-           "(this run writes none)"))
+    lib().start_timeline(os.fspath(file_path))
 
 
 def stop_timeline():
-    """Horovod's runtime timeline stop: not supported yet, since terse's
-    timeline (TERSE_TIMELINE) runs from init() to shutdown(). Raises
-    TerseError saying so; does nothing when no timeline is being written."""
+    """Completes the timeline being written (the file is then a complete
+    JSON document); does nothing when none is. start_timeline() may follow."""
     check_initialized("stop_timeline()")
-    current = (_engine_variables or {}).get("TERSE_TIMELINE", "")
-    if current:
-        raise lib().TerseError(
-            f"stop_timeline(): terse writes the timeline {current!r} until "
-            "shutdown(); stopping it earlier is not supported yet")
+    lib().stop_timeline()
 
 
 def barrier():
