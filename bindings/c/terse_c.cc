@@ -140,6 +140,8 @@ absl::StatusOr<ReduceOp> MakeReduceOp(int op) {
       return ReduceOp::kMax;
     case TERSE_OP_PRODUCT:
       return ReduceOp::kProduct;
+    case TERSE_OP_ADASUM:
+      return ReduceOp::kAdasum;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown reduce op code ", op));

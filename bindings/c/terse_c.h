@@ -68,7 +68,8 @@ enum {
   TERSE_OP_AVERAGE = 1,
   TERSE_OP_MIN = 2,
   TERSE_OP_MAX = 3,
-  TERSE_OP_PRODUCT = 4 /* element-wise; integers wrap modulo 2^bits */
+  TERSE_OP_PRODUCT = 4, /* element-wise; integers wrap modulo 2^bits */
+  TERSE_OP_ADASUM = 5   /* per tensor, never fused; floats, 2^k ranks */
 };
 
 /* Where a tensor lives: TERSE_DEVICE_CPU, or a CUDA ordinal >= 0. */

@@ -222,6 +222,7 @@ PYBIND11_MODULE(_terse, m) {
   m.attr("OP_MIN") = static_cast<int>(TERSE_OP_MIN);
   m.attr("OP_MAX") = static_cast<int>(TERSE_OP_MAX);
   m.attr("OP_PRODUCT") = static_cast<int>(TERSE_OP_PRODUCT);
+  m.attr("OP_ADASUM") = static_cast<int>(TERSE_OP_ADASUM);
 
   m.def("init", &terse::Init, Release(), py::arg("variables"),
         "Starts the engine with the configuration parsed from `variables` "

@@ -1,6 +1,7 @@
 #include "collectives/mpi/mpi_communicator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -375,13 +376,15 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
         "mpi: allreduce: unknown dtype value ", static_cast<int32_t>(dtype)));
   }
   TERSE_RETURN_IF_ERROR(CheckReduceSupported(dtype, op));
-  TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
-  TERSE_ASSIGN_OR_RETURN(MPI_Op mpi_op, MpiOp(dtype, op));
+  TERSE_RETURN_IF_ERROR(CheckAdasumRanks(op, size_, "mpi"));
   if (options_.verify_all_calls) {
     TERSE_RETURN_IF_ERROR(
         VerifySignature({kKindAllreduce, count, static_cast<int64_t>(dtype),
                          static_cast<int64_t>(op), -1, 0}));
   }
+  if (op == ReduceOp::kAdasum) return AllreduceAdasum(buffer, count, dtype);
+  TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
+  TERSE_ASSIGN_OR_RETURN(MPI_Op mpi_op, MpiOp(dtype, op));
   const int64_t chunk =
       std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);
   const size_t elem = DataTypeSize(dtype);
@@ -394,6 +397,38 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
     done += n;
   }
   if (op == ReduceOp::kAverage) DivideInPlace(buffer, count, dtype, size_);
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::AllreduceAdasum(void* buffer, int64_t count,
+                                              DataType dtype) {
+  // Recursive doubling: at distance d each rank swaps its whole vector with
+  // rank ^ d and both combine them, the lower rank's as `a`, so partners
+  // hold the same bits. log2(size) exchanges of the full vector.
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  std::vector<uint8_t> theirs(static_cast<size_t>(bytes));
+  const int64_t chunk =
+      std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);
+  char* mine = static_cast<char*>(buffer);
+  for (int d = 1; d < size_; d <<= 1) {
+    const int partner = rank_ ^ d;
+    for (int64_t done = 0; done < bytes;) {
+      const int n = static_cast<int>(std::min(chunk, bytes - done));
+      TERSE_RETURN_IF_ERROR(Check(
+          MPI_Sendrecv(mine + done, n, MPI_BYTE, partner, /*sendtag=*/d,
+                       theirs.data() + done, n, MPI_BYTE, partner,
+                       /*recvtag=*/d, comm_, MPI_STATUS_IGNORE),
+          "MPI_Sendrecv(adasum)"));
+      done += n;
+    }
+    if (rank_ < partner) {
+      AdasumCombine(mine, theirs.data(), count, dtype);
+    } else {
+      // The partner's vector is `a`: combine into it, then take the result.
+      AdasumCombine(theirs.data(), mine, count, dtype);
+      if (bytes > 0) std::memcpy(mine, theirs.data(), bytes);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -119,6 +119,8 @@ class MpiCommunicator : public Communicator {
   absl::Status Check(int rc, const char* call) const;
   absl::StatusOr<MPI_Datatype> MpiType(DataType dtype) const;
   absl::StatusOr<MPI_Op> MpiOp(DataType dtype, ReduceOp op) const;
+  // Allreduce with ReduceOp::kAdasum (communicator.h), already checked.
+  absl::Status AllreduceAdasum(void* buffer, int64_t count, DataType dtype);
   absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
   // Allgatherv as one broadcast per rank, for sizes MPI's int counts or
   // displacements cannot express.

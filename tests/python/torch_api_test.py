@@ -146,7 +146,8 @@ def test_adasum_matches_numpy_tree(_):
     inputs = [rank_floats(r, 21, 40).reshape(shape) for r in range(size)]
     # Orthogonal inputs add, parallel ones average: both show in the tree.
     want = adasum_reference([x.ravel() for x in inputs]).reshape(shape)
-    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5),
+                       (torch.float16, 2e-2)):
         mine = torch.from_numpy(inputs[hvd.rank()]).to(dtype)
         got = hvd.allreduce(mine, name=f"adasum.{dtype}", op=hvd.Adasum)
         expect(got.dtype == dtype and got.shape == shape, "shape/dtype")
@@ -155,6 +156,17 @@ def test_adasum_matches_numpy_tree(_):
         inplace = mine.clone()
         hvd.allreduce_(inplace, name=f"adasum_.{dtype}", op=hvd.Adasum)
         expect(torch.equal(inplace, got), "in place equals out of place")
+    # Enqueued together, two Adasum tensors are still reduced each alone
+    # (fused, the dot products would mix them).
+    others = [rank_floats(r, 9, 41) for r in range(size)]
+    want_other = adasum_reference(others)
+    h1 = hvd.allreduce_async(torch.from_numpy(inputs[hvd.rank()]),
+                             name="adasum.pair.1", op=hvd.Adasum)
+    h2 = hvd.allreduce_async(torch.from_numpy(others[hvd.rank()]),
+                             name="adasum.pair.2", op=hvd.Adasum)
+    expect(np.allclose(hvd.synchronize(h1).numpy(), want, atol=1e-12) and
+           np.allclose(hvd.synchronize(h2).numpy(), want_other, atol=1e-12),
+           "two Adasum tensors in flight: each its own tree")
     same = torch.ones(5, dtype=torch.float64)
     expect(torch.allclose(hvd.allreduce(same, name="adasum.same",
                                         op=hvd.Adasum), same),

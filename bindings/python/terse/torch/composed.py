@@ -15,10 +15,6 @@ errors. What each costs on the wire (n ranks, B bytes of input per rank):
   * alltoall: an allgather of every rank's splits (n int64 per rank) and of
     its data; each rank keeps the rows sent to it. Every rank receives all
     n ranks' data, about (n-1)B, where a native alltoall receives about B.
-  * Adasum: an allgather of the tensor, then every rank applies the
-    pairwise Adasum operator in the same recursive-doubling tree (ranks
-    (0,1), (2,3), ... then pairs of pairs), in float64: (n-1)B received
-    where Horovod's vector-halving algorithm receives about 2B.
 
 A composed operation has a negative handle; synchronize() waits for all its
 parts, then raises the first error, so nothing stays in flight.
@@ -28,7 +24,6 @@ import torch
 
 from terse import basics
 from terse import process_sets
-from terse.compression import Compression
 from terse.torch import ops
 from terse.torch.ops import _Entry, _table
 
@@ -336,67 +331,6 @@ def alltoall(tensor, splits=None, name=None, process_set=_gp):
         output, received = ops.synchronize(
             alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
-
-
-# --- Adasum ------------------------------------------------------------------------
-
-_ADASUM_EPS = 1e-8  # Norms squared below this leave the other side as is.
-
-
-def adasum_pair(a, b):
-    """Adasum's pairwise operator (Maleki et al., 2021) on float64 vectors:
-    (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b. A vector with a norm
-    squared below 1e-8 gets coefficient 1 (its partner passes unchanged)."""
-    dot = float(torch.dot(a, b))
-    a_norm, b_norm = float(torch.dot(a, a)), float(torch.dot(b, b))
-    a_coeff = 1.0 - dot / (2.0 * a_norm) if a_norm >= _ADASUM_EPS else 1.0
-    b_coeff = 1.0 - dot / (2.0 * b_norm) if b_norm >= _ADASUM_EPS else 1.0
-    return a_coeff * a + b_coeff * b
-
-
-def adasum_tree(vectors):
-    """Combines float64 vectors in the recursive-doubling order: (0,1),
-    (2,3), ..., then the pairs' results pairwise, until one is left."""
-    level = list(vectors)
-    while len(level) > 1:
-        level = [adasum_pair(level[i], level[i + 1])
-                 for i in range(0, len(level), 2)]
-    return level[0]
-
-
-def adasum_async(source, name, prescale_factor, postscale_factor,
-                 compression, finish):
-    """op=Adasum of allreduce_async/_: source is contiguous; finish(result)
-    is the op's result. Floating-point tensors and a power-of-two number of
-    ranks only (as Horovod on the CPU); no compression."""
-    if compression is not None and Compression.get(compression).name != "none":
-        raise ValueError(
-            f"allreduce of '{name}': op=Adasum cannot be combined with "
-            f"compression={compression!r}; Adasum's dot products need the "
-            "exact tensor (pass compression=None)")
-    if not source.dtype.is_floating_point:
-        raise ops.TerseError(
-            f"allreduce of '{name}': Adasum needs a floating-point tensor, "
-            f"not {source.dtype}")
-    size = basics.size()
-    if size & (size - 1):
-        raise NotImplementedError(
-            "Running Adasum with non-power of 2 ranks is not supported yet "
-            f"({size} ranks).")
-    flat = source.reshape(1, -1)
-    if prescale_factor != 1.0:
-        flat = ops._scaled(flat, prescale_factor)
-    handle = ops.allgather_async(flat, name=name)
-
-    def combine(results):
-        gathered = results[0].to("cpu", torch.float64)
-        combined = adasum_tree(list(gathered))
-        if postscale_factor != 1.0:
-            combined = combined * float(postscale_factor)
-        out = combined.to(source.dtype).reshape(source.shape).to(
-            source.device)
-        return finish(out)
-    return _composed([handle], combine, keep=(source,))
 
 
 # --- sparse ---------------------------------------------------------------------

@@ -6,7 +6,7 @@ poll(handle) tells whether it is done. The tensors an operation reads or
 writes are kept alive in a handle table until synchronize() returns, so a
 caller may drop its own references after enqueueing. Operations terse
 composes from several engine operations (grouped ops, reducescatter,
-alltoall, Adasum; terse/torch/composed.py) get negative handles.
+alltoall; terse/torch/composed.py) get negative handles.
 
 Names identify an operation across ranks: every rank must enqueue the same
 names with the same shapes and dtypes. Unnamed operations get
@@ -40,14 +40,15 @@ from terse._native import lib
 TerseError = lib().TerseError
 HorovodInternalError = TerseError
 
-# Reduction ops: the engine's ReduceOp values, and Adasum, which terse
-# composes in Python (terse/torch/composed.py) and never hands the engine.
+# Reduction ops: the engine's ReduceOp values. Adasum reduces each tensor
+# alone (never fused) with Adasum's pairwise operator in recursive-doubling
+# order (collectives/reduce.h).
 Sum = lib().OP_SUM
 Average = lib().OP_AVERAGE
 Min = lib().OP_MIN
 Max = lib().OP_MAX
 Product = lib().OP_PRODUCT
-Adasum = 5
+Adasum = lib().OP_ADASUM
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max",
              Product: "Product", Adasum: "Adasum"}
 
@@ -182,6 +183,26 @@ def _check_op(op):
                          "Average, Min, Max, Product or Adasum")
 
 
+def _check_adasum(tensor, name, compression):
+    """op=Adasum: a floating-point tensor, no compression, a power-of-two
+    number of ranks (Horovod's CPU rule, and its error)."""
+    if compression is not None:
+        from terse.compression import Compression
+        if Compression.get(compression).name != "none":
+            raise ValueError(
+                f"allreduce of '{name}': op=Adasum cannot be combined with "
+                f"compression={compression!r}; Adasum's dot products need "
+                "the exact tensor (pass compression=None)")
+    if not tensor.dtype.is_floating_point:
+        raise TerseError(f"allreduce of '{name}': Adasum needs a "
+                         f"floating-point tensor, not {tensor.dtype}")
+    size = basics.size()
+    if size & (size - 1):
+        raise NotImplementedError(
+            "Running Adasum with non-power of 2 ranks is not supported yet "
+            f"({size} ranks).")
+
+
 def _enqueue_allreduce(source, output, name, op, prescale, postscale,
                        compression):
     """One engine allreduce of `source` into `output` (may be equal)."""
@@ -198,7 +219,8 @@ def _allreduce_into(tensor, output, name, op, prescale_factor,
     (contiguous, may be `tensor`); `finish(result)` gives the op's result.
 
     Float Sum/Average go to the engine with their factors. Integer Average,
-    factors on integers and factors with Min/Max/Product are applied here,
+    factors on integers and factors with Min/Max/Product/Adasum are applied
+    here,
     around an engine Sum (or the op), with Horovod's double-precision
     scaling."""
     _describe(tensor, _what("allreduce", name))
@@ -266,12 +288,9 @@ def allreduce_async(tensor, average=None, name=None, op=None,
     op = _resolve_op(op, average)
     _check_op(op)
     name = _prepare("allreduce", name, tensor, process_set)
-    source = tensor.contiguous()
     if op == Adasum:
-        from terse.torch import composed
-        return composed.adasum_async(source, name, prescale_factor,
-                                     postscale_factor, compression,
-                                     lambda result: result)
+        _check_adasum(tensor, name, compression)
+    source = tensor.contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     return _allreduce_into(source, output, name, op, prescale_factor,
                            postscale_factor, compression,
@@ -286,6 +305,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
     op = _resolve_op(op, average)
     _check_op(op)
     name = _prepare("allreduce", name, tensor, process_set)
+    if op == Adasum:
+        _check_adasum(tensor, name, compression)
     buffer = tensor if tensor.is_contiguous() else tensor.contiguous()
 
     def finish(result):
@@ -293,10 +314,6 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
             with torch.no_grad():
                 tensor.copy_(result)
         return tensor
-    if op == Adasum:
-        from terse.torch import composed
-        return composed.adasum_async(buffer, name, prescale_factor,
-                                     postscale_factor, compression, finish)
     return _allreduce_into(buffer, buffer, name, op, prescale_factor,
                            postscale_factor, compression, finish,
                            keep=(tensor, buffer))
