@@ -92,6 +92,31 @@ def test_repeated_failure_is_raised(_):
     expect(len(calls) == 6, f"5 restores, then raised: {len(calls)} calls")
 
 
+def test_elastic_sampler_resumes_mid_epoch_after_restore(_):
+    size, rank = hvd.size(), hvd.rank()
+    data = list(range(23))
+    sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=4)
+    state = hvd.elastic.TorchState(sampler=sampler, batches=0)
+    sampler.set_epoch(1)
+    everyone = hvd.allgather_object(list(sampler))
+    order = list(range(23))
+    import random
+    random.Random(5).shuffle(order)
+    per_rank = -(-23 // size)
+    padded = order + order[:per_rank * size - 23]
+    expect(everyone == [padded[r::size] for r in range(size)],
+           f"dealt round-robin: {everyone}")
+    sampler.record_batch(0, 2)  # 2 per rank processed.
+    state.commit()
+    sampler.record_batch(1, 2)
+    state.restore()  # Back to the commit: 2 * size processed.
+    rest = order[2 * size:]
+    n = -(-len(rest) // size)
+    rest_padded = (rest * 2)[:n * size]
+    expect(list(sampler) == rest_padded[rank::size] and len(sampler) == n,
+           "after restore the epoch resumes after the committed batch")
+
+
 def setup():
     hvd.init()
     return "initialised"
