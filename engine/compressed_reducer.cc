@@ -10,6 +10,8 @@
 #include "common/data_type.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "compressors/kernels/count_sketch.h"
+#include "compressors/kernels/randomk.h"
 #include "compressors/registry.h"
 #include "engine/fault_injection.h"
 #include "gravac/policy_factory.h"
@@ -28,11 +30,27 @@ enum StatIndex {
   kNormCandidate,
   kSeconds,
   kNormSent,
-  kWindowDev,    // ||sum over the window of (g - sent)||^2
+  kWindowDev,    // ||sum over the window of (g - sent)||^2, see below
   kWindowGrad,   // ||sum over the window of g||^2
   kWindowSteps,  // steps in the window so far
   kSentBytes,    // bytes this rank put on the wire for the bucket
 };
+
+// The window gain compares sums over ALL ranks: ||sum_r dev_r||^2 and
+// ||sum_r grad_r||^2 of the ranks' window sums, not the mean of each rank's
+// own norms. They differ where the ranks' deviations cancel: PowerSGD sends
+// every rank's projection on a subspace found from the SUM of the ranks'
+// matrices, so each rank's residual holds its own noise outside that
+// subspace, which the sum over ranks averages out (on the slow-network MLP,
+// integration/portfolio_gains.py: rank 4's window gain 0.81-0.84 per rank
+// against 0.95-0.97 over the sum at steps 100-150, while top-k's two agree
+// within 0.01). A rank cannot compute a norm of the sum alone, so on the
+// step that closes a window each rank appends to the exchanged statistics
+// its window sums (buckets of up to kWindowSketch floats) or their count
+// sketch (kernels/count_sketch.h, kWindowSketch buckets, the same hashes on
+// every rank); the exchange sums them over ranks, and the norms of those
+// sums replace the slots kWindowDev and kWindowGrad.
+constexpr int64_t kWindowSketch = 1024;
 
 // Slots of the pending norms kept for Observe: the stats above with the
 // time slot holding Accordion's accumulated norm instead.
@@ -78,6 +96,24 @@ std::string KeyOf(const Bucket& bucket) {
                        });
 }
 
+// The statistics as the policy reads them, from their sum over ranks: the
+// mean over ranks, and the window slots from the window sums' sketches
+// (see kWindowSketch), which are then dropped.
+void FoldStatistics(int size, size_t sketch_at, int64_t sketch_k,
+                    std::vector<double>* stats) {
+  for (double& s : *stats) s /= size;
+  if (sketch_k == 0) return;
+  double dev = 0, grad = 0;
+  for (int64_t i = 0; i < sketch_k; ++i) {
+    dev += (*stats)[sketch_at + i] * (*stats)[sketch_at + i];
+    grad +=
+        (*stats)[sketch_at + sketch_k + i] * (*stats)[sketch_at + sketch_k + i];
+  }
+  (*stats)[kWindowDev] = dev;
+  (*stats)[kWindowGrad] = grad;
+  stats->resize(sketch_at);
+}
+
 }  // namespace
 
 struct CompressedReducer::BucketState {
@@ -96,6 +132,12 @@ struct CompressedReducer::BucketState {
   // the sums of g and of g - sent over the window of `window_choice`.
   std::vector<float> g, window_grad, window_dev;
   int64_t window_steps = 0;
+  // Set for the step that closes a window: where in the statistics its
+  // window sums (or their sketches, window_sketch_k floats each) go, and
+  // the sketch's seed.
+  size_t window_sketch_at = 0;
+  int64_t window_sketch_k = 0;
+  uint64_t window_sketch_seed = 0;
   gravac::Choice window_choice;
   bool has_pending = false;
   gravac::Decision pending;
@@ -402,6 +444,20 @@ void CompressedReducer::AddToWindowGain(BucketState& state,
   (*stats)[kWindowDev] = SquaredNorm(state.window_dev);
   (*stats)[kWindowGrad] = SquaredNorm(state.window_grad);
   (*stats)[kWindowSteps] = static_cast<double>(state.window_steps);
+  const int64_t k = state.window_sketch_k;
+  if (k == 0) return;
+  absl::Span<double> dev =
+      absl::MakeSpan(*stats).subspan(state.window_sketch_at, k);
+  absl::Span<double> grad =
+      absl::MakeSpan(*stats).subspan(state.window_sketch_at + k, k);
+  if (static_cast<int64_t>(n) <= kWindowSketch) {
+    std::copy(state.window_dev.begin(), state.window_dev.end(), dev.begin());
+    std::copy(state.window_grad.begin(), state.window_grad.end(), grad.begin());
+  } else {
+    kernels::AddCountSketch(state.window_sketch_seed, 0, state.window_dev, dev);
+    kernels::AddCountSketch(state.window_sketch_seed, 0, state.window_grad,
+                            grad);
+  }
 }
 
 absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
@@ -540,6 +596,14 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   } else {
     state.g.clear();
   }
+  // Does this step close the window (see kWindowSketch)?
+  state.window_sketch_at = kNumStats + decision.gain_probes.size();
+  state.window_sketch_k =
+      window_gain && state.window_steps + 1 >= decision.window_gain_steps
+          ? std::min(n, kWindowSketch)
+          : 0;
+  state.window_sketch_seed = kernels::MixSeed(
+      config_.seed, StableHash(state.key), static_cast<uint64_t>(ctx.step));
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
@@ -561,7 +625,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   // decision's norms: skipped when neither wants them.
   sent.gather_stats =
       decision.wants_stats || (state.has_pending && state.pending.wants_stats);
-  std::vector<double> stats(kNumStats + decision.gain_probes.size(), 0.0);
+  std::vector<double> stats(state.window_sketch_at + 2 * state.window_sketch_k,
+                            0.0);
   stats[kNormEf] = in_place ? 0.0 : SquaredNorm(state.a);
   stats[kSeconds] = previous_seconds;
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
@@ -610,7 +675,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     accumulated_norm2 = SquaredNorm(state.accumulator);
   }
   if (state.adaptive) {
-    for (double& s : stats) s /= size_;
+    FoldStatistics(size_, state.window_sketch_at, state.window_sketch_k,
+                   &stats);
     if (state.has_pending) {
       gravac::StepStats step;
       const std::vector<double>& p = state.pending_norms;

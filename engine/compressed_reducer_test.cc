@@ -1,11 +1,11 @@
 #include "engine/compressed_reducer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -359,6 +359,56 @@ TEST(CompressedReducerTest, PortfolioAgreesAcrossRanksAndConservesTheGradient) {
         << ::testing::PrintToString(families);
     EXPECT_TRUE(families.count("topk")) << ::testing::PrintToString(families);
     EXPECT_THAT(run.policies.back()[0], HasSubstr("portfolio "));
+  }
+}
+
+// The window gain is measured over the SUM of the ranks' window sums. Closed
+// form: each rank's gradient is a shared rank-1 matrix plus noise c_r * W
+// with sum_r c_r = 0. The sum over ranks is exactly rank 1, so PowerSGD rank
+// 1 finds its subspace, every rank's residual is its own noise outside it,
+// and the residuals sum to zero at every step: the global window gain is 1,
+// while each rank's own deviation is large (a per-rank gain would be low).
+// Both the exact path (bucket <= 1024 floats) and the count-sketch path.
+TEST(CompressedReducerTest, WindowGainIsMeasuredOverTheSumOfTheRanks) {
+  for (int64_t rows : {20, 40}) {
+    const int64_t cols = rows + 8;
+    SCOPED_TRACE(absl::StrCat(rows, " x ", cols));
+    Bucket bucket = MakeBucket({rows * cols}, "w.");
+    bucket.members[0].shape = {rows, cols};
+    const Config config =
+        MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                    {"TERSE_GRAVAC_CANDIDATES", "none,powersgd:1"},
+                    {"TERSE_GRAVAC_EPSILON", "0.5"},
+                    {"TERSE_GRAVAC_WINDOW", "100"},
+                    {"TERSE_GRAVAC_GAIN", "window"},
+                    {"TERSE_GRAVAC_GAIN_WINDOW", "5"}});
+    const int size = 4, steps = 16;
+    const float c[4] = {3.0f, -1.0f, -1.0f, -1.0f};
+    auto grads = [&](int r, int s) {
+      std::mt19937 rng(17 + s);  // The same W on every rank.
+      std::normal_distribution<float> normal;
+      std::vector<float> g(rows * cols);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const float signal = (1.0f + 0.1f * s) * std::cos(0.3f * i) *
+                               std::sin(0.2f * j + 1.0f);
+          g[i * cols + j] = signal + c[r] * 2.0f * normal(rng);
+        }
+      }
+      return g;
+    };
+    std::vector<std::unique_ptr<CompressedReducer>> reducers;
+    RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
+    const std::string& last = run.policies.back()[0];
+    const size_t at = last.find("powersgd:1 gain=");
+    ASSERT_NE(at, std::string::npos) << last;
+    const double gain = std::stod(last.substr(at + 16));
+    EXPECT_GT(gain, 0.999) << last;
+    // Each rank's own residual did grow (what a per-rank gain would charge).
+    const std::vector<float> e = reducers[0]->Residual("w.0", rows * cols);
+    double e2 = 0;
+    for (float x : e) e2 += static_cast<double>(x) * x;
+    EXPECT_GT(e2, 1.0 * rows * cols);
   }
 }
 
