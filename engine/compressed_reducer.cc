@@ -128,6 +128,11 @@ struct CompressedReducer::BucketState {
       compressors;
   std::vector<Segment> segments;
   std::vector<float> a, level1, level2, accumulator, scratch;
+  // Copies of the compressors' warm states while a checkpoint is written
+  // (SaveBuckets; the reducer's lock is held until the write ends).
+  std::vector<std::vector<float>> exported_warm;
+  // Restored warm states, handed to each compressor when it is created.
+  std::vector<proto::WarmState> restored_warm;
   // Window gain (Decision::window_gain_steps): this step's raw gradient and
   // the sums of g and of g - sent over the window of `window_choice`.
   std::vector<float> g, window_grad, window_dev;
@@ -218,6 +223,7 @@ CompressedReducer::BucketState& CompressedReducer::StateFor(
     s.pending_norms.assign(r.pending_norms().begin(), r.pending_norms().end());
     s.pending_norms.resize(std::max<size_t>(s.pending_norms.size(), kNumStats),
                            0.0);
+    s.restored_warm.assign(r.warm_states().begin(), r.warm_states().end());
     restored_.erase(restored);
   }
   return s;
@@ -234,6 +240,15 @@ absl::StatusOr<Compressor*> CompressedReducer::CompressorFor(
     options.error_feedback = ErrorFeedbackMode::kOff;
     if (level > 0) options.powersgd_rank = level;
     TERSE_ASSIGN_OR_RETURN(slot, CreateCompressor(name, cf, options));
+    if (!probe) {
+      std::map<std::string, std::vector<float>> warm;
+      for (proto::WarmState& w : state.restored_warm) {
+        if (w.compressor() == name && w.cf() == cf && w.level() == level) {
+          warm[w.key()].assign(w.values().begin(), w.values().end());
+        }
+      }
+      if (!warm.empty()) slot->ImportWarmState(std::move(warm));
+    }
   }
   return slot.get();
 }
@@ -788,6 +803,24 @@ void CompressedReducer::SaveBuckets(
     if (!s->accumulator.empty()) {
       tensors->push_back(
           {s->key, 0, CheckpointTensor::ACCUMULATOR, s->accumulator});
+    }
+    // Warm states (PowerSGD's Q's) of the compressors that send; the
+    // copies live in s->exported_warm until the checkpoint is written.
+    s->exported_warm.clear();
+    for (const auto& [id, compressor] : s->compressors) {
+      if (std::get<3>(id)) continue;  // A gain probe's own state.
+      for (auto& [key, values] : compressor->ExportWarmState()) {
+        proto::WarmState* w = b->add_warm_states();
+        w->set_compressor(std::get<0>(id));
+        w->set_cf(std::get<1>(id));
+        w->set_level(std::get<2>(id));
+        w->set_key(key);
+        s->exported_warm.push_back(std::move(values));
+      }
+    }
+    for (size_t i = 0; i < s->exported_warm.size(); ++i) {
+      tensors->push_back({s->key, static_cast<int64_t>(i),
+                          CheckpointTensor::WARM_STATE, s->exported_warm[i]});
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "collectives/loopback/loopback.h"
 #include "common/half.h"
 #include "compressors/registry.h"
+#include "engine/checkpoint_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -450,6 +451,63 @@ TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   };
   EXPECT_EQ(decisions(a.policies), decisions(b.policies));
   EXPECT_FALSE(restored[0]->LoadState("not a checkpoint").ok());
+}
+
+// PowerSGD's warm starts (each tensor's last Q) travel in the checkpoint:
+// a restored reducer continues bit for bit like the original, while one
+// that lost them (a fresh reducer given only the residuals, as before this
+// was saved) starts from the drawn Q and differs.
+TEST(CompressedReducerTest, PowerSgdSavedStateContinuesIdentically) {
+  Bucket bucket = MakeBucket({24 * 30, 30, 16 * 12}, "layer.");
+  bucket.members[0].shape = {24, 30};
+  bucket.members[1].shape = {30};
+  bucket.members[2].shape = {16, 12};
+  const Config config = MakeConfig(
+      {{"TERSE_COMPRESSION", "powersgd"}, {"TERSE_POWERSGD_RANK", "2"}});
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> original;
+  RunRanks(2, config, bucket, 5, grads, &original);
+  std::vector<std::unique_ptr<CompressedReducer>> restored, cold;
+  for (int r = 0; r < 2; ++r) {
+    restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    absl::StatusOr<std::string> saved = original[r]->SaveState();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    ASSERT_TRUE(restored[r]->LoadState(*saved).ok());
+    // The same checkpoint without its warm states.
+    checkpoint::StringSource source(*saved);
+    absl::StatusOr<checkpoint::Checkpoint> ckpt =
+        checkpoint::ReadCheckpoint(&source);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    int warm = 0;
+    for (const proto::BucketCompressionState& bs : ckpt->header.buckets()) {
+      warm += bs.warm_states_size();
+    }
+    EXPECT_EQ(warm, 2);  // The two matrices; the bias goes uncompressed.
+    proto::CheckpointHeader meta = ckpt->header;
+    for (proto::BucketCompressionState& bs : *meta.mutable_buckets()) {
+      bs.clear_warm_states();
+    }
+    std::vector<checkpoint::TensorToWrite> tensors;
+    for (int i = 0; i < ckpt->header.tensors_size(); ++i) {
+      const proto::CheckpointTensor& t = ckpt->header.tensors(i);
+      if (t.kind() == proto::CheckpointTensor::WARM_STATE) continue;
+      tensors.push_back(
+          {t.name(), t.tensor_offset(), t.kind(), ckpt->values[i]});
+    }
+    std::string stripped;
+    checkpoint::StringSink sink(&stripped);
+    ASSERT_TRUE(
+        checkpoint::WriteCheckpoint(meta, tensors, &sink, 1 << 20).ok());
+    cold.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    ASSERT_TRUE(cold[r]->LoadState(stripped).ok());
+  }
+  auto later = [&](int r, int s) { return grads(r, s + 5); };
+  RunResult a = RunRanks(2, config, bucket, 4, later, &original);
+  RunResult b = RunRanks(2, config, bucket, 4, later, &restored);
+  RunResult c = RunRanks(2, config, bucket, 4, later, &cold);
+  EXPECT_EQ(a.results, b.results);
+  EXPECT_NE(a.results[0], c.results[0]);
+  EXPECT_EQ(a.sent[0], "powersgd");
 }
 
 TEST(CompressedReducerTest, SmallOrNoneBucketsGoDense) {
