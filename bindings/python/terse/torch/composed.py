@@ -9,7 +9,7 @@ errors. What each costs on the wire (n ranks, B bytes of input per rank):
     negotiates and fuses them together as it fuses any tensors enqueued
     together (no extra bytes; the group is not guaranteed to be one cycle).
   * reducescatter: an allreduce of the whole tensor, then this rank's rows
-    (Horovod's split rule: n // size rows each, the first n % size ranks one
+    (Horovod's split rule: of R rows, R // n each, the first R % n ranks one
     more). A ring allreduce moves about 2B(n-1)/n per rank, a native
     reducescatter B(n-1)/n: twice the bytes.
   * alltoall: an allgather of every rank's splits (n int64 per rank) and of
