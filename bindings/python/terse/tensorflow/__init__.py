@@ -76,4 +76,4 @@ __all__ = [
     "rank_op", "size_op", "local_rank_op", "local_size_op",
     "reduce_gradients", "DistributedGradientTape",
     "PartialDistributedGradientTape", "SyncBatchNormalization",
-] + list(BASICS_FORWARDED)
+] + [n for n in BASICS_FORWARDED if hasattr(_basics, n)]
