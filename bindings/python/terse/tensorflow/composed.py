@@ -109,7 +109,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         tf.reduce_all(all_splits >= 0),
         tf.reduce_all(tf.reduce_sum(all_splits, axis=1) == all_rows))
     check = tf.debugging.Assert(valid, [
-        f"terse alltoall '{name}': every rank's splits must be {size} "
+        f"terse alltoall {name}: the splits of every rank must be {size} "
         "non-negative counts summing to its first dimension (without "
         "splits, the first dimension must divide by the number of ranks); "
         "splits then first dimension, by rank:", meta], summarize=1000)

@@ -387,12 +387,22 @@ def _allreduce_grad(op, grad):
         raise LookupError(
             f"terse allreduce with {_OP_NAMES.get(reduce_op, reduce_op)} has "
             "no gradient; use Sum or Average")
+    grad = _dense(grad)
     name = op.get_attr("tensor_name").decode() + ".grad"
     spec = op.get_attr("compression").decode()
     return _ops().terse_allreduce(
         _opaque(grad), tensor_name=_names.unique_in_graph(name),
         reduce_op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
         postscale_factor=op.get_attr("postscale_factor"), compression=spec)
+
+
+def _dense(grad):
+    """An upstream gradient as a dense tensor: a tf.gather downstream (e.g.
+    alltoall's row selection) hands back IndexedSlices, which every rank
+    must reduce with the same shape."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.convert_to_tensor(grad)
+    return grad
 
 
 def _rank_tensor():
@@ -411,7 +421,7 @@ def _allgather_grad(op, grad):
     (see _rank_tensor) so no rank's graph loses the row-count allgather.
     """
     name = op.get_attr("tensor_name").decode()
-    grad = allreduce(grad, op=Sum, name=f"{name}.grad")
+    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad")
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
     all_rows = allgather(rows, name=f"{name}.grad.rows")
     begin = tf.gather(tf.cumsum(all_rows, exclusive=True),
@@ -428,6 +438,6 @@ def _broadcast_grad(op, grad):
     never pruned from a non-root rank's graph.
     """
     name = op.get_attr("tensor_name").decode()
-    grad = allreduce(grad, op=Sum, name=f"{name}.grad")
+    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad")
     is_root = tf.equal(_rank_tensor(), op.get_attr("root_rank"))
     return tf.where(is_root, grad, tf.zeros_like(grad))
