@@ -81,6 +81,35 @@ def test_broadcast_global_variables_tf1(_):
     expect(got_b == size + 2, f"global variable b: {got_b}")
 
 
+def test_tf1_optimizer_and_hook(_):
+    size, rank = terse.size(), terse.rank()
+    x = np.arange(1.0, DIM_V1 + 1)
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable(
+            "w", initializer=tf.constant([float(rank)] * DIM_V1))
+        loss = tf.reduce_sum(w * x) * (rank + 1)
+        opt = terse.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5))
+        train = opt.minimize(loss)
+        hook = terse.BroadcastGlobalVariablesHook(0)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            session.run(train)
+            got = session.run(w)
+    # Starts from rank 0's zeros; the gradient is x (rank + 1), averaged.
+    mean = sum(r + 1 for r in range(size)) / size
+    close(got, -0.5 * x * mean, "TF1 DistributedOptimizer step")
+    expect_raises(NotImplementedError, ["backward_passes_per_step=1"],
+                  terse.DistributedOptimizer,
+                  tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                  backward_passes_per_step=2)
+    keras_opt = terse.DistributedOptimizer(tf.keras.optimizers.SGD(0.1),
+                                           backward_passes_per_step=2)
+    expect(hasattr(keras_opt, "terse_reduce"), "keras optimizer wrapped")
+
+
+DIM_V1 = 3
+
+
 def test_objects(_):
     size, rank = terse.size(), terse.rank()
     obj = {"rank": rank, "list": list(range(rank + 2)), "text": "x" * rank}

@@ -320,6 +320,18 @@ def test_indexed_slices_gathered_or_dense(_):
                   terse.allreduce, slices, op=terse.Adasum)
 
 
+def test_keras_value_collectives(_):
+    size, rank = terse.size(), terse.rank()
+    out = hk.allreduce(np.array([1.0, rank]), "keras.value", op=terse.Sum)
+    close(out, [size, size * (size - 1) / 2], "keras allreduce of a value")
+    close(hk.allgather([[rank]], "keras.gather"), [[r] for r in range(size)],
+          "keras allgather")
+    close(hk.broadcast(float(rank), size - 1, "keras.bcast"), size - 1.0,
+          "keras broadcast")
+    close(hk.reducescatter(np.ones((size, 2)), "keras.rs", op=terse.Sum),
+          np.full((1, 2), size), "keras reducescatter")
+
+
 def test_keras_modules_are_one(_):
     for name in ("DistributedOptimizer", "PartialDistributedOptimizer",
                  "load_model", "SyncBatchNormalization", "allreduce"):

@@ -2,5 +2,6 @@
 classes as terse.tensorflow.keras.callbacks)."""
 
 from terse.tensorflow.keras.callbacks import (  # noqa: F401
-    BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,
+    BestModelCheckpoint, BroadcastGlobalVariablesCallback,
+    LearningRateScheduleCallback,
     LearningRateWarmupCallback, MetricAverageCallback)

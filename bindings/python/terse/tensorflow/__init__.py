@@ -28,6 +28,8 @@ from terse.tensorflow.functions import (allgather_object, broadcast_,
                                         broadcast_object, broadcast_object_fn,
                                         broadcast_variables, grouped_allgather,
                                         grouped_allreduce, reduce_gradients)
+from terse.tensorflow.legacy import (BroadcastGlobalVariablesHook,
+                                     DistributedOptimizer)
 from terse.tensorflow.gradient_tape import (DistributedGradientTape,
                                             PartialDistributedGradientTape)
 from terse.tensorflow.ops import (FLOAT_DTYPES, INT_DTYPES, MOVED_DTYPES,
@@ -76,4 +78,5 @@ __all__ = [
     "rank_op", "size_op", "local_rank_op", "local_size_op",
     "reduce_gradients", "DistributedGradientTape",
     "PartialDistributedGradientTape", "SyncBatchNormalization",
+    "DistributedOptimizer", "BroadcastGlobalVariablesHook",
 ] + [n for n in BASICS_FORWARDED if hasattr(_basics, n)]

@@ -14,8 +14,7 @@ import tensorflow as tf
 from terse import basics as _basics
 
 from terse.tensorflow import (Adasum, Average, Compression, Compressor, Max,
-                              Min, Product, Sum, allgather, allgather_object,
-                              allreduce, barrier, broadcast,
+                              Min, Product, Sum, allgather_object, barrier,
                               broadcast_global_variables, broadcast_object,
                               broadcast_object_fn, broadcast_variables,
                               bucket_reports, bytes_sent, global_process_set,
@@ -23,12 +22,15 @@ from terse.tensorflow import (Adasum, Average, Compression, Compressor, Max,
                               is_initialized, join, local_rank,
                               local_rank_op, local_size, local_size_op,
                               notify_learning_rate_drop, rank, rank_op,
-                              reducescatter, shutdown, size, size_op)
+                              shutdown, size, size_op)
+from terse.tensorflow import ops as _ops
+from terse.tensorflow import composed as _composed
 from terse.tensorflow import BASICS_FORWARDED
 from terse.tensorflow import __getattr__ as _tf_getattr
 from terse.tensorflow import alltoall, grouped_reducescatter
 from terse.tensorflow.keras import callbacks
-from terse.tensorflow.keras.callbacks import (BroadcastGlobalVariablesCallback,
+from terse.tensorflow.keras.callbacks import (BestModelCheckpoint,
+                                              BroadcastGlobalVariablesCallback,
                                               LearningRateScheduleCallback,
                                               LearningRateWarmupCallback,
                                               MetricAverageCallback)
@@ -40,6 +42,37 @@ from terse.tensorflow.sync_batch_norm import SyncBatchNormalization
 
 def __getattr__(name):
     return _tf_getattr(name)
+
+
+# Horovod's Keras collectives take values (numbers, numpy arrays, tensors)
+# and, unlike horovod.tensorflow's, `name` second.
+def allreduce(value, name=None, average=None, prescale_factor=1.0,
+              postscale_factor=1.0, op=None, compression=None,
+              process_set=None):
+    """The reduction of `value` over ranks, as a tensor (default Average)."""
+    return _ops.allreduce(tf.convert_to_tensor(value), average=average,
+                          compression=compression, op=op,
+                          prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, name=name,
+                          process_set=process_set)
+
+
+def allgather(value, name=None, process_set=None):
+    """Every rank's `value` concatenated along dimension 0."""
+    return _ops.allgather(tf.convert_to_tensor(value), name=name,
+                          process_set=process_set)
+
+
+def broadcast(value, root_rank, name=None, process_set=None):
+    """root_rank's `value` on every rank."""
+    return _ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name,
+                          process_set=process_set)
+
+
+def reducescatter(value, name=None, op=Average, process_set=None):
+    """This rank's rows of the reduction of `value` (Sum or Average)."""
+    return _composed.reducescatter(tf.convert_to_tensor(value), op=op,
+                                   name=name, process_set=process_set)
 
 
 
@@ -110,6 +143,7 @@ __all__ = [
     "broadcast_object_fn", "allgather_object", "DistributedOptimizer",
     "PartialDistributedOptimizer", "BroadcastGlobalVariablesCallback",
     "MetricAverageCallback", "LearningRateScheduleCallback",
+    "BestModelCheckpoint",
     "LearningRateWarmupCallback", "SyncBatchNormalization", "load_model",
     "callbacks",
 ] + [n for n in BASICS_FORWARDED if hasattr(_basics, n)]

@@ -207,3 +207,18 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.end_epoch - 1 and self.verbose > 0:
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate "
                   f"warmup to {_get(self._lr_variable()):g}.")
+
+
+class BestModelCheckpoint(tf.keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ModelCheckpoint that keeps only the best weights by
+    `monitor` (save_best_only, save_weights_only). Pass it to rank 0's fit
+    only; filepath, which Horovod's Spark estimator fills in, is required
+    here."""
+
+    def __init__(self, filepath=None, monitor="val_loss", verbose=0,
+                 mode="auto", save_freq="epoch"):
+        if filepath is None:
+            raise ValueError("BestModelCheckpoint needs a filepath")
+        super().__init__(filepath=filepath, monitor=monitor, verbose=verbose,
+                         save_best_only=True, save_weights_only=True,
+                         mode=mode, save_freq=save_freq)
