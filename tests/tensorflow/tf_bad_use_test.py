@@ -89,8 +89,10 @@ def test_bad_arguments_python_rejects(_):
                   op=terse.Max)
     expect_raises(TypeError, ["allreduce does not support dtype bool"],
                   terse.allreduce, tf.constant([True]))
-    expect_raises(NotImplementedError, ["no process sets"], terse.allreduce,
-                  tf.ones([1]), process_set="evens")
+    expect_raises(NotImplementedError, ["only the global process set"],
+                  terse.allreduce, tf.ones([1]), process_set="evens")
+    terse.allreduce(tf.ones([1]), process_set=terse.global_process_set,
+                    name="global.set")
     with tf.GradientTape() as tape:
         x = tf.Variable([1.0])
         y = terse.allreduce(x * 2.0, op=terse.Max, name="max.grad")

@@ -19,3 +19,4 @@ from terse.tensorflow.keras import *  # noqa: E402,F401,F403
 from terse.tensorflow.keras import __all__  # noqa: E402,F401
 from terse.tensorflow.keras import __getattr__  # noqa: E402,F401
 from terse.keras import callbacks  # noqa: E402,F401
+from terse.tensorflow.keras import elastic  # noqa: E402,F401

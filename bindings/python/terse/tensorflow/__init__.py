@@ -39,6 +39,7 @@ from terse.tensorflow.ops import (FLOAT_DTYPES, INT_DTYPES, MOVED_DTYPES,
                                   local_rank_op, local_size_op, rank_op,
                                   size_op)
 from terse.tensorflow.sync_batch_norm import SyncBatchNormalization
+from terse.tensorflow import elastic  # noqa: E402  (needs the above)
 
 # Framework-neutral introspection, defined in terse.basics (read from there
 # when asked for, so this module imports where basics lacks one).
@@ -49,7 +50,21 @@ BASICS_FORWARDED = (
     "stop_timeline")
 
 
+# Horovod's process-set API, from terse.process_sets where terse has it
+# (one set: every rank).
+PROCESS_SETS_FORWARDED = ("ProcessSet", "add_process_set",
+                          "remove_process_set")
+
+
 def __getattr__(name):
+    if name in PROCESS_SETS_FORWARDED:
+        try:
+            from terse import process_sets
+        except ImportError:
+            raise AttributeError(
+                f"terse.tensorflow.{name} is terse.process_sets.{name}, "
+                "which this build of terse does not have") from None
+        return getattr(process_sets, name)
     if name == "TerseError":
         from terse._native import lib
         return lib().TerseError
@@ -78,5 +93,5 @@ __all__ = [
     "rank_op", "size_op", "local_rank_op", "local_size_op",
     "reduce_gradients", "DistributedGradientTape",
     "PartialDistributedGradientTape", "SyncBatchNormalization",
-    "DistributedOptimizer", "BroadcastGlobalVariablesHook",
+    "DistributedOptimizer", "BroadcastGlobalVariablesHook", "elastic",
 ] + [n for n in BASICS_FORWARDED if hasattr(_basics, n)]

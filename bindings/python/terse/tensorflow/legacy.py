@@ -78,6 +78,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
             compression=compression))
     from terse.tensorflow.keras import optimizer as keras_optimizer
     if keras_optimizer._is_keras_optimizer(optimizer):
+        if op == ops.Adasum:
+            raise ValueError("op == Adasum is not supported yet with Keras")
         return keras_optimizer.DistributedOptimizer(
             optimizer, name=name, compression=compression,
             sparse_as_dense=sparse_as_dense,

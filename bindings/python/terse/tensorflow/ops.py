@@ -166,15 +166,27 @@ def _check_op(op, average):
 
 
 def check_process_set(process_set):
-    """terse has one process set, every rank: None or global_process_set."""
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError(
-            "terse has no process sets yet: pass process_set=None (every "
-            f"rank), not {process_set!r}")
+    """terse has one process set, every rank: None, global_process_set, or
+    a set that covers every rank; anything else raises (terse.process_sets'
+    ProcessSetsNotSupportedError where terse has it, a NotImplementedError)."""
+    if process_set is None or process_set is global_process_set:
+        return
+    is_global = getattr(process_set, "_is_global", None)
+    if callable(is_global) and is_global():
+        return
+    try:
+        from terse.process_sets import not_supported_error
+        error = not_supported_error()
+    except ImportError:
+        error = NotImplementedError
+    raise error(
+        "terse supports only the global process set (all ranks) so far: pass "
+        f"process_set=None or global_process_set, not {process_set!r}")
 
 
 class _GlobalProcessSet:
-    """Horovod's global_process_set: every rank (terse's only set)."""
+    """Horovod's global_process_set: every rank (terse's only set), where
+    terse.process_sets (the framework-neutral one) is not there."""
 
     process_set_id = 0
 
@@ -187,18 +199,17 @@ class _GlobalProcessSet:
     def included(self):
         return True
 
+    def _is_global(self):
+        return True
+
     def __repr__(self):
         return "terse.tensorflow.global_process_set"
 
 
-global_process_set = _GlobalProcessSet()
-
-
-def check_compression(compression, name):
-    """The compressor of `compression` (None: none). Kept for callers that
-    validate ahead; every choice is accepted now (see allreduce)."""
-    from terse.tensorflow.compression import Compression
-    return Compression.get(compression)
+try:
+    from terse.process_sets import global_process_set
+except ImportError:
+    global_process_set = _GlobalProcessSet()
 
 
 def _compression_plan(compression):

@@ -28,7 +28,7 @@ from terse.tensorflow import composed as _composed
 from terse.tensorflow import BASICS_FORWARDED
 from terse.tensorflow import __getattr__ as _tf_getattr
 from terse.tensorflow import alltoall, grouped_reducescatter
-from terse.tensorflow.keras import callbacks
+from terse.tensorflow.keras import callbacks, elastic
 from terse.tensorflow.keras.callbacks import (BestModelCheckpoint,
                                               BroadcastGlobalVariablesCallback,
                                               LearningRateScheduleCallback,
@@ -145,5 +145,5 @@ __all__ = [
     "MetricAverageCallback", "LearningRateScheduleCallback",
     "BestModelCheckpoint",
     "LearningRateWarmupCallback", "SyncBatchNormalization", "load_model",
-    "callbacks",
+    "callbacks", "elastic",
 ] + [n for n in BASICS_FORWARDED if hasattr(_basics, n)]
