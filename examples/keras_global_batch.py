@@ -1,7 +1,8 @@
 """Keras with terse, checked against one process on the global batch.
 
     mpirun -np 2 /opt/terse-tf-venv/bin/python examples/keras_global_batch.py
-    /opt/terse-tf-venv/bin/python examples/keras_global_batch.py --reference-only
+    /opt/terse-tf-venv/bin/python examples/keras_global_batch.py \
+        --reference-only
 
 A Horovod-style Keras program (terse.keras in place of horovod.keras): a
 784-128-10 MLP on Fashion-MNIST, SGD with momentum, the

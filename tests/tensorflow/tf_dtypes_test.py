@@ -91,7 +91,8 @@ def test_allreduce_every_dtype_and_op(_):
                                  terse.allreduce(x, op=op, name=n)):
                 x = as_tensor(ints(rank, dtype), dtype)
                 out = fn(x)
-                expect(out.dtype == dtype, f"{dtype.name} came back {out.dtype}")
+                expect(out.dtype == dtype,
+                       f"{dtype.name} came back {out.dtype}")
                 want = reference(kind, [ints(r, dtype) for r in range(size)],
                                  dtype)
                 expect(np.array_equal(got(out), want),

@@ -12,8 +12,8 @@ import tensorflow as _tf
 if not isinstance(_keras.optimizers.Adam(), _tf.keras.optimizers.Optimizer):
     raise ImportError(
         f"terse.keras needs the keras package to be tf.keras (Keras 2, as "
-        f"TensorFlow {_tf.__version__} ships); found keras {_keras.__version__}"
-        "; use terse.tensorflow.keras")
+        f"TensorFlow {_tf.__version__} ships); found keras "
+        f"{_keras.__version__}; use terse.tensorflow.keras")
 
 from terse.tensorflow.keras import *  # noqa: E402,F401,F403
 from terse.tensorflow.keras import __all__  # noqa: E402,F401

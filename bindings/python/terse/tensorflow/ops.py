@@ -1,4 +1,5 @@
-"""Collective operations on TensorFlow tensors: allreduce, allgather, broadcast.
+"""Collective operations on TensorFlow tensors: allreduce, allgather,
+broadcast, and the *_op process queries.
 
 Each is one op of terse's op library (an asynchronous kernel that enqueues
 into the engine), so it runs eagerly and inside tf.function; in a graph,

@@ -4,8 +4,9 @@
     terse.init()
     optimizer = terse.DistributedOptimizer(tf.keras.optimizers.Adam(1e-3))
     model.compile(optimizer=optimizer, loss=..., metrics=[...])
-    model.fit(x, y, callbacks=[terse.callbacks.BroadcastGlobalVariablesCallback(0),
-                               terse.callbacks.MetricAverageCallback()],
+    callbacks = [terse.callbacks.BroadcastGlobalVariablesCallback(0),
+                 terse.callbacks.MetricAverageCallback()]
+    model.fit(x, y, callbacks=callbacks,
               verbose=1 if terse.rank() == 0 else 0)
 """
 
