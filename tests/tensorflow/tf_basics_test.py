@@ -19,8 +19,8 @@ import terse.tensorflow as terse
 from mpi_testlib import expect, run
 
 BOOLEANS = ("is_homogeneous", "mpi_threads_supported", "mpi_enabled",
-            "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
-            "cuda_built", "rocm_built", "ddl_built", "ccl_built")
+            "mpi_built", "gloo_enabled", "gloo_built", "cuda_built",
+            "rocm_built", "ddl_built", "ccl_built")
 
 
 def test_introspection_is_reexported(_):
@@ -31,6 +31,10 @@ def test_introspection_is_reexported(_):
     for name in BOOLEANS:
         value = getattr(terse, name)()
         expect(isinstance(value, bool), f"{name}() -> {value!r}")
+    # Horovod's nccl_built(): NCCL's version code, or 0 without NCCL.
+    nccl = terse.nccl_built()
+    expect(isinstance(nccl, int) and not isinstance(nccl, bool)
+           and (nccl == 0 or nccl >= 1000), f"nccl_built() -> {nccl!r}")
     expect(terse.mpi_built(), "this build runs under mpirun: mpi_built()")
     expect(terse.is_homogeneous(), "one host: homogeneous")
     # mpirun starts every rank on this host: one node.
@@ -39,7 +43,8 @@ def test_introspection_is_reexported(_):
 
 
 def test_timeline(_):
-    path = os.path.join(tempfile.mkdtemp(), f"timeline.{terse.rank()}.json")
+    # "{rank}": every rank writes its own (else rank 0 only).
+    path = os.path.join(tempfile.mkdtemp(), "timeline.{rank}.json")
     terse.start_timeline(path)
     terse.allreduce(tf.ones([4]), op=terse.Sum, name="timeline.op")
     terse.stop_timeline()
