@@ -186,6 +186,16 @@ absl::Status NotifyLearningRateDrop() {
   return absl::OkStatus();
 }
 
+absl::Status StartTimeline(const std::string& path) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->StartTimeline(path);
+}
+
+absl::Status StopTimeline() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->StopTimeline();
+}
+
 absl::StatusOr<std::string> SaveCompressionState() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
   return engine->compression().SaveState();

@@ -97,6 +97,9 @@ absl::StatusOr<std::vector<BucketReport>> BucketReports();
 absl::StatusOr<int64_t> BytesSent();
 // The learning rate was just lowered (Accordion switches to its low CF).
 absl::Status NotifyLearningRateDrop();
+// Engine::StartTimeline / StopTimeline of the running engine.
+absl::Status StartTimeline(const std::string& path);
+absl::Status StopTimeline();
 // The checkpoint in memory (engine/checkpoint_format.h; loads also accept
 // the older serialised proto::CompressionState).
 absl::StatusOr<std::string> SaveCompressionState();

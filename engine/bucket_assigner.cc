@@ -119,8 +119,11 @@ std::vector<int> BucketAssigner::OnReady(
     const int64_t bytes =
         count *
         static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r->dtype())));
-    const bool solo = solo_bytes_ > 0 && bytes >= solo_bytes_ &&
-                      (!solo_filter_ || solo_filter_(name, r->compression()));
+    // Adasum's dot products are per tensor: such a tensor is never fused.
+    const bool solo =
+        r->reduce_op() == proto::ADASUM ||
+        (solo_bytes_ > 0 && bytes >= solo_bytes_ &&
+         (!solo_filter_ || solo_filter_(name, r->compression())));
     int target = -1;
     if (!solo) {
       for (size_t k = 0; k < open.size(); ++k) {

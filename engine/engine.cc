@@ -167,7 +167,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     std::unique_ptr<CommunicatorRegistry> owned_registry,
     const EngineOptions& options) {
   const int rank = registry->control()->rank();
-  std::unique_ptr<Timeline> timeline;
+  // Always a Timeline (stopped without TERSE_TIMELINE), so one can be
+  // started at runtime (StartTimeline).
+  std::unique_ptr<Timeline> timeline = Timeline::Stopped(rank);
   const std::string path = TimelinePath(config.timeline_path, rank);
   if (!path.empty()) {
     TERSE_ASSIGN_OR_RETURN(timeline, Timeline::Open(path, rank));
@@ -373,6 +375,14 @@ absl::Status Engine::Shutdown() {
   });
   return fatal_status();
 }
+
+absl::Status Engine::StartTimeline(const std::string& path) {
+  const std::string mine = TimelinePath(path, rank_);
+  if (mine.empty()) return absl::OkStatus();
+  return timeline_->Start(mine);
+}
+
+absl::Status Engine::StopTimeline() { return timeline_->Stop(); }
 
 absl::Status Engine::fatal_status() const {
   absl::MutexLock lock(&mu_);

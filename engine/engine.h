@@ -176,6 +176,14 @@ class Engine {
   // because of one, else OK.
   absl::Status Shutdown();
 
+  // Horovod's start_timeline / stop_timeline: this rank starts writing a
+  // timeline to `path` (with "{rank}" replaced by the rank; without it only
+  // rank 0 writes, as for TERSE_TIMELINE), or completes the one it writes.
+  // Local, not collective. Start fails with FailedPrecondition while a
+  // timeline is being written, InvalidArgument if `path` cannot be opened.
+  absl::Status StartTimeline(const std::string& path);
+  absl::Status StopTimeline();
+
   // The root cause the engine stopped with (OK while running or after a
   // clean shutdown).
   absl::Status fatal_status() const;
