@@ -94,7 +94,7 @@ setup(
                 "compression (GraVAC)",
     package_dir={"": PACKAGE_DIR},
     packages=["terse", "terse.torch", "terse.tensorflow",
-              "terse.tensorflow.keras"],
+              "terse.tensorflow.keras", "terse.keras"],
     ext_modules=[BazelExtension("terse._terse",
                                 "//bindings/python:_terse.so",
                                 os.path.join(PACKAGE_DIR, "_terse.so")),

@@ -16,6 +16,10 @@ absl::string_view ReduceOpName(ReduceOp op) {
       return "min";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kProduct:
+      return "product";
+    case ReduceOp::kAdasum:
+      return "adasum";
   }
   return "unknown";
 }

@@ -31,7 +31,19 @@
 
 namespace terse {
 
-enum class ReduceOp : int32_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3 };
+// kProduct multiplies element-wise (integers wrap modulo 2^bits, as numpy's
+// and torch's do). kAdasum is not element-wise: the whole buffer is one
+// vector, combined pairwise with Adasum's operator (reduce.h AdasumCombine)
+// in recursive-doubling order; floating-point types and a power-of-two
+// number of ranks only, and never a fused buffer of several tensors.
+enum class ReduceOp : int32_t {
+  kSum = 0,
+  kAverage = 1,
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+  kAdasum = 5
+};
 
 absl::string_view ReduceOpName(ReduceOp op);
 

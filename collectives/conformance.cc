@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -150,6 +151,11 @@ double HalfValue(DataType dtype, uint16_t bits) {
                                      : BFloat16ToFloat(bits);
 }
 
+uint16_t HalfBits(DataType dtype, double x) {
+  return dtype == DataType::kFloat16 ? FloatToHalf(static_cast<float>(x))
+                                     : FloatToBFloat16(static_cast<float>(x));
+}
+
 // Half an ulp of |x| in the 16-bit format (x normal).
 double HalfUlp(DataType dtype, double x) {
   const int precision = dtype == DataType::kFloat16 ? 11 : 8;
@@ -166,6 +172,20 @@ std::vector<uint8_t> Suite::Input(DataType dtype, ReduceOp op, int rank,
   const bool summing = op == ReduceOp::kSum || op == ReduceOp::kAverage;
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t h = Hash(salt, rank, i);
+    if (op == ReduceOp::kProduct && IsFloatingPoint(dtype)) {
+      // +-2^e, e in [-2, 2]: every product of a few ranks is exact in any
+      // order and type, so the reference compares bit for bit.
+      double p = std::ldexp((h >> 8) & 1 ? -1.0 : 1.0,
+                            static_cast<int>(h % 5) - 2);
+      if (dtype == DataType::kFloat32) {
+        Put<float>(&v, i, static_cast<float>(p));
+      } else if (dtype == DataType::kFloat64) {
+        Put<double>(&v, i, p);
+      } else {
+        Put<uint16_t>(&v, i, HalfBits(dtype, p));
+      }
+      continue;
+    }
     // Multiples of 1/8 in [-125, 125]: exact in f32 and in any sum order.
     const double eighths = (static_cast<int64_t>(h % 2001) - 1000) / 8.0;
     switch (dtype) {
@@ -233,6 +253,15 @@ T ReduceRef(const std::vector<std::vector<uint8_t>>& inputs, int64_t i,
       case ReduceOp::kMax:
         acc = std::max(acc, x);
         break;
+      case ReduceOp::kProduct:
+        if constexpr (std::is_integral_v<T>) {
+          // Wraps modulo 2^bits: multiplied as unsigned 64-bit.
+          acc = static_cast<T>(static_cast<uint64_t>(acc) *
+                               static_cast<uint64_t>(x));
+        } else {
+          acc = static_cast<T>(acc * x);
+        }
+        break;
     }
   }
   if (op == ReduceOp::kAverage) acc = acc / static_cast<T>(inputs.size());
@@ -265,6 +294,16 @@ void Suite::CompareHalf(DataType dtype, ReduceOp op, const std::string& what,
   for (int64_t i = 0; i < count; ++i) {
     const uint16_t have_bits = Get<uint16_t>(got, i);
     const double have = HalfValue(dtype, have_bits);
+    if (op == ReduceOp::kProduct) {  // Exact: powers of two.
+      double want = 1.0;
+      for (int r = 0; r < n; ++r)
+        want *= HalfValue(dtype, Get<uint16_t>(inputs[r], i));
+      if (have != want) {
+        Fail(what, absl::StrCat("element ", i, ": got ", have, " want ", want));
+        return;
+      }
+      continue;
+    }
     if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
       uint16_t want_bits = Get<uint16_t>(inputs[0], i);
       for (int r = 1; r < n; ++r) {
@@ -482,7 +521,7 @@ std::vector<std::string> Suite::Run() {
                              DataType::kUInt8,   DataType::kInt8,
                              DataType::kInt16};
   const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
-                           ReduceOp::kMax};
+                           ReduceOp::kMax, ReduceOp::kProduct};
   const int n = comm_.size();
   for (int64_t count : options_.sizes) {
     for (DataType dtype : kTypes) {

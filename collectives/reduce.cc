@@ -20,12 +20,27 @@ void WrapAdd(T* acc, const T* in, int64_t count) {
   }
 }
 
+// Integer products wrap likewise. Operands narrower than int are widened to
+// unsigned int (not int) first, so the multiplication cannot overflow a
+// signed type.
+template <typename T>
+void WrapMultiply(T* acc, const T* in, int64_t count) {
+  using U = std::make_unsigned_t<T>;
+  using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+  for (int64_t i = 0; i < count; ++i) {
+    acc[i] = static_cast<T>(static_cast<U>(
+        static_cast<W>(static_cast<U>(acc[i])) *
+        static_cast<W>(static_cast<U>(in[i]))));
+  }
+}
+
 template <typename T>
 void ReduceTyped(T* acc, const T* in, int64_t count, ReduceOp op) {
   if constexpr (std::is_integral_v<T>) {
     if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
       return WrapAdd(acc, in, count);
     }
+    if (op == ReduceOp::kProduct) return WrapMultiply(acc, in, count);
   }
   switch (op) {
     case ReduceOp::kSum:
@@ -37,6 +52,11 @@ void ReduceTyped(T* acc, const T* in, int64_t count, ReduceOp op) {
       break;
     case ReduceOp::kMax:
       for (int64_t i = 0; i < count; ++i) acc[i] = std::max(acc[i], in[i]);
+      break;
+    case ReduceOp::kProduct:
+      for (int64_t i = 0; i < count; ++i) acc[i] *= in[i];
+      break;
+    case ReduceOp::kAdasum:  // Not element-wise: AdasumCombine.
       break;
   }
 }
@@ -78,6 +98,18 @@ absl::Status CheckReduceSupported(DataType dtype, ReduceOp op) {
         "allreduce of bool is not supported (as in Horovod over MPI, where "
         "MPI defines no sum of MPI_C_BOOL); cast to uint8 or int32, or use "
         "allgather/broadcast");
+  }
+  const int32_t code = static_cast<int32_t>(op);
+  if (code < static_cast<int32_t>(ReduceOp::kSum) ||
+      code > static_cast<int32_t>(ReduceOp::kAdasum)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown reduce op value ", code,
+                     "; accepted: sum, average, min, max, product, adasum"));
+  }
+  if (op == ReduceOp::kAdasum && !IsFloatingPoint(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce op adasum needs a floating-point type, not ",
+                     DataTypeName(dtype)));
   }
   if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) {
     return absl::InvalidArgumentError(
@@ -125,6 +157,73 @@ void ReduceInPlace(void* acc, const void* in, int64_t count, DataType dtype,
       return ReduceHalf(static_cast<uint16_t*>(acc),
                         static_cast<const uint16_t*>(in), count, op,
                         BFloat16ToFloatBulk, FloatToBFloat16Bulk);
+  }
+}
+
+namespace {
+
+// Element i of a floating-point buffer as a double.
+double LoadAsDouble(const void* p, int64_t i, DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(p)[i];
+    case DataType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return 0.0;  // Refused by CheckReduceSupported.
+  }
+}
+
+void StoreFromDouble(void* p, int64_t i, DataType dtype, double v) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    case DataType::kFloat64:
+      static_cast<double*>(p)[i] = v;
+      return;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = FloatToHalf(static_cast<float>(v));
+      return;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = FloatToBFloat16(static_cast<float>(v));
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+absl::Status CheckAdasumRanks(ReduceOp op, int size,
+                              absl::string_view backend) {
+  if (op == ReduceOp::kAdasum && (size < 1 || (size & (size - 1)) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, ": adasum needs a power-of-two number of ranks, not ", size));
+  }
+  return absl::OkStatus();
+}
+
+void AdasumCombine(void* a, const void* b, int64_t count, DataType dtype) {
+  constexpr double kEpsilon = 1e-8;
+  double dot = 0.0, a_norm = 0.0, b_norm = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double x = LoadAsDouble(a, i, dtype);
+    const double y = LoadAsDouble(b, i, dtype);
+    dot += x * y;
+    a_norm += x * x;
+    b_norm += y * y;
+  }
+  const double a_coeff = a_norm >= kEpsilon ? 1.0 - dot / (2.0 * a_norm) : 1.0;
+  const double b_coeff = b_norm >= kEpsilon ? 1.0 - dot / (2.0 * b_norm) : 1.0;
+  for (int64_t i = 0; i < count; ++i) {
+    StoreFromDouble(a, i, dtype,
+                    a_coeff * LoadAsDouble(a, i, dtype) +
+                        b_coeff * LoadAsDouble(b, i, dtype));
   }
 }
 

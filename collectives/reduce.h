@@ -9,14 +9,29 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "collectives/communicator.h"
 #include "common/data_type.h"
 
 namespace terse {
 
-// OK when `op` is defined for `dtype`: Sum/Min/Max for every type, Average
-// for floating-point types only.
+// OK when `op` is defined for `dtype`: Sum/Min/Max/Product for every type
+// but bool, Average for floating-point types only.
 absl::Status CheckReduceSupported(DataType dtype, ReduceOp op);
+
+// Adasum's pairwise operator (Maleki et al., "Adasum: Adaptive Summation of
+// Gradients for Deep Learning Optimization", 2021) on two vectors of `count`
+// elements of a floating-point type:
+//   a <- (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b,
+// dot products and arithmetic in double, the result rounded once to dtype.
+// A vector whose squared norm is below 1e-8 gets coefficient 1. Symmetric
+// in a and b up to rounding; callers pass the lower rank's vector as `a`
+// so every rank computes the same bits.
+void AdasumCombine(void* a, const void* b, int64_t count, DataType dtype);
+
+// OK unless `op` is Adasum and `size` is not a power of two (InvalidArgument
+// naming `backend`, as Horovod refuses it on the CPU).
+absl::Status CheckAdasumRanks(ReduceOp op, int size, absl::string_view backend);
 
 // acc[i] = op(acc[i], in[i]) for i < count, in the buffers' own type. Average
 // reduces like Sum (the caller divides once at the end). f16/bf16 compute in

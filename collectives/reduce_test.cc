@@ -62,5 +62,61 @@ TEST(ReduceTest, HalfSumRoundsOncePerElement) {
   EXPECT_EQ(HalfToFloat(acc), 1.0f);
 }
 
+TEST(ReduceTest, ProductWrapsIntegersLikeUnsignedArithmetic) {
+  int8_t acc[3] = {16, -128, 7};
+  const int8_t in[3] = {16, -1, -3};
+  ReduceInPlace(acc, in, 3, DataType::kInt8, ReduceOp::kProduct);
+  EXPECT_EQ(acc[0], 0);     // 256 wraps to 0.
+  EXPECT_EQ(acc[1], -128);  // 128 wraps to -128.
+  EXPECT_EQ(acc[2], -21);
+  int64_t big = int64_t{1} << 62;
+  const int64_t four = 4;
+  ReduceInPlace(&big, &four, 1, DataType::kInt64, ReduceOp::kProduct);
+  EXPECT_EQ(big, 0);
+}
+
+TEST(ReduceTest, AdasumOperatorClosedForms) {
+  // Orthogonal vectors add; equal vectors give themselves back.
+  double a[2] = {3.0, 0.0};
+  const double b[2] = {0.0, 2.0};
+  AdasumCombine(a, b, 2, DataType::kFloat64);
+  EXPECT_EQ(a[0], 3.0);
+  EXPECT_EQ(a[1], 2.0);
+  double c[3] = {1.0, -2.0, 0.5};
+  const double d[3] = {1.0, -2.0, 0.5};
+  AdasumCombine(c, d, 3, DataType::kFloat64);
+  EXPECT_DOUBLE_EQ(c[0], 1.0);
+  EXPECT_DOUBLE_EQ(c[1], -2.0);
+  // a = (1, 1), b = (2, 0): a.b = 2, |a|^2 = 2, |b|^2 = 4, so
+  // (1 - 2/4) a + (1 - 2/8) b = (0.5, 0.5) + (1.5, 0) = (2, 0.5).
+  float e[2] = {1.0f, 1.0f};
+  const float f[2] = {2.0f, 0.0f};
+  AdasumCombine(e, f, 2, DataType::kFloat32);
+  EXPECT_EQ(e[0], 2.0f);
+  EXPECT_EQ(e[1], 0.5f);
+  // A zero vector leaves its partner as it is (coefficient 1 both ways).
+  float zero[2] = {0.0f, 0.0f};
+  AdasumCombine(zero, f, 2, DataType::kFloat32);
+  EXPECT_EQ(zero[0], 2.0f);
+  EXPECT_EQ(zero[1], 0.0f);
+  uint16_t h[2] = {FloatToHalf(1.0f), FloatToHalf(1.0f)};
+  const uint16_t g[2] = {FloatToHalf(2.0f), FloatToHalf(0.0f)};
+  AdasumCombine(h, g, 2, DataType::kFloat16);
+  EXPECT_EQ(HalfToFloat(h[0]), 2.0f);
+  EXPECT_EQ(HalfToFloat(h[1]), 0.5f);
+}
+
+TEST(ReduceTest, AdasumNeedsFloatsAndPowerOfTwoRanks) {
+  EXPECT_FALSE(
+      CheckReduceSupported(DataType::kInt32, ReduceOp::kAdasum).ok());
+  EXPECT_TRUE(
+      CheckReduceSupported(DataType::kBFloat16, ReduceOp::kAdasum).ok());
+  EXPECT_TRUE(CheckAdasumRanks(ReduceOp::kAdasum, 4, "x").ok());
+  EXPECT_FALSE(CheckAdasumRanks(ReduceOp::kAdasum, 3, "x").ok());
+  EXPECT_TRUE(CheckAdasumRanks(ReduceOp::kSum, 3, "x").ok());
+  EXPECT_FALSE(CheckReduceSupported(DataType::kFloat32,
+                                    static_cast<ReduceOp>(6)).ok());
+}
+
 }  // namespace
 }  // namespace terse

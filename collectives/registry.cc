@@ -11,8 +11,16 @@
 namespace terse {
 namespace {
 
-const char* KindName(Device::Kind kind) {
-  return kind == Device::Kind::kCpu ? "CPU" : "CUDA";
+std::string KindName(Device::Kind kind) {
+  switch (kind) {
+    case Device::Kind::kCpu:
+      return "CPU";
+    case Device::Kind::kCuda:
+      return "CUDA";
+    case Device::Kind::kSim:
+      return "simulated-device";
+  }
+  return Device::KindName(kind);
 }
 
 class BorrowedCommunicator : public Communicator {
@@ -120,7 +128,7 @@ CommunicatorRegistry::CommunicatorRegistry(const Config& config,
 
 CommunicatorRegistry::~CommunicatorRegistry() {
   absl::MutexLock lock(&mu_);
-  cuda_.clear();  // They may use control_, which goes last.
+  devices_.clear();  // They may use control_, which goes last.
 }
 
 absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>
@@ -198,8 +206,9 @@ absl::StatusOr<Communicator*> CommunicatorRegistry::ForDevice(Device device) {
         absl::StrCat("invalid device ", device.ToString()));
   }
   absl::MutexLock lock(&mu_);
-  auto it = cuda_.find(device.ordinal);
-  if (it == cuda_.end()) {
+  const auto key = std::make_pair(device.kind, device.ordinal);
+  auto it = devices_.find(key);
+  if (it == devices_.end()) {
     absl::StatusOr<std::unique_ptr<Communicator>> built =
         entry->factory(device, control_.get());
     if (built.ok() && *built == nullptr) {
@@ -212,7 +221,7 @@ absl::StatusOr<Communicator*> CommunicatorRegistry::ForDevice(Device device) {
           absl::StrCat("building the ", entry->name, " communicator for ",
                        device.ToString(), ": ", built.status().message()));
     }
-    it = cuda_.emplace(device.ordinal, std::move(built)).first;
+    it = devices_.emplace(key, std::move(built)).first;
   }
   if (!it->second.ok()) return it->second.status();
   return it->second->get();

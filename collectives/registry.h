@@ -14,7 +14,8 @@
 // (negotiation, error broadcast) and the one CUDA backends bootstrap from
 // (NCCL's unique id, its bitwise ops).
 //
-// CUDA communicators are built lazily, one per device ordinal, on the first
+// Device communicators (CUDA, simulated) are built lazily, one per device
+// kind and ordinal, on the first
 // ForDevice() call for that device. Building one is collective (every rank
 // must ask for its device at the same point of the call sequence, as the
 // engine's agreed response order guarantees); a failure is remembered and
@@ -31,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -112,9 +114,10 @@ class CommunicatorRegistry {
   const BackendTable::Entry* control_entry_ = nullptr;
 
   absl::Mutex mu_;
-  // CUDA communicators (or the error building them) by device ordinal.
-  std::map<int, absl::StatusOr<std::unique_ptr<Communicator>>> cuda_
-      ABSL_GUARDED_BY(mu_);
+  // Device communicators (or the error building them) by kind and ordinal.
+  std::map<std::pair<Device::Kind, int>,
+           absl::StatusOr<std::unique_ptr<Communicator>>>
+      devices_ ABSL_GUARDED_BY(mu_);
 };
 
 // A Communicator that forwards every call to `target` without owning it

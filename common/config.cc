@@ -275,6 +275,12 @@ const std::vector<Knob>& Knobs() {
                "collective backend: auto picks NCCL for CUDA tensors, MPI "
                "for CPU tensors",
                &Config::backend, {"auto", "mpi", "nccl"}),
+      WordKnob("TERSE_GPU_OPERATIONS", "nccl",
+               "how device tensors move: nccl through the device's "
+               "communicator, mpi staged through pinned host memory over the "
+               "control plane (an MPI that is not CUDA-aware, several ranks "
+               "on one GPU)",
+               &Config::gpu_operations, {"nccl", "mpi"}),
       WordKnob("TERSE_COMPRESSION", "none",
                "compressor or policy for every bucket", &Config::compression,
                CompressionWords()),

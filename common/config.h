@@ -40,6 +40,12 @@ struct Config {
   // state are dropped (engine/bucket_assigner.h); 0: never.
   int64_t forget_after_steps;
   std::string backend;  // auto | mpi | nccl
+  // How device (CUDA, simulated) buckets move: "nccl" through the device's
+  // communicator from the registry (NCCL for CUDA), "mpi" staged through
+  // (pinned) host memory over the control communicator, for an MPI that is
+  // not CUDA-aware or several ranks on one GPU (Horovod's
+  // HOROVOD_GPU_OPERATIONS).
+  std::string gpu_operations = "nccl";
 
   // Compression.
   std::string compression;  // none | fp16 | ... | gravac | accordion

@@ -47,6 +47,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
               ::testing::ElementsAre("none", "fp16", "powersgd:1",
                                      "powersgd:4", "topk:10"));
   EXPECT_EQ(c.backend, "auto");
+  EXPECT_EQ(c.gpu_operations, "nccl");
   EXPECT_EQ(c.timeline_path, "");
   EXPECT_EQ(c.stall_check_seconds, 60.0);
   EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
@@ -60,7 +61,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 38u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 39u);
 }
 
 TEST(ConfigTest, ParsesValues) {
@@ -127,6 +128,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"TERSE_GRAVAC_EWMA", "2", "'auto' (ranks/100) or a number"},
         BadValue{"TERSE_GRAVAC_WINDOW", "0", "an integer in [1,"},
         BadValue{"TERSE_BACKEND", "gloo", "one of: auto mpi nccl"},
+        BadValue{"TERSE_GPU_OPERATIONS", "gloo", "one of: nccl mpi"},
         BadValue{"TERSE_LOG_LEVEL", "loud", "one of: trace debug info warning error"},
         BadValue{"TERSE_COMPRESSION_RULES", "*.bias", "glob=policy[:cf]"},
         BadValue{"TERSE_COMPRESSION_RULES", "a=zip", "bad rule 'a=zip'"},
@@ -189,6 +191,12 @@ TEST(ConfigTest, CompressionSpecsParseToACanonicalForm) {
                 HasSubstr("policy one of"))
         << bad;
   }
+}
+
+TEST(ConfigTest, GpuOperationsTakesNcclOrMpi) {
+  absl::StatusOr<Config> c = Config::FromMap({{"TERSE_GPU_OPERATIONS", "mpi"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->gpu_operations, "mpi");
 }
 
 }  // namespace

@@ -14,19 +14,38 @@
 namespace terse {
 
 struct Device {
-  enum class Kind : int32_t { kCpu = 0, kCuda = 1 };
+  // kSim: the simulated device (device/sim_runtime.h), host memory owned by
+  // a SimRuntime and streams run by worker threads, so that CI exercises the
+  // device path of the engine without a GPU.
+  enum class Kind : int32_t { kCpu = 0, kCuda = 1, kSim = 2 };
 
   static Device Cpu() { return Device{Kind::kCpu, 0}; }
   static Device Cuda(int ordinal) { return Device{Kind::kCuda, ordinal}; }
+  static Device Sim(int ordinal) { return Device{Kind::kSim, ordinal}; }
 
   bool is_cpu() const { return kind == Kind::kCpu; }
   bool is_cuda() const { return kind == Kind::kCuda; }
+  bool is_sim() const { return kind == Kind::kSim; }
   std::string ToString() const {
-    return is_cpu() ? std::string("cpu") : absl::StrCat("cuda:", ordinal);
+    if (is_cpu()) return "cpu";
+    return absl::StrCat(KindName(kind), ":", ordinal);
   }
+  // "cpu", "cuda", "sim" (or "device-kind-N" for an unknown value).
+  static std::string KindName(Kind kind) {
+    switch (kind) {
+      case Kind::kCpu:
+        return "cpu";
+      case Kind::kCuda:
+        return "cuda";
+      case Kind::kSim:
+        return "sim";
+    }
+    return absl::StrCat("device-kind-", static_cast<int32_t>(kind));
+  }
+  static bool IsValidKind(int32_t kind) { return kind >= 0 && kind <= 2; }
 
   Kind kind = Kind::kCpu;
-  int ordinal = 0;  // CUDA device ordinal; 0 for the CPU.
+  int ordinal = 0;  // Device ordinal within its kind; 0 for the CPU.
 };
 
 inline bool operator==(const Device& a, const Device& b) {

@@ -40,6 +40,7 @@
 #define TERSE_COMPRESSORS_COMPRESSOR_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,6 +155,20 @@ class Compressor {
   // --- Protocol B ---
   virtual absl::StatusOr<std::unique_ptr<RoundState>> BeginRounds(
       absl::Span<const float> input, const CompressContext& ctx);
+
+  // --- Warm state, for checkpoints ---
+  // State a compressor carries from one step to the next besides error
+  // feedback (which the caller owns): PowerSGD's last Q per tensor, by an
+  // opaque key. Default: none. Thread-safe where BeginRounds is.
+  virtual std::map<std::string, std::vector<float>> ExportWarmState() const {
+    return {};
+  }
+  // Adds restored entries (ExportWarmState of a compressor of the same
+  // kind, rank and options). An entry whose size does not fit its tensor
+  // when it is used is ignored then: that tensor starts cold, as on its
+  // first step. Default: ignores everything.
+  virtual void ImportWarmState(
+      std::map<std::string, std::vector<float>> state) {}
 };
 
 // ceil(d / cf) clamped to [1, d] (0 when d == 0): the entries a sparsifier

@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -290,6 +291,18 @@ class PowerSgdCompressor : public Compressor {
         new PowerSgdState(this, *std::move(plan), d, input, std::move(q)));
   }
 
+  std::map<std::string, std::vector<float>> ExportWarmState() const override {
+    absl::MutexLock lock(&mu_);
+    return std::map<std::string, std::vector<float>>(warm_.begin(),
+                                                     warm_.end());
+  }
+
+  void ImportWarmState(
+      std::map<std::string, std::vector<float>> state) override {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, q] : state) warm_[key] = std::move(q);
+  }
+
   void StoreWarmStarts(const Plan& plan, const std::vector<float>& q) {
     absl::MutexLock lock(&mu_);
     for (const MatrixPlan& m : plan.matrices) {
@@ -301,7 +314,7 @@ class PowerSgdCompressor : public Compressor {
  private:
   const double cf_;
   CompressorOptions options_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Warm-start key -> Q_sum (cols x rank) of the last step.
   absl::flat_hash_map<std::string, std::vector<float>> warm_
       ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_probe.h"
 #include "common/status.h"
+#include "device/cuda_pointer.h"
 #include "efcp/efcp_cuda_kernels.h"
 #include "efcp/validate.h"
 #include "efcp/window_state.h"
@@ -144,6 +145,13 @@ absl::Status CudaDenseMfac::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
   Device& dev = *device_;
   TERSE_RETURN_IF_ERROR(Check(cudaSetDevice(dev.ordinal), "cudaSetDevice"));
+  // Device memory of this device, or a Status (never an illegal address).
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      grad.data(), static_cast<int64_t>(sizeof(float) * grad.size()), dev.ordinal,
+      "CudaDenseMfac::Step: gradient"));
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      update.data(), static_cast<int64_t>(sizeof(float) * update.size()), dev.ordinal,
+      "CudaDenseMfac::Step: update"));
   TERSE_RETURN_IF_ERROR(CheckFinite(grad.data()));
   const int64_t d = dim(), slot = steps_ % options_.window;
   TERSE_RETURN_IF_ERROR(Check(
@@ -170,6 +178,13 @@ absl::Status CudaDenseMfac::Apply(absl::Span<const float> x,
   TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
   const Device& dev = *device_;
   TERSE_RETURN_IF_ERROR(Check(cudaSetDevice(dev.ordinal), "cudaSetDevice"));
+  // Device memory of this device, or a Status (never an illegal address).
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      x.data(), static_cast<int64_t>(sizeof(float) * x.size()), dev.ordinal,
+      "CudaDenseMfac::Apply: x"));
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      out.data(), static_cast<int64_t>(sizeof(float) * out.size()), dev.ordinal,
+      "CudaDenseMfac::Apply: out"));
   TERSE_RETURN_IF_ERROR(CheckFinite(x.data()));
   TERSE_RETURN_IF_ERROR(
       Check(cudaMemcpyAsync(out.data(), x.data(), sizeof(float) * dim(),

@@ -109,6 +109,25 @@ TEST(CudaDenseMfacGpuTest, MatchesCpuAndClosedForm) {
   }
 }
 
+TEST(CudaDenseMfacGpuTest, HostPointersAreAStatusNotAFault) {
+  if (ProbeCuda().device_count == 0) {
+    GTEST_SKIP() << "no CUDA device: " << ProbeCuda().why_none;
+  }
+  DenseMfacOptions options;
+  options.dim = 50;
+  options.window = 4;
+  options.damp = 1e-2;
+  absl::StatusOr<std::unique_ptr<CudaDenseMfac>> gpu =
+      CudaDenseMfac::Create(options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<float> host(50, 1.0f), out(50);
+  absl::Status bad = (*gpu)->Step(host, absl::MakeSpan(out));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("gradient"), absl::string_view::npos) << bad;
+  bad = (*gpu)->Apply(host, absl::MakeSpan(out));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+}
+
 }  // namespace
 }  // namespace efcp
 }  // namespace terse

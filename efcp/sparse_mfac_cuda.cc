@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_probe.h"
 #include "common/status.h"
+#include "device/cuda_pointer.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk_cuda.h"
 #include "efcp/efcp_cuda_kernels.h"
@@ -224,6 +225,13 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(CheckOutputVector(update, dim(), "update"));
   Device& dev = *device_;
   TERSE_RETURN_IF_ERROR(Check(cudaSetDevice(dev.ordinal), "cudaSetDevice"));
+  // Device memory of this device, or a Status (never an illegal address).
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      grad.data(), static_cast<int64_t>(sizeof(float) * grad.size()), dev.ordinal,
+      "CudaSparseMfac::Step: gradient"));
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      update.data(), static_cast<int64_t>(sizeof(float) * update.size()), dev.ordinal,
+      "CudaSparseMfac::Step: update"));
   TERSE_RETURN_IF_ERROR(CheckFinite(grad.data(), /*with_error=*/true));
   const int64_t d = dim(), m = options_.window, slot = steps_ % m;
   void* stream = dev.stream;
@@ -309,6 +317,13 @@ absl::Status CudaSparseMfac::Apply(absl::Span<const float> x,
   TERSE_RETURN_IF_ERROR(CheckOutputVector(out, dim(), "out"));
   const Device& dev = *device_;
   TERSE_RETURN_IF_ERROR(Check(cudaSetDevice(dev.ordinal), "cudaSetDevice"));
+  // Device memory of this device, or a Status (never an illegal address).
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      x.data(), static_cast<int64_t>(sizeof(float) * x.size()), dev.ordinal,
+      "CudaSparseMfac::Apply: x"));
+  TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
+      out.data(), static_cast<int64_t>(sizeof(float) * out.size()), dev.ordinal,
+      "CudaSparseMfac::Apply: out"));
   TERSE_RETURN_IF_ERROR(CheckFinite(x.data(), /*with_error=*/false));
   const int64_t d = dim(), m = options_.window;
   void* stream = dev.stream;

@@ -130,6 +130,28 @@ TEST_P(CudaSparseMfacGpuTest, MatchesCpu) {
   }
 }
 
+TEST_P(CudaSparseMfacGpuTest, HostPointersAreAStatusNotAFault) {
+  SparseMfacOptions options;
+  options.dim = 1000;
+  options.window = 4;
+  options.damp = 1e-2;
+  options.density = 0.01;
+  options.storage = GetParam();
+  absl::StatusOr<std::unique_ptr<CudaSparseMfac>> gpu =
+      CudaSparseMfac::Create(options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::vector<float> host_grad(1000, 1.0f), host_out(1000);
+  DeviceVector grad(1000), update(1000);
+  absl::Status bad = (*gpu)->Step(host_grad, update.span());
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("gradient"), absl::string_view::npos) << bad;
+  bad = (*gpu)->Apply(grad.const_span(), absl::MakeSpan(host_out));
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  // The context is not poisoned: a correct call still works.
+  grad.Upload(host_grad);
+  EXPECT_TRUE((*gpu)->Step(grad.const_span(), update.span()).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Storages, CudaSparseMfacGpuTest,
                          ::testing::Values(WindowStorage::kIndex32Fp32,
                                            WindowStorage::kBlock16Bf16),

@@ -10,6 +10,7 @@
 #include "collectives/reduce.h"
 #include "common/config.h"
 #include "common/data_type.h"
+#include "common/tensor_view.h"
 
 namespace terse {
 namespace {
@@ -144,7 +145,7 @@ proto::Response BuildResponse(
       return std::string(DataTypeName(static_cast<DataType>(r.dtype())));
     });
     check("device", [](const proto::Request& r) {
-      return std::string(r.device() < 0 ? "cpu" : "cuda");
+      return Device::KindName(static_cast<Device::Kind>(r.device_kind()));
     });
     switch (first->op()) {
       case proto::ALLREDUCE:
@@ -189,6 +190,7 @@ proto::Response BuildResponse(
   response.set_op(first->op());
   response.set_dtype(first->dtype());
   response.set_device(first->device());
+  response.set_device_kind(first->device_kind());
   response.set_reduce_op(first->reduce_op());
   *response.mutable_shape() = first->shape();
   response.set_root_rank(first->root_rank());

@@ -114,25 +114,30 @@ absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
                                       ReduceOp op, double prescale,
                                       double postscale, DoneCallback callback,
-                                      const std::string& compression) {
+                                      const std::string& compression,
+                                      std::shared_ptr<Event> ready) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->AllreduceAsync(name, in, out, shape, op, prescale, postscale,
-                           std::move(callback), compression);
+                           std::move(callback), compression, std::move(ready));
 }
 
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
-                                      DoneCallback callback) {
+                                      DoneCallback callback,
+                                      std::shared_ptr<Event> ready) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
-  return e->AllgatherAsync(name, in, shape, std::move(callback));
+  return e->AllgatherAsync(name, in, shape, std::move(callback),
+                           std::move(ready));
 }
 
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,
                                       const std::vector<int64_t>& shape,
-                                      int root_rank, DoneCallback callback) {
+                                      int root_rank, DoneCallback callback,
+                                      std::shared_ptr<Event> ready) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
-  return e->BroadcastAsync(name, buffer, shape, root_rank, std::move(callback));
+  return e->BroadcastAsync(name, buffer, shape, root_rank, std::move(callback),
+                           std::move(ready));
 }
 
 absl::StatusOr<bool> Poll(Handle handle) {
@@ -143,6 +148,11 @@ absl::StatusOr<bool> Poll(Handle handle) {
 absl::Status Wait(Handle handle) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->Wait(handle);
+}
+
+absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->WaitIssued(handle);
 }
 
 absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle) {
@@ -174,6 +184,16 @@ absl::Status NotifyLearningRateDrop() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
   engine->compression().OnLearningRateDrop();
   return absl::OkStatus();
+}
+
+absl::Status StartTimeline(const std::string& path) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->StartTimeline(path);
+}
+
+absl::Status StopTimeline() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
+  return engine->StopTimeline();
 }
 
 absl::StatusOr<std::string> SaveCompressionState() {

@@ -14,6 +14,7 @@
 #define TERSE_ENGINE_API_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "collectives/communicator.h"  // terse::ReduceOp.
 #include "common/config.h"
 #include "common/tensor_view.h"
+#include "device/runtime.h"  // Event.
 #include "engine/compressed_reducer.h"  // BucketReport.
 #include "engine/types.h"  // Handle, DoneCallback, AllgatherResult.
 
@@ -56,15 +58,18 @@ absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                       ReduceOp op, double prescale = 1.0,
                                       double postscale = 1.0,
                                       DoneCallback callback = nullptr,
-                                      const std::string& compression = "");
+                                      const std::string& compression = "",
+                                      std::shared_ptr<Event> ready = nullptr);
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
-                                      DoneCallback callback = nullptr);
+                                      DoneCallback callback = nullptr,
+                                      std::shared_ptr<Event> ready = nullptr);
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,
                                       const std::vector<int64_t>& shape,
                                       int root_rank,
-                                      DoneCallback callback = nullptr);
+                                      DoneCallback callback = nullptr,
+                                      std::shared_ptr<Event> ready = nullptr);
 
 // true when the op has completed (successfully or not). NotFound for an
 // unknown handle.
@@ -72,6 +77,9 @@ absl::StatusOr<bool> Poll(Handle handle);
 // Blocks until completion, returns the op's status, and releases the handle
 // (except a successful allgather's, released by TakeAllgatherResult).
 absl::Status Wait(Handle handle);
+// Device ops: blocks until the op's device work is enqueued and returns its
+// completion event for the consumer's stream (Engine::WaitIssued).
+absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle);
 // After Wait(handle) returned OK for an allgather handle; releases it.
 absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
 
@@ -89,6 +97,9 @@ absl::StatusOr<std::vector<BucketReport>> BucketReports();
 absl::StatusOr<int64_t> BytesSent();
 // The learning rate was just lowered (Accordion switches to its low CF).
 absl::Status NotifyLearningRateDrop();
+// Engine::StartTimeline / StopTimeline of the running engine.
+absl::Status StartTimeline(const std::string& path);
+absl::Status StopTimeline();
 // The checkpoint in memory (engine/checkpoint_format.h; loads also accept
 // the older serialised proto::CompressionState).
 absl::StatusOr<std::string> SaveCompressionState();

@@ -70,7 +70,7 @@ void BucketAssigner::EndStep(std::vector<int>* completed) {
 
 bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
   return static_cast<int32_t>(b.dtype) == r.dtype() &&
-         b.cuda == (r.device() >= 0) &&
+         b.cuda == (r.device() >= 0) && b.device_kind == r.device_kind() &&
          static_cast<int32_t>(b.reduce_op) == r.reduce_op() &&
          b.prescale == r.prescale() && b.postscale == r.postscale() &&
          b.compression == r.compression() &&
@@ -88,6 +88,7 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.id = id;
   b.dtype = static_cast<DataType>(r.dtype());
   b.cuda = r.device() >= 0;
+  b.device_kind = r.device_kind();
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
   b.compression = r.compression();
@@ -161,8 +162,11 @@ std::vector<int> BucketAssigner::OnReady(
     const int64_t bytes =
         count *
         static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r->dtype())));
-    const bool solo = solo_bytes_ > 0 && bytes >= solo_bytes_ &&
-                      (!solo_filter_ || solo_filter_(name, r->compression()));
+    // Adasum's dot products are per tensor: such a tensor is never fused.
+    const bool solo =
+        r->reduce_op() == proto::ADASUM ||
+        (solo_bytes_ > 0 && bytes >= solo_bytes_ &&
+         (!solo_filter_ || solo_filter_(name, r->compression())));
     int target = -1;
     if (!solo) {
       for (size_t k = 0; k < open.size(); ++k) {
@@ -227,6 +231,7 @@ std::vector<int> BucketAssigner::Tick(int64_t stuck_limit) {
     proto::Response key;
     key.set_dtype(static_cast<int32_t>(old.dtype));
     key.set_device(old.cuda ? 0 : -1);
+    key.set_device_kind(old.device_kind);
     key.set_reduce_op(static_cast<proto::ReduceOp>(old.reduce_op));
     key.set_prescale(old.prescale);
     key.set_postscale(old.postscale);

@@ -65,7 +65,8 @@ struct BucketMember {
 struct Bucket {
   int id = 0;
   DataType dtype = DataType::kFloat32;
-  bool cuda = false;
+  bool cuda = false;  // On a device (any non-CPU kind).
+  int32_t device_kind = 0;  // terse::Device::Kind; part of the key.
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;

@@ -38,6 +38,21 @@ std::vector<std::string> Members(const Bucket& b) {
   return names;
 }
 
+TEST(BucketAssignerTest, AdasumTensorsAreNeverFused) {
+  // Adasum's dot products are per tensor: small Adasum tensors ready
+  // together get a bucket each, while Sum tensors beside them still fuse.
+  BucketAssigner a(1000, 0);
+  std::vector<proto::Response> ready = {
+      R("s1", 4), R("x", 4, 0, proto::ADASUM), R("y", 4, 0, proto::ADASUM),
+      R("s2", 4)};
+  a.OnReady(Ptrs(ready));
+  EXPECT_NE(a.BucketOf("x"), a.BucketOf("y"));
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("x"))),
+            (std::vector<std::string>{"x"}));
+  EXPECT_EQ(Members(a.bucket(a.BucketOf("s1"))),
+            (std::vector<std::string>{"s1", "s2"}));
+}
+
 TEST(BucketAssignerTest, GroupsByKeyUpToTheThresholdInNegotiatedOrder) {
   BucketAssigner a(100, 0);  // 25 floats.
   std::vector<proto::Response> first = {R("a", 10),   R("h", 10, /*f16*/ 1),

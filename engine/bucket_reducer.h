@@ -36,6 +36,11 @@ struct BucketReduceContext {
   Timeline* timeline = nullptr;  // Null: no timeline.
   std::string track;             // The bucket's timeline track.
   int64_t step = 0;              // Times this bucket ran before.
+  // Whether the host may read and write `data` now: true for CPU buckets
+  // and for simulated-device buckets after the engine stream was
+  // synchronised; false for CUDA memory (a compressing reducer then sends
+  // the bucket dense).
+  bool host_addressable = true;
 };
 
 class BucketReducer {

@@ -77,7 +77,8 @@ absl::Status ValidateTensor(const proto::CheckpointTensor& t,
                             int64_t chunk_bytes) {
   if (t.kind() != proto::CheckpointTensor::RESIDUAL &&
       t.kind() != proto::CheckpointTensor::VELOCITY &&
-      t.kind() != proto::CheckpointTensor::ACCUMULATOR) {
+      t.kind() != proto::CheckpointTensor::ACCUMULATOR &&
+      t.kind() != proto::CheckpointTensor::WARM_STATE) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint ", Describe(t), " has unknown kind ", t.kind()));
   }
@@ -113,6 +114,8 @@ std::string KindName(proto::CheckpointTensor::Kind kind) {
       return "velocity";
     case proto::CheckpointTensor::ACCUMULATOR:
       return "accumulator";
+    case proto::CheckpointTensor::WARM_STATE:
+      return "warm state";
     default:
       return absl::StrCat("kind ", static_cast<int>(kind));
   }

@@ -80,7 +80,7 @@ struct Checkpoint {
 // Reads and validates a whole checkpoint (see the header comment).
 absl::StatusOr<Checkpoint> ReadCheckpoint(ByteSource* source);
 
-// "residual", "velocity", "accumulator".
+// "residual", "velocity", "accumulator", "warm state".
 std::string KindName(proto::CheckpointTensor::Kind kind);
 
 }  // namespace checkpoint

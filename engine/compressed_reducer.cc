@@ -10,6 +10,8 @@
 #include "common/data_type.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "compressors/kernels/count_sketch.h"
+#include "compressors/kernels/randomk.h"
 #include "compressors/registry.h"
 #include "engine/fault_injection.h"
 #include "gravac/policy_factory.h"
@@ -28,11 +30,27 @@ enum StatIndex {
   kNormCandidate,
   kSeconds,
   kNormSent,
-  kWindowDev,    // ||sum over the window of (g - sent)||^2
+  kWindowDev,    // ||sum over the window of (g - sent)||^2, see below
   kWindowGrad,   // ||sum over the window of g||^2
   kWindowSteps,  // steps in the window so far
   kSentBytes,    // bytes this rank put on the wire for the bucket
 };
+
+// The window gain compares sums over ALL ranks: ||sum_r dev_r||^2 and
+// ||sum_r grad_r||^2 of the ranks' window sums, not the mean of each rank's
+// own norms. They differ where the ranks' deviations cancel: PowerSGD sends
+// every rank's projection on a subspace found from the SUM of the ranks'
+// matrices, so each rank's residual holds its own noise outside that
+// subspace, which the sum over ranks averages out (on the slow-network MLP,
+// integration/portfolio_gains.py: rank 4's window gain 0.81-0.84 per rank
+// against 0.95-0.97 over the sum at steps 100-150, while top-k's two agree
+// within 0.01). A rank cannot compute a norm of the sum alone, so on the
+// step that closes a window each rank appends to the exchanged statistics
+// its window sums (buckets of up to kWindowSketch floats) or their count
+// sketch (kernels/count_sketch.h, kWindowSketch buckets, the same hashes on
+// every rank); the exchange sums them over ranks, and the norms of those
+// sums replace the slots kWindowDev and kWindowGrad.
+constexpr int64_t kWindowSketch = 1024;
 
 // Slots of the pending norms kept for Observe: the stats above with the
 // time slot holding Accordion's accumulated norm instead.
@@ -78,6 +96,24 @@ std::string KeyOf(const Bucket& bucket) {
                        });
 }
 
+// The statistics as the policy reads them, from their sum over ranks: the
+// mean over ranks, and the window slots from the window sums' sketches
+// (see kWindowSketch), which are then dropped.
+void FoldStatistics(int size, size_t sketch_at, int64_t sketch_k,
+                    std::vector<double>* stats) {
+  for (double& s : *stats) s /= size;
+  if (sketch_k == 0) return;
+  double dev = 0, grad = 0;
+  for (int64_t i = 0; i < sketch_k; ++i) {
+    dev += (*stats)[sketch_at + i] * (*stats)[sketch_at + i];
+    grad +=
+        (*stats)[sketch_at + sketch_k + i] * (*stats)[sketch_at + sketch_k + i];
+  }
+  (*stats)[kWindowDev] = dev;
+  (*stats)[kWindowGrad] = grad;
+  stats->resize(sketch_at);
+}
+
 }  // namespace
 
 struct CompressedReducer::BucketState {
@@ -92,10 +128,21 @@ struct CompressedReducer::BucketState {
       compressors;
   std::vector<Segment> segments;
   std::vector<float> a, level1, level2, accumulator, scratch;
+  // Copies of the compressors' warm states while a checkpoint is written
+  // (SaveBuckets; the reducer's lock is held until the write ends).
+  std::vector<std::vector<float>> exported_warm;
+  // Restored warm states, handed to each compressor when it is created.
+  std::vector<proto::WarmState> restored_warm;
   // Window gain (Decision::window_gain_steps): this step's raw gradient and
   // the sums of g and of g - sent over the window of `window_choice`.
   std::vector<float> g, window_grad, window_dev;
   int64_t window_steps = 0;
+  // Set for the step that closes a window: where in the statistics its
+  // window sums (or their sketches, window_sketch_k floats each) go, and
+  // the sketch's seed.
+  size_t window_sketch_at = 0;
+  int64_t window_sketch_k = 0;
+  uint64_t window_sketch_seed = 0;
   gravac::Choice window_choice;
   bool has_pending = false;
   gravac::Decision pending;
@@ -176,6 +223,7 @@ CompressedReducer::BucketState& CompressedReducer::StateFor(
     s.pending_norms.assign(r.pending_norms().begin(), r.pending_norms().end());
     s.pending_norms.resize(std::max<size_t>(s.pending_norms.size(), kNumStats),
                            0.0);
+    s.restored_warm.assign(r.warm_states().begin(), r.warm_states().end());
     restored_.erase(restored);
   }
   return s;
@@ -192,6 +240,15 @@ absl::StatusOr<Compressor*> CompressedReducer::CompressorFor(
     options.error_feedback = ErrorFeedbackMode::kOff;
     if (level > 0) options.powersgd_rank = level;
     TERSE_ASSIGN_OR_RETURN(slot, CreateCompressor(name, cf, options));
+    if (!probe) {
+      std::map<std::string, std::vector<float>> warm;
+      for (proto::WarmState& w : state.restored_warm) {
+        if (w.compressor() == name && w.cf() == cf && w.level() == level) {
+          warm[w.key()].assign(w.values().begin(), w.values().end());
+        }
+      }
+      if (!warm.empty()) slot->ImportWarmState(std::move(warm));
+    }
   }
   return slot.get();
 }
@@ -219,7 +276,7 @@ absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
   const CompressionChoice choice = ChooseCompressionFor(
       bucket.members.front().name, bucket.compression, config_);
   const bool compressible = bucket.dtype == DataType::kFloat32 &&
-                            !bucket.cuda && ctx.op == ReduceOp::kSum &&
+                            ctx.host_addressable && ctx.op == ReduceOp::kSum &&
                             choice.name != "none" &&
                             ShouldCompress(bucket.bytes, config_);
   const Clock::time_point start = Clock::now();
@@ -272,8 +329,8 @@ absl::Status CompressedReducer::ApplyMomentumBeforeDense(
   const Bucket& bucket = *ctx.bucket;
   absl::MutexLock lock(&mu_);
   if (!momenta_.enabled()) return absl::OkStatus();
-  const bool fits = bucket.dtype == DataType::kFloat32 && !bucket.cuda &&
-                    ctx.op == ReduceOp::kSum;
+  const bool fits = bucket.dtype == DataType::kFloat32 &&
+                    ctx.host_addressable && ctx.op == ReduceOp::kSum;
   for (const BucketMember& m : bucket.members) {
     if (!fits && MomentumCorrection::Applies(m.name)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -281,7 +338,7 @@ absl::Status CompressedReducer::ApplyMomentumBeforeDense(
           " applies momentum to float32 CPU gradients summed or averaged "
           "over ranks; gradient '",
           m.name, "' is ", DataTypeName(bucket.dtype),
-          bucket.cuda ? " on CUDA" : "",
+          ctx.host_addressable ? "" : " on CUDA",
           ": set TERSE_MOMENTUM_CORRECTION=0 and let the optimizer apply "
           "momentum"));
     }
@@ -402,6 +459,20 @@ void CompressedReducer::AddToWindowGain(BucketState& state,
   (*stats)[kWindowDev] = SquaredNorm(state.window_dev);
   (*stats)[kWindowGrad] = SquaredNorm(state.window_grad);
   (*stats)[kWindowSteps] = static_cast<double>(state.window_steps);
+  const int64_t k = state.window_sketch_k;
+  if (k == 0) return;
+  absl::Span<double> dev =
+      absl::MakeSpan(*stats).subspan(state.window_sketch_at, k);
+  absl::Span<double> grad =
+      absl::MakeSpan(*stats).subspan(state.window_sketch_at + k, k);
+  if (static_cast<int64_t>(n) <= kWindowSketch) {
+    std::copy(state.window_dev.begin(), state.window_dev.end(), dev.begin());
+    std::copy(state.window_grad.begin(), state.window_grad.end(), grad.begin());
+  } else {
+    kernels::AddCountSketch(state.window_sketch_seed, 0, state.window_dev, dev);
+    kernels::AddCountSketch(state.window_sketch_seed, 0, state.window_grad,
+                            grad);
+  }
 }
 
 absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
@@ -540,6 +611,14 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   } else {
     state.g.clear();
   }
+  // Does this step close the window (see kWindowSketch)?
+  state.window_sketch_at = kNumStats + decision.gain_probes.size();
+  state.window_sketch_k =
+      window_gain && state.window_steps + 1 >= decision.window_gain_steps
+          ? std::min(n, kWindowSketch)
+          : 0;
+  state.window_sketch_seed = kernels::MixSeed(
+      config_.seed, StableHash(state.key), static_cast<uint64_t>(ctx.step));
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
@@ -561,7 +640,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   // decision's norms: skipped when neither wants them.
   sent.gather_stats =
       decision.wants_stats || (state.has_pending && state.pending.wants_stats);
-  std::vector<double> stats(kNumStats + decision.gain_probes.size(), 0.0);
+  std::vector<double> stats(state.window_sketch_at + 2 * state.window_sketch_k,
+                            0.0);
   stats[kNormEf] = in_place ? 0.0 : SquaredNorm(state.a);
   stats[kSeconds] = previous_seconds;
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
@@ -610,7 +690,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     accumulated_norm2 = SquaredNorm(state.accumulator);
   }
   if (state.adaptive) {
-    for (double& s : stats) s /= size_;
+    FoldStatistics(size_, state.window_sketch_at, state.window_sketch_k,
+                   &stats);
     if (state.has_pending) {
       gravac::StepStats step;
       const std::vector<double>& p = state.pending_norms;
@@ -727,6 +808,24 @@ void CompressedReducer::SaveBuckets(
     if (!s->accumulator.empty()) {
       tensors->push_back(
           {s->key, 0, CheckpointTensor::ACCUMULATOR, s->accumulator});
+    }
+    // Warm states (PowerSGD's Q's) of the compressors that send; the
+    // copies live in s->exported_warm until the checkpoint is written.
+    s->exported_warm.clear();
+    for (const auto& [id, compressor] : s->compressors) {
+      if (std::get<3>(id)) continue;  // A gain probe's own state.
+      for (auto& [key, values] : compressor->ExportWarmState()) {
+        proto::WarmState* w = b->add_warm_states();
+        w->set_compressor(std::get<0>(id));
+        w->set_cf(std::get<1>(id));
+        w->set_level(std::get<2>(id));
+        w->set_key(key);
+        s->exported_warm.push_back(std::move(values));
+      }
+    }
+    for (size_t i = 0; i < s->exported_warm.size(); ++i) {
+      tensors->push_back({s->key, static_cast<int64_t>(i),
+                          CheckpointTensor::WARM_STATE, s->exported_warm[i]});
     }
   }
 }

@@ -120,6 +120,21 @@ absl::StatusOr<CompressedReducer::LoadedState> CompressedReducer::ParseChunked(
         out.velocities.push_back(
             {t.name(), t.tensor_offset(), std::move(values)});
         break;
+      case CheckpointTensor::WARM_STATE: {
+        auto bucket = out.restored.find(t.name());
+        const int64_t index = t.tensor_offset();
+        if (bucket == out.restored.end() || index < 0 ||
+            index >= bucket->second.warm_states_size() ||
+            bucket->second.warm_states(index).values_size() > 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "checkpoint's ", what,
+              " has no warm-state entry at that index in its bucket's header"));
+        }
+        bucket->second.mutable_warm_states(index)->mutable_values()->Add(
+            values.begin(), values.end());
+        std::vector<float>().swap(values);
+        break;
+      }
       default: {  // ACCUMULATOR (ReadCheckpoint rejects unknown kinds).
         auto bucket = out.restored.find(t.name());
         if (bucket == out.restored.end() ||

@@ -1,11 +1,11 @@
 #include "engine/compressed_reducer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "collectives/loopback/loopback.h"
 #include "common/half.h"
 #include "compressors/registry.h"
+#include "engine/checkpoint_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -362,6 +363,58 @@ TEST(CompressedReducerTest, PortfolioAgreesAcrossRanksAndConservesTheGradient) {
   }
 }
 
+// The window gain is measured over the SUM of the ranks' window sums. Closed
+// form: each rank's gradient is a shared rank-1 matrix plus noise c_r * W
+// with sum_r c_r = 0. The sum over ranks is exactly rank 1, so PowerSGD rank
+// 1 finds its subspace, every rank's residual is its own noise outside it,
+// and the residuals sum to zero at every step: the global window gain is 1,
+// while each rank's own deviation is large (a per-rank gain would be low).
+// Both the exact path (bucket <= 1024 floats) and the count-sketch path.
+TEST(CompressedReducerTest, WindowGainIsMeasuredOverTheSumOfTheRanks) {
+  for (int64_t rows : {20, 40}) {
+    const int64_t cols = rows + 8;
+    SCOPED_TRACE(absl::StrCat(rows, " x ", cols));
+    Bucket bucket = MakeBucket({rows * cols}, "w.");
+    bucket.members[0].shape = {rows, cols};
+    const Config config =
+        MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                    {"TERSE_GRAVAC_CANDIDATES", "none,powersgd:1"},
+                    {"TERSE_GRAVAC_EPSILON", "0.5"},
+                    {"TERSE_GRAVAC_WINDOW", "100"},
+                    {"TERSE_GRAVAC_GAIN", "window"},
+                    {"TERSE_GRAVAC_GAIN_WINDOW", "5"},
+                    // Measured time must not end the trial early.
+                    {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"}});
+    const int size = 4, steps = 16;
+    const float c[4] = {3.0f, -1.0f, -1.0f, -1.0f};
+    auto grads = [&](int r, int s) {
+      std::mt19937 rng(17 + s);  // The same W on every rank.
+      std::normal_distribution<float> normal;
+      std::vector<float> g(rows * cols);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const float signal = (1.0f + 0.1f * s) * std::cos(0.3f * i) *
+                               std::sin(0.2f * j + 1.0f);
+          g[i * cols + j] = signal + c[r] * 2.0f * normal(rng);
+        }
+      }
+      return g;
+    };
+    std::vector<std::unique_ptr<CompressedReducer>> reducers;
+    RunResult run = RunRanks(size, config, bucket, steps, grads, &reducers);
+    const std::string& last = run.policies.back()[0];
+    const size_t at = last.find("powersgd:1 gain=");
+    ASSERT_NE(at, std::string::npos) << last;
+    const double gain = std::stod(last.substr(at + 16));
+    EXPECT_GT(gain, 0.999) << last;
+    // Each rank's own residual did grow (what a per-rank gain would charge).
+    const std::vector<float> e = reducers[0]->Residual("w.0", rows * cols);
+    double e2 = 0;
+    for (float x : e) e2 += static_cast<double>(x) * x;
+    EXPECT_GT(e2, 1.0 * rows * cols);
+  }
+}
+
 TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   const Bucket bucket = MakeBucket({800});
   // omega = 0 and no throughput guard: no decision depends on measured wall
@@ -400,6 +453,63 @@ TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
   };
   EXPECT_EQ(decisions(a.policies), decisions(b.policies));
   EXPECT_FALSE(restored[0]->LoadState("not a checkpoint").ok());
+}
+
+// PowerSGD's warm starts (each tensor's last Q) travel in the checkpoint:
+// a restored reducer continues bit for bit like the original, while one
+// that lost them (a fresh reducer given only the residuals, as before this
+// was saved) starts from the drawn Q and differs.
+TEST(CompressedReducerTest, PowerSgdSavedStateContinuesIdentically) {
+  Bucket bucket = MakeBucket({24 * 30, 30, 16 * 12}, "layer.");
+  bucket.members[0].shape = {24, 30};
+  bucket.members[1].shape = {30};
+  bucket.members[2].shape = {16, 12};
+  const Config config = MakeConfig(
+      {{"TERSE_COMPRESSION", "powersgd"}, {"TERSE_POWERSGD_RANK", "2"}});
+  auto grads = [&](int r, int s) { return Gradient(r, s, bucket.count); };
+  std::vector<std::unique_ptr<CompressedReducer>> original;
+  RunRanks(2, config, bucket, 5, grads, &original);
+  std::vector<std::unique_ptr<CompressedReducer>> restored, cold;
+  for (int r = 0; r < 2; ++r) {
+    restored.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    absl::StatusOr<std::string> saved = original[r]->SaveState();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    ASSERT_TRUE(restored[r]->LoadState(*saved).ok());
+    // The same checkpoint without its warm states.
+    checkpoint::StringSource source(*saved);
+    absl::StatusOr<checkpoint::Checkpoint> ckpt =
+        checkpoint::ReadCheckpoint(&source);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    int warm = 0;
+    for (const proto::BucketCompressionState& bs : ckpt->header.buckets()) {
+      warm += bs.warm_states_size();
+    }
+    EXPECT_EQ(warm, 2);  // The two matrices; the bias goes uncompressed.
+    proto::CheckpointHeader meta = ckpt->header;
+    for (proto::BucketCompressionState& bs : *meta.mutable_buckets()) {
+      bs.clear_warm_states();
+    }
+    std::vector<checkpoint::TensorToWrite> tensors;
+    for (int i = 0; i < ckpt->header.tensors_size(); ++i) {
+      const proto::CheckpointTensor& t = ckpt->header.tensors(i);
+      if (t.kind() == proto::CheckpointTensor::WARM_STATE) continue;
+      tensors.push_back(
+          {t.name(), t.tensor_offset(), t.kind(), ckpt->values[i]});
+    }
+    std::string stripped;
+    checkpoint::StringSink sink(&stripped);
+    ASSERT_TRUE(
+        checkpoint::WriteCheckpoint(meta, tensors, &sink, 1 << 20).ok());
+    cold.push_back(std::make_unique<CompressedReducer>(config, r, 2));
+    ASSERT_TRUE(cold[r]->LoadState(stripped).ok());
+  }
+  auto later = [&](int r, int s) { return grads(r, s + 5); };
+  RunResult a = RunRanks(2, config, bucket, 4, later, &original);
+  RunResult b = RunRanks(2, config, bucket, 4, later, &restored);
+  RunResult c = RunRanks(2, config, bucket, 4, later, &cold);
+  EXPECT_EQ(a.results, b.results);
+  EXPECT_NE(a.results[0], c.results[0]);
+  EXPECT_EQ(a.sent[0], "powersgd");
 }
 
 TEST(CompressedReducerTest, SmallOrNoneBucketsGoDense) {

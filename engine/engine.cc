@@ -10,7 +10,9 @@
 #include "collectives/reduce.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "collectives/sim_communicator.h"
 #include "compressors/registry.h"
+#include "device/cuda_runtime.h"
 
 namespace terse {
 namespace {
@@ -34,10 +36,9 @@ absl::Status CheckView(const std::string& name, const TensorView& view,
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': ", what, " has an unknown dtype"));
   }
-  if (!view.device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", name, "': ", view.device.ToString(),
-        " tensors are not supported by this engine yet (CPU only)"));
+  if (!Device::IsValidKind(static_cast<int32_t>(view.device.kind))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': ", what, " has an unknown device"));
   }
   return absl::OkStatus();
 }
@@ -107,6 +108,15 @@ absl::Status CheckEntry(const TensorEntry& e, int size) {
   }
 }
 
+// The engine's runtimes: the caller's, or `owned` holding `cuda`.
+const DeviceRuntimes* ChooseRuntimes(const DeviceRuntimes* given,
+                                     DeviceRuntime* cuda,
+                                     DeviceRuntimes* owned) {
+  if (given != nullptr) return given;
+  owned->Register(cuda).IgnoreError();  // A fresh table: cannot clash.
+  return owned;
+}
+
 std::string TimelinePath(const std::string& path, int rank) {
   if (path.empty()) return "";
   if (absl::StrContains(path, "{rank}")) {
@@ -138,6 +148,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
              Communicator*) -> absl::StatusOr<std::unique_ptr<Communicator>> {
         return BorrowCommunicator(comm);
       }));
+  if (options.devices != nullptr) {
+    absl::StatusOr<DeviceRuntime*> sim =
+        options.devices->Get(Device::Kind::kSim);
+    if (sim.ok()) TERSE_RETURN_IF_ERROR(RegisterSimBackend(&table, *sim));
+  }
   Config borrowed = config;
   borrowed.backend = "auto";
   TERSE_ASSIGN_OR_RETURN(
@@ -152,7 +167,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     std::unique_ptr<CommunicatorRegistry> owned_registry,
     const EngineOptions& options) {
   const int rank = registry->control()->rank();
-  std::unique_ptr<Timeline> timeline;
+  // Always a Timeline (stopped without TERSE_TIMELINE), so one can be
+  // started at runtime (StartTimeline).
+  std::unique_ptr<Timeline> timeline = Timeline::Stopped(rank);
   const std::string path = TimelinePath(config.timeline_path, rank);
   if (!path.empty()) {
     TERSE_ASSIGN_OR_RETURN(timeline, Timeline::Open(path, rank));
@@ -180,6 +197,10 @@ Engine::Engine(const Config& config, const EngineOptions& options,
       stuck_limit_(std::max<int64_t>(
           10, static_cast<int64_t>(options.bucket_split_seconds * 1000.0 /
                                    std::max(config.cycle_time_ms, 0.01)))),
+      owned_cuda_(options.devices == nullptr ? std::make_unique<CudaRuntime>()
+                                             : nullptr),
+      runtimes_(ChooseRuntimes(options.devices, owned_cuda_.get(),
+                               &owned_runtimes_)),
       timeline_(std::move(timeline)),
       negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
                                            config.stall_check_seconds,
@@ -201,13 +222,22 @@ Engine::Engine(const Config& config, const EngineOptions& options,
           },
           config.forget_after_steps),
       reducer_(config, rank_, size_),
-      executor_(comm_, &reducer_, timeline_.get()) {}
+      executor_(comm_, &reducer_, timeline_.get()),
+      device_(config, registry, runtimes_, &reducer_,
+              [config](const Bucket& bucket) {
+                // Compression or momentum correction: the reducer's work.
+                return config.momentum_correction > 0 ||
+                       ChooseCompressionFor(bucket.members.front().name,
+                                            bucket.compression, config)
+                               .name != "none";
+              }) {}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 
 absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   TERSE_RETURN_IF_ERROR(queue_.closed_status());
   TERSE_RETURN_IF_ERROR(CheckEntry(entry, size_));
+  TERSE_RETURN_IF_ERROR(device_.CheckEntry(entry));
   entry.handle = handles_.Allocate(entry.op == proto::ALLGATHER);
   entry.enqueued = Clock::now();
   const Handle handle = entry.handle;
@@ -225,7 +255,8 @@ absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,
                                               ReduceOp op, double prescale,
                                               double postscale,
                                               DoneCallback callback,
-                                              const std::string& compression) {
+                                              const std::string& compression,
+                                              std::shared_ptr<Event> ready) {
   TensorEntry e;
   if (!compression.empty()) {
     absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(compression);
@@ -244,19 +275,22 @@ absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,
   e.prescale = prescale;
   e.postscale = postscale;
   e.callback = std::move(callback);
+  e.ready = std::move(ready);
   return Enqueue(std::move(e));
 }
 
 absl::StatusOr<Handle> Engine::AllgatherAsync(const std::string& name,
                                               TensorView in,
                                               const std::vector<int64_t>& shape,
-                                              DoneCallback callback) {
+                                              DoneCallback callback,
+                                              std::shared_ptr<Event> ready) {
   TensorEntry e;
   e.name = name;
   e.op = proto::ALLGATHER;
   e.input = in;
   e.shape = shape;
   e.callback = std::move(callback);
+  e.ready = std::move(ready);
   return Enqueue(std::move(e));
 }
 
@@ -264,7 +298,8 @@ absl::StatusOr<Handle> Engine::BroadcastAsync(const std::string& name,
                                               TensorView buffer,
                                               const std::vector<int64_t>& shape,
                                               int root_rank,
-                                              DoneCallback callback) {
+                                              DoneCallback callback,
+                                              std::shared_ptr<Event> ready) {
   TensorEntry e;
   e.name = name;
   e.op = proto::BROADCAST;
@@ -273,14 +308,41 @@ absl::StatusOr<Handle> Engine::BroadcastAsync(const std::string& name,
   e.shape = shape;
   e.root_rank = root_rank;
   e.callback = std::move(callback);
+  e.ready = std::move(ready);
   return Enqueue(std::move(e));
 }
 
 absl::StatusOr<bool> Engine::Poll(Handle handle) const {
-  return handles_.Poll(handle);
+  TERSE_ASSIGN_OR_RETURN(bool complete, handles_.Poll(handle));
+  if (!complete) return false;
+  std::shared_ptr<Event> done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = done_.find(handle);
+    if (it != done_.end()) done = it->second;
+  }
+  if (done == nullptr) return true;
+  return done->Query();
 }
 
-absl::Status Engine::Wait(Handle handle) { return handles_.Wait(handle); }
+absl::Status Engine::Wait(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, WaitIssued(handle));
+  if (done == nullptr) return absl::OkStatus();
+  return done->HostWait();
+}
+
+absl::StatusOr<std::shared_ptr<Event>> Engine::WaitIssued(Handle handle) {
+  absl::Status status = handles_.Wait(handle);
+  std::shared_ptr<Event> done = TakeDone(handle);
+  if (!status.ok()) return status;
+  return done;
+}
+
+std::shared_ptr<Event> Engine::TakeDone(Handle handle) {
+  absl::MutexLock lock(&mu_);
+  auto node = done_.extract(handle);
+  return node.empty() ? nullptr : std::move(node.mapped());
+}
 
 absl::StatusOr<AllgatherResult> Engine::TakeAllgatherResult(Handle handle) {
   return handles_.TakeAllgatherResult(handle);
@@ -314,6 +376,14 @@ absl::Status Engine::Shutdown() {
   });
   return fatal_status();
 }
+
+absl::Status Engine::StartTimeline(const std::string& path) {
+  const std::string mine = TimelinePath(path, rank_);
+  if (mine.empty()) return absl::OkStatus();
+  return timeline_->Start(mine);
+}
+
+absl::Status Engine::StopTimeline() { return timeline_->Stop(); }
 
 absl::Status Engine::fatal_status() const {
   absl::MutexLock lock(&mu_);
@@ -409,7 +479,10 @@ void Engine::Execute(const std::vector<proto::Response>& responses) {
   }
   for (int id : buckets_.OnReady(ready)) complete.push_back(id);
   for (int id : buckets_.Tick(stuck_limit_)) complete.push_back(id);
-  for (int id : buckets_.TakeChanged()) executor_.Forget(id);
+  for (int id : buckets_.TakeChanged()) {
+    executor_.Forget(id);
+    device_.Forget(id);
+  }
   executor_.ForgetTensors(buckets_.TakeForgotten());
   {
     // Before any op of this cycle completes, so a waiter sees fresh stats.
@@ -473,13 +546,17 @@ void Engine::RunBucket(int id, Clock::time_point ready_at) {
   }
   // Even after a local error this rank takes part, so that no peer blocks in
   // the collective; the error reaches every rank in the next cycle.
-  absl::Status status = executor_.Run(bucket, entries, ready_at);
+  std::shared_ptr<Event> done;
+  absl::Status status =
+      bucket.device_kind == static_cast<int32_t>(Device::Kind::kCpu)
+          ? executor_.Run(bucket, entries, ready_at)
+          : device_.RunBucket(bucket, entries, &done);
   if (!status.ok() && local_error_.ok()) local_error_ = status;
   std::vector<std::string> names;
   names.reserve(bucket.members.size());
   for (const BucketMember& m : bucket.members) names.push_back(m.name);
   buckets_.Reset(id);
-  FinishAll(names, status);
+  FinishAll(names, status, std::move(done));
 }
 
 void Engine::RunBroadcast(const proto::Response& r,
@@ -497,6 +574,18 @@ void Engine::RunBroadcast(const proto::Response& r,
       count *
       static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r.dtype())));
   auto it = in_flight_.find(name);
+  const bool local = it != in_flight_.end() &&
+                     it->second.input.bytes() == bytes &&
+                     it->second.op == proto::BROADCAST;
+  if (r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)) {
+    std::shared_ptr<Event> done;
+    absl::Status status = device_.RunBroadcast(
+        static_cast<Device::Kind>(r.device_kind()),
+        local ? &it->second : nullptr, bytes, r.root_rank(), &done);
+    if (!status.ok() && local_error_.ok()) local_error_ = status;
+    Finish(name, status, {}, std::move(done));
+    return;
+  }
   std::vector<uint8_t> scratch;
   void* buffer = nullptr;
   if (it != in_flight_.end() && it->second.input.bytes() == bytes) {
@@ -556,13 +645,20 @@ void Engine::RunAllgather(const proto::Response& r,
   auto it = in_flight_.find(name);
   std::vector<uint8_t> scratch;
   const void* send = nullptr;
-  if (it != in_flight_.end() && it->second.input.bytes() == recv_bytes[rank_]) {
+  const bool local = it != in_flight_.end() &&
+                     it->second.input.bytes() == recv_bytes[rank_];
+  if (local) {
     send = it->second.input.data;
   } else {
     scratch.resize(recv_bytes[rank_]);  // Take part without a local op.
     send = scratch.data();
   }
-  absl::Status status = comm_->Allgatherv(send, result.data.data(), recv_bytes);
+  absl::Status status =
+      r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)
+          ? device_.RunAllgather(static_cast<Device::Kind>(r.device_kind()),
+                                 local ? &it->second : nullptr, recv_bytes,
+                                 result.data.data())
+          : comm_->Allgatherv(send, result.data.data(), recv_bytes);
   if (!status.ok() && local_error_.ok()) local_error_ = status;
   if (timeline_ != nullptr) {
     const std::string track = absl::StrCat("allgather ", name);
@@ -577,17 +673,22 @@ void Engine::RunAllgather(const proto::Response& r,
 }
 
 void Engine::Finish(const std::string& name, const absl::Status& status,
-                    AllgatherResult result) {
+                    AllgatherResult result, std::shared_ptr<Event> done) {
   auto node = in_flight_.extract(name);
   if (node.empty()) return;
   TensorEntry entry = std::move(node.mapped());
   queue_.Release(name);
+  if (done != nullptr && status.ok()) {
+    absl::MutexLock lock(&mu_);
+    done_[entry.handle] = std::move(done);
+  }
   if (entry.callback) entry.callback(status);
   handles_.Complete(entry.handle, status, std::move(result));
 }
 
 void Engine::FinishAll(const std::vector<std::string>& names,
-                       const absl::Status& status) {
+                       const absl::Status& status,
+                       std::shared_ptr<Event> done) {
   std::vector<TensorEntry> entries;
   std::vector<std::string> released;
   std::vector<Handle> handles;
@@ -600,6 +701,10 @@ void Engine::FinishAll(const std::vector<std::string>& names,
     entries.push_back(std::move(node.mapped()));
   }
   queue_.ReleaseAll(released);
+  if (done != nullptr && status.ok()) {
+    absl::MutexLock lock(&mu_);
+    for (Handle h : handles) done_[h] = done;
+  }
   for (TensorEntry& e : entries) {
     if (e.callback) e.callback(status);
   }

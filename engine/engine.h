@@ -15,6 +15,18 @@
 // handle completes; the output may equal the input (in place). Buffers of
 // different ops must not overlap.
 //
+// Device tensors (CUDA, or the simulated device; engine/device_executor.h):
+// an op may pass `ready`, an event recorded on the producer's stream after
+// the input was written; the engine's stream waits on it, never the host.
+// The handle (and the callback) complete when the op's device work is
+// enqueued on the engine's stream; its buffers must stay valid until that
+// work is done. WaitIssued returns the completion event for the consumer's
+// stream to wait on; Wait blocks the host until the work is done; Poll is
+// true only then. Compression and momentum correction run on simulated-device
+// buckets (the CPU reducer on the device fusion buffer, device_executor.h);
+// on CUDA they are not implemented yet and such an allreduce fails at
+// enqueue with Unimplemented.
+//
 // Errors: a bad argument is an error at enqueue. A disagreement between
 // ranks (dtype, shape, op, root, scales, compression) fails that op on every rank with a
 // message naming the tensor and the ranks on each side. A fatal error (a
@@ -45,7 +57,9 @@
 #include "engine/bucket_assigner.h"
 #include "engine/bucket_executor.h"
 #include "engine/bucket_reducer.h"
+#include "device/runtime.h"
 #include "engine/compressed_reducer.h"
+#include "engine/device_executor.h"
 #include "engine/handle_table.h"
 #include "engine/negotiator.h"
 #include "engine/tensor_queue.h"
@@ -73,6 +87,11 @@ struct EngineOptions {
   // reduced in place (see bucket_assigner.h): above about 1 MiB a fusion copy
   // in and out costs more than the extra collective call.
   int64_t solo_bytes = int64_t{1} << 20;
+  // The runtimes of device tensors (not owned; must outlive the engine).
+  // Null: CUDA only (an engine-owned CudaRuntime). Tests register a
+  // SimRuntime here; Create(config, comm, ...) then also moves simulated
+  // buffers over `comm` (the "sim" backend, collectives/sim_communicator.h).
+  const DeviceRuntimes* devices = nullptr;
 };
 
 class Engine {
@@ -117,21 +136,31 @@ class Engine {
                                         ReduceOp op, double prescale = 1.0,
                                         double postscale = 1.0,
                                         DoneCallback callback = nullptr,
-                                        const std::string& compression = "");
+                                        const std::string& compression = "",
+                                        std::shared_ptr<Event> ready = nullptr);
   // Concatenation of every rank's tensor along dimension 0 (first dims may
   // differ, the rest must agree); fetched with TakeAllgatherResult.
+  // A device input's result is host memory too (staged; see
+  // device_executor.h).
   absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                         const std::vector<int64_t>& shape,
-                                        DoneCallback callback = nullptr);
+                                        DoneCallback callback = nullptr,
+                                        std::shared_ptr<Event> ready = nullptr);
   // `buffer` of root_rank into every rank's `buffer`.
   absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                         TensorView buffer,
                                         const std::vector<int64_t>& shape,
                                         int root_rank,
-                                        DoneCallback callback = nullptr);
+                                        DoneCallback callback = nullptr,
+                                        std::shared_ptr<Event> ready = nullptr);
 
   absl::StatusOr<bool> Poll(Handle handle) const;
   absl::Status Wait(Handle handle);
+  // Blocks the host until the op is complete (CPU) or its device work is
+  // enqueued (device), releases the handle as Wait does, and returns the
+  // completion event for a consumer stream to wait on (null for CPU ops and
+  // for allgathers, whose result is already in host memory).
+  absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle);
   absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
 
   // Blocks until every rank has called Barrier.
@@ -146,6 +175,14 @@ class Engine {
   // thread. Idempotent. Returns the root-cause error if the engine stopped
   // because of one, else OK.
   absl::Status Shutdown();
+
+  // Horovod's start_timeline / stop_timeline: this rank starts writing a
+  // timeline to `path` (with "{rank}" replaced by the rank; without it only
+  // rank 0 writes, as for TERSE_TIMELINE), or completes the one it writes.
+  // Local, not collective. Start fails with FailedPrecondition while a
+  // timeline is being written, InvalidArgument if `path` cannot be opened.
+  absl::Status StartTimeline(const std::string& path);
+  absl::Status StopTimeline();
 
   // The root cause the engine stopped with (OK while running or after a
   // clean shutdown).
@@ -178,12 +215,16 @@ class Engine {
   void RunAllgather(const proto::Response& response,
                     Clock::time_point ready_at);
   // Completes and forgets the in-flight op `name` (if this rank has it).
+  // `done`: its device completion event (null: none).
   void Finish(const std::string& name, const absl::Status& status,
-              AllgatherResult result = {});
+              AllgatherResult result = {},
+              std::shared_ptr<Event> done = nullptr);
   // Finish() for several ops with one status: one lock each for the queue
   // and the handles, so waiters wake up once.
   void FinishAll(const std::vector<std::string>& names,
-                 const absl::Status& status);
+                 const absl::Status& status,
+                 std::shared_ptr<Event> done = nullptr);
+  std::shared_ptr<Event> TakeDone(Handle handle);
   void Stop(const absl::Status& cause, bool fatal);
 
   const Config config_;
@@ -196,6 +237,11 @@ class Engine {
   const int local_size_;
   const int64_t stuck_limit_;
 
+  // Without options.devices: an engine-owned CUDA runtime.
+  std::unique_ptr<DeviceRuntime> owned_cuda_;
+  DeviceRuntimes owned_runtimes_;
+  const DeviceRuntimes* const runtimes_;
+
   TensorQueue queue_;
   HandleTable handles_;
   std::unique_ptr<Timeline> timeline_;
@@ -206,6 +252,7 @@ class Engine {
   BucketAssigner buckets_;
   CompressedReducer reducer_;  // Dense where nothing is to be compressed.
   BucketExecutor executor_;
+  DeviceExecutor device_;
   absl::flat_hash_map<std::string, TensorEntry> in_flight_;
   absl::Status local_error_;
 
@@ -215,6 +262,10 @@ class Engine {
   int last_joined_ ABSL_GUARDED_BY(mu_) = -1;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Completion events of device ops whose handles completed and were not
+  // yet waited for.
+  absl::flat_hash_map<Handle, std::shared_ptr<Event>> done_
+      ABSL_GUARDED_BY(mu_);
 
   std::once_flag shutdown_once_;
   std::thread thread_;

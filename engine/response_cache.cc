@@ -36,7 +36,8 @@ bool ResponseCache::Matches(int64_t slot, const proto::Request& request) const {
       r.names(0) != request.name() || r.shape_size() != request.shape_size() ||
       r.prescale() != request.prescale() ||
       r.postscale() != request.postscale() ||
-      (r.device() < 0) != (request.device() < 0)) {
+      (r.device() < 0) != (request.device() < 0) ||
+      r.device_kind() != request.device_kind()) {
     return false;
   }
   for (int i = 0; i < r.shape_size(); ++i) {

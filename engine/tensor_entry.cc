@@ -17,6 +17,7 @@ proto::Request MakeRequest(const TensorEntry& entry, int rank) {
   request.set_root_rank(entry.root_rank);
   request.set_device(entry.input.device.is_cpu() ? -1
                                                  : entry.input.device.ordinal);
+  request.set_device_kind(static_cast<int32_t>(entry.input.device.kind));
   request.set_prescale(entry.prescale);
   request.set_postscale(entry.postscale);
   request.set_compression(entry.compression);

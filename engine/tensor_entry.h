@@ -7,12 +7,14 @@
 #define TERSE_ENGINE_TENSOR_ENTRY_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "common/control.pb.h"
 #include "common/tensor_view.h"
+#include "device/runtime.h"
 #include "engine/types.h"
 
 namespace terse {
@@ -32,6 +34,9 @@ struct TensorEntry {
   std::string compression;
   DoneCallback callback;
   Clock::time_point enqueued;
+  // Device tensors: recorded on the producer's stream after the input was
+  // written; the engine's stream waits on it. Null: ready now.
+  std::shared_ptr<Event> ready;
 };
 
 // The request `rank` sends for `entry`.

@@ -1,5 +1,9 @@
 #include "engine/tensor_queue.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace terse {
@@ -25,6 +29,20 @@ TEST(TensorQueueTest, NamesAreUniqueWhileInFlight) {
   EXPECT_FALSE(q.Push(still).ok());  // Drained but not released.
   q.Release("a");
   EXPECT_TRUE(q.Push(still).ok());
+}
+
+TEST(TensorQueueTest, InFlightNamesAreThosePushedAndNotReleased) {
+  TensorQueue q;
+  for (const char* name : {"b", "a", "c"}) {
+    TensorEntry e = Entry(name);
+    ASSERT_TRUE(q.Push(e).ok());
+  }
+  std::vector<TensorEntry> drained;
+  q.Drain(&drained);  // Drained ops are still in flight.
+  q.Release("b");
+  std::vector<std::string> names = q.InFlightNames();
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "c"}));
 }
 
 TEST(TensorQueueTest, ClosedQueueRefusesWithTheFirstCause) {

@@ -5,27 +5,64 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace terse {
 
 absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(
     const std::string& path, int rank) {
+  std::unique_ptr<Timeline> timeline(new Timeline(rank));
+  TERSE_RETURN_IF_ERROR(timeline->Start(path));
+  return timeline;
+}
+
+std::unique_ptr<Timeline> Timeline::Stopped(int rank) {
+  return std::unique_ptr<Timeline>(new Timeline(rank));
+}
+
+Timeline::Timeline(int rank) : rank_(rank) {}
+
+absl::Status Timeline::Start(const std::string& path) {
+  absl::MutexLock control(&control_mu_);
+  if (closed_) {
+    return absl::FailedPreconditionError("timeline: the engine has shut down");
+  }
+  if (file_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "timeline: a timeline is already being written; stop it first");
+  }
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("TERSE_TIMELINE='", path,
                      "': cannot open for writing: ", std::strerror(errno)));
   }
-  return std::unique_ptr<Timeline>(new Timeline(file, rank));
+  BeginFile(file);
+  return absl::OkStatus();
 }
 
-Timeline::Timeline(std::FILE* file, int rank)
-    : file_(file), rank_(rank), origin_(Clock::now()) {
+void Timeline::BeginFile(std::FILE* file) {
+  file_ = file;
+  origin_ = Clock::now();
+  tracks_.clear();
+  first_line_ = true;
+  write_status_ = absl::OkStatus();
   std::fputs("[\n", file_);
   WriteLine(absl::StrCat(R"({"name":"process_name","ph":"M","pid":)", rank_,
                          R"(,"tid":0,"args":{"name":"terse rank )", rank_,
                          R"("}})"));
+  {
+    absl::MutexLock lock(&mu_);
+    queue_.clear();
+    closing_ = false;
+    has_work_ = false;
+  }
   writer_ = std::thread([this] { WriterLoop(); });
+}
+
+bool Timeline::active() const {
+  absl::MutexLock lock(&mu_);
+  return !closing_;
 }
 
 Timeline::~Timeline() { Close().IgnoreError(); }
@@ -129,11 +166,11 @@ void Timeline::WriterLoop() {
   }
 }
 
-absl::Status Timeline::Close() {
+absl::Status Timeline::Stop() {
+  absl::MutexLock control(&control_mu_);
+  if (file_ == nullptr) return absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
-    if (closed_) return absl::OkStatus();
-    closed_ = true;
     closing_ = true;
     has_work_ = true;
   }
@@ -142,7 +179,17 @@ absl::Status Timeline::Close() {
   if (std::fclose(file_) != 0 && write_status_.ok()) {
     write_status_ = absl::DataLossError("timeline: closing the file failed");
   }
+  file_ = nullptr;
   return write_status_;
+}
+
+absl::Status Timeline::Close() {
+  {
+    absl::MutexLock control(&control_mu_);
+    if (closed_) return absl::OkStatus();
+    closed_ = true;
+  }
+  return Stop();
 }
 
 }  // namespace terse

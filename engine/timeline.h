@@ -13,6 +13,11 @@
 // Thread-safe. Record() only appends to an in-memory queue under a mutex;
 // a writer thread owned by the Timeline formats and writes, so the engine's
 // background thread never waits on the disk.
+//
+// A Timeline can be stopped and started again at runtime (Horovod's
+// start_timeline / stop_timeline): Stopped() makes one that writes nothing
+// until Start(path); Stop() completes the current file. While stopped,
+// Record() drops its event.
 #ifndef TERSE_ENGINE_TIMELINE_H_
 #define TERSE_ENGINE_TIMELINE_H_
 
@@ -39,6 +44,8 @@ class Timeline {
   // trace's process id. Error if the file cannot be opened.
   static absl::StatusOr<std::unique_ptr<Timeline>> Open(const std::string& path,
                                                         int rank);
+  // A timeline writing nothing until Start().
+  static std::unique_ptr<Timeline> Stopped(int rank);
   ~Timeline();  // Close().
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
@@ -48,9 +55,21 @@ class Timeline {
               Clock::time_point start, Clock::time_point end,
               TimelineArgs args = {});
 
+  // Starts writing to `path` (created or truncated), timestamps from now.
+  // FailedPrecondition while a file is being written or after Close();
+  // InvalidArgument naming the path if it cannot be opened.
+  absl::Status Start(const std::string& path);
+
   // Writes what is queued, terminates the JSON document, closes the file
-  // and joins the writer. Idempotent: the first call returns the first write
-  // error, later calls OK.
+  // and joins the writer; Start() may follow. Returns that file's first
+  // write error; OK when nothing was being written.
+  absl::Status Stop();
+
+  // Whether a file is being written.
+  bool active() const;
+
+  // Stop(), after which Start() fails. Idempotent: the first call returns
+  // the first write error, later calls OK.
   absl::Status Close();
 
   // Escapes `s` for a JSON string literal (without the quotes).
@@ -65,24 +84,32 @@ class Timeline {
     TimelineArgs args;
   };
 
-  Timeline(std::FILE* file, int rank);
+  explicit Timeline(int rank);
+  // Caller holds control_mu_; no file is open.
+  void BeginFile(std::FILE* file);
   void WriterLoop();
   // Writer thread only.
   void Write(const Event& event);
   void WriteLine(const std::string& line);
   int TrackId(const std::string& track);
 
-  std::FILE* const file_;  // Writer thread only (and Close after join).
   const int rank_;
-  const Clock::time_point origin_;
 
-  absl::Mutex mu_;
+  // Serialises Start/Stop/Close. While a file is open, file_, origin_ and
+  // the writer-only fields below belong to the writer thread; Start sets
+  // them before starting it, Stop reads them after joining it.
+  absl::Mutex control_mu_;
+  std::FILE* file_ = nullptr;
+  Clock::time_point origin_;
+  bool closed_ ABSL_GUARDED_BY(control_mu_) = false;
+
+  mutable absl::Mutex mu_;
   std::vector<Event> queue_ ABSL_GUARDED_BY(mu_);
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // True while no file is being written (Record drops events).
+  bool closing_ ABSL_GUARDED_BY(mu_) = true;
   bool has_work_ ABSL_GUARDED_BY(mu_) = false;  // Queue non-empty or closing.
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Writer thread only.
+  // Writer thread only (see control_mu_).
   std::vector<std::string> tracks_;
   bool first_line_ = true;
   absl::Status write_status_;

@@ -101,9 +101,12 @@ struct StepStats {
   // ||C(g_ef)||^2 of each of Decision::gain_probes, in order (empty when the
   // decision had none or the exchange was skipped).
   std::vector<double> probe_norm2;
-  // Window gain (Decision::window_gain_steps > 0), averaged over ranks:
-  // ||sum(g - sent)||^2 and ||sum g||^2 over the steps of the current
-  // window so far, and how many steps it holds.
+  // Window gain (Decision::window_gain_steps > 0): ||sum(g - sent)||^2 and
+  // ||sum g||^2 over the steps of the current window so far, and how many
+  // steps it holds. On the step that closes a window (window_steps ==
+  // window_gain_steps) both norms are of the MEAN OVER RANKS of the ranks'
+  // window sums (exact, or from a count sketch for large buckets: see
+  // engine/compressed_reducer.cc); before, each rank's own norm averaged.
   double window_dev_norm2 = 0;
   double window_grad_norm2 = 0;
   double window_steps = 0;

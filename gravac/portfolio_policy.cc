@@ -132,6 +132,7 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   }
   gains_.assign(k, 1.0);
   has_gain_.assign(k, false);
+  bounded_.assign(k, false);
   has_gain_[0] = true;  // Dense sends everything.
   tc_.assign(k, RunningMean{});
   bytes_.assign(k, RunningMean{});
@@ -312,7 +313,30 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
     }
   }
   if (i >= 0) last_sent_ = i;
+  if (window_mode_ && i > 0) MaybeBound(i);
   if (!taken.gain_probes.empty() && stats.norm2_ef > 0) AfterSurvey();
+}
+
+void PortfolioPolicy::MaybeBound(int i) {
+  if (!options_.throughput_bound || i != trying_ || Lossless(i) ||
+      tc_[i].count < kBoundSteps) {
+    return;
+  }
+  if (trial_left_ == 0) return;  // Its last step is decided already.
+  const int best = Best(i);
+  const double bound = (1 - kBoundMargin) * Tc(best);
+  if (tc_[best].count == 0 || tc_[i].mean() >= bound) return;
+  bounded_[i] = true;
+  has_gain_[i] = false;
+  trial_left_ = 0;
+  if (queue_.empty()) {
+    trying_ = -1;
+    pick_after_trials_ = true;
+  }
+  last_reason_ = absl::StrCat(
+      ChoiceName(candidates_[i]), " bounded out: throughput ",
+      absl::SixDigits(tc_[i].mean()), " < ", 1 - kBoundMargin, " x T_c ",
+      absl::SixDigits(Tc(best)), " of ", ChoiceName(candidates_[best]), "; ");
 }
 
 void PortfolioPolicy::MaybeRetry() {
@@ -320,6 +344,13 @@ void PortfolioPolicy::MaybeRetry() {
   // most if it passed now (higher T_c than the choice), closest to epsilon.
   int retry = -1;
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
+    if (bounded_[i]) {
+      // Its raw throughput bounds its T_c: worth a trial once it beats the
+      // choice's T_c.
+      if (tc_[i].mean() <= Tc(current_)) continue;
+      if (retry < 0) retry = i;
+      continue;
+    }
     if (Eligible(i) || !has_gain_[i] || tc_[i].count == 0) continue;
     if (Tc(i) <= Tc(current_)) continue;
     if (retry < 0 || gains_[i] > gains_[retry]) retry = i;
@@ -327,6 +358,7 @@ void PortfolioPolicy::MaybeRetry() {
   if (retry < 0) return;
   queue_.push_back(retry);
   has_gain_[retry] = false;  // Its trial's window sets it afresh.
+  bounded_[retry] = false;
   last_reason_ = absl::StrCat("retrying ", ChoiceName(candidates_[retry]));
 }
 
@@ -353,6 +385,8 @@ std::string PortfolioPolicy::Describe() const {
     absl::StrAppend(&out, i ? " " : "", ChoiceName(candidates_[i]), " gain=");
     if (has_gain_[i]) {
       absl::StrAppend(&out, absl::SixDigits(gains_[i]));
+    } else if (bounded_[i]) {
+      absl::StrAppend(&out, "? bounded T<=", absl::SixDigits(tc_[i].mean()));
     } else {
       absl::StrAppend(&out, "?");
     }
@@ -382,6 +416,7 @@ void PortfolioPolicy::SaveState(proto::PolicyState* state) const {
     c->set_throughput_count(tc_[i].count);
     c->set_bytes_sum(bytes_[i].sum);
     c->set_bytes_count(bytes_[i].count);
+    c->set_bounded(bounded_[i]);
   }
   p->set_current(current_);
   for (int q : queue_) p->add_queue(q);
@@ -435,6 +470,7 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
                          p.candidates(i).throughput_count()};
     bytes_[i] =
         RunningMean{p.candidates(i).bytes_sum(), p.candidates(i).bytes_count()};
+    bounded_[i] = i > 0 && p.candidates(i).bounded();
   }
   observed_ = state.step();
   decisions_ = state.decisions();

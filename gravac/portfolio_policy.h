@@ -48,24 +48,40 @@
 //   gain = 1 - ||sum_t (g_t - sent_t)||^2 / ||sum_t g_t||^2
 // With error feedback the deviation telescopes to e_T - e_0, the change of
 // the residual, so a compressor whose backlog stays bounded scores high
-// however little one step sends. A switch from one lossy candidate to
-// another first sends one dense step, which delivers the predecessor's
-// backlog (nothing is lost) so that the newcomer starts from e_0 = 0;
-// then its first window is a warm-up of gain_window / 5 steps (PowerSGD's
-// warm start converging) and not a sample. Without the flush a newcomer is
-// charged with draining its predecessor's backlog (measured on the MLP at
-// 100 Mbit/s: rank 4 after rank 1 scored 0.77, below rank 1's 0.79). In this
-// mode there is no survey: every candidate gets one trial in the order listed,
-// lossy ones for trial = max(warm-up + gain_window, window / (2K)) steps (a
-// warm-up and one sample), lossless ones (none, fp16, bf16: gain = their step
-// gain, about 1) for kLosslessTrial steps: at most K * trial steps, once. The
-// choice's gain is re-measured every gain_window steps while it is sent, and
-// the rule is applied again at each sample. Gains change as training goes on
-// (PowerSGD rank 4 on the MLP: 0.82 in its trial at steps 70-130, 0.92
+// however little one step sends. The sums are over the ranks too (what the
+// model receives is the sum): the engine sketches each rank's window sums
+// and sums the sketches, because a per-rank ratio charges PowerSGD with
+// every rank's own noise outside the shared subspace, which the sum over
+// ranks cancels (rank 4 on the MLP: 0.81-0.84 per rank, 0.95-0.97 summed). A
+// switch from one lossy candidate to another first sends one dense step, which
+// delivers the predecessor's backlog (nothing is lost) so that the newcomer
+// starts from e_0 = 0; then its first window is a warm-up of gain_window / 5
+// steps (PowerSGD's warm start converging) and not a sample. Without the flush
+// a newcomer is charged with draining its predecessor's backlog (measured on
+// the MLP at 100 Mbit/s: rank 4 after rank 1 scored 0.77, below rank 1's 0.79).
+// In this mode there is no survey: every candidate gets one trial in the order
+// listed, lossy ones for trial = max(warm-up + gain_window, window / (2K))
+// steps (a warm-up and one sample), lossless ones (none, fp16, bf16: gain =
+// their step gain, about 1) for kLosslessTrial steps: at most K * trial steps,
+// once. The choice's gain is re-measured every gain_window steps while it is
+// sent, and the rule is applied again at each sample. Gains change as training
+// goes on (PowerSGD rank 4 on the MLP: 0.82 in its trial at steps 70-130, 0.92
 // later), so every max(window, 4 * trial) decisions one failed candidate
 // whose T_c beats the choice's (the one closest to epsilon) is tried again:
 // at most a quarter of the steps. Window sums live in the engine and restart
 // after a checkpoint restore.
+//
+// Throughput bound (window mode): a gain is at most 1, so a candidate's T_c
+// is at most its raw throughput. Once a lossy trial has measured
+// kBoundSteps steps (the switch step not counted), a candidate whose raw
+// throughput is below (1 - kBoundMargin) times the best T_c measured among
+// eligible candidates cannot win, and its trial ends there ("bounded"):
+// where compression does not pay (a fast link, compute-bound compressors)
+// the exploration costs about kBoundSteps + 2 steps per lossy candidate
+// instead of a whole trial. A bounded candidate has no gain and is tried
+// again only when its raw throughput beats the choice's T_c (MaybeRetry).
+// TERSE_GRAVAC_THROUGHPUT_GUARD=off turns the bound off (every trial runs
+// to its end, as before the bound existed).
 //
 // While the choice is dense and nothing is being tried, only the survey and
 // one mid-window step want statistics (Decision::wants_stats), so a fast link
@@ -114,6 +130,9 @@ struct PortfolioOptions {
   // Window gain (extension, see the header comment); 0: the paper's step
   // gain.
   int64_t gain_window = 0;
+  // The throughput bound (window mode; see the header comment):
+  // TERSE_GRAVAC_THROUGHPUT_GUARD, like the single-family controller's guard.
+  bool throughput_bound = true;
 };
 
 class PortfolioPolicy : public Policy {
@@ -139,6 +158,10 @@ class PortfolioPolicy : public Policy {
 
   // Steps a lossless candidate is tried for in window mode (its T_c only).
   static constexpr int64_t kLosslessTrial = 3;
+  // The throughput bound (see the header comment).
+  static constexpr int64_t kBoundSteps = 3;
+  static constexpr double kBoundMargin = 0.2;
+  bool bounded(int i) const { return bounded_[i]; }
 
  private:
   int IndexOf(const Choice& c) const;
@@ -152,6 +175,9 @@ class PortfolioPolicy : public Policy {
   // Window mode: queues one failed candidate for a new trial (see above).
   void MaybeRetry();
   void UpdateGain(int i, double gain);
+  // Window mode: ends the trial of `i` when the throughput bound rules it
+  // out (see the header comment).
+  void MaybeBound(int i);
   Decision Send(int i) const;
   // The decision that sends candidate `send` (statistics, window, streak).
   Decision Finish(int send);
@@ -166,6 +192,7 @@ class PortfolioPolicy : public Policy {
   int current_ = 0;        // Candidate sent when not in a trial.
   std::vector<double> gains_;
   std::vector<bool> has_gain_;
+  std::vector<bool> bounded_;  // Trial cut short by the throughput bound.
   std::vector<RunningMean> tc_;
   std::vector<RunningMean> bytes_;  // Bytes sent per step, by candidate.
   std::deque<int> queue_;           // Candidates waiting for their trial.

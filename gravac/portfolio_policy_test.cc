@@ -285,6 +285,51 @@ TEST(PortfolioPolicyTest, WindowGainWarmsUpAfterASwitch) {
   EXPECT_THAT(steps, ElementsAre(0, 2, 2, 2, 10, 10));  // Dense: none.
 }
 
+// The throughput bound: on a fast link where every lossy candidate is
+// slower than dense, T_c <= raw throughput < dense's T_c, so each lossy
+// trial ends after kBoundSteps measured steps instead of a whole trial, and
+// the policy settles on dense; a bounded candidate is not re-tried while its
+// raw throughput stays below the choice's T_c.
+TEST(PortfolioPolicyTest, WindowTrialsEndEarlyWhenTheyCannotWin) {
+  Trace t = SlowLink();
+  for (auto& [name, s] : t.seconds) {
+    s = name == "none" ? 0.010 : name == "fp16" ? 0.0102 : 0.020;
+  }
+  t.window_gain = {{"fp16", 0.9999},
+                   {"powersgd:1", 0.95},
+                   {"powersgd:4", 0.97},
+                   {"topk:10", 0.98},
+                   {"topk:100", 0.95}};
+  PortfolioPolicy p(Options(kEntries, 40, 0.9, /*gain_window=*/50));
+  EXPECT_EQ(p.trial_steps(), 60);
+  Driver driver(&p);
+  const std::vector<std::string> sent = driver.Run(t, 300);
+  EXPECT_EQ(ChoiceName(p.choice()), "none");
+  EXPECT_EQ(sent.back(), "none");
+  int lossy = 0;
+  for (const std::string& x : sent) lossy += x != "none" && x != "fp16";
+  // Four lossy candidates: each sent for its switch step, kBoundSteps
+  // measured steps, and the steps decided before the bound (one step of
+  // lag) takes effect; a full trial each would be 4 x 60 = 240.
+  EXPECT_LE(lossy, 4 * (PortfolioPolicy::kBoundSteps + 3));
+  EXPECT_GE(lossy, 4 * (PortfolioPolicy::kBoundSteps + 1));
+  for (int i = 2; i < 6; ++i) EXPECT_TRUE(p.bounded(i)) << i;
+  EXPECT_FALSE(p.bounded(1));  // fp16 is lossless: a 3-step trial.
+
+  // On the slow link nothing is bounded that could win: powersgd:4 still
+  // wins with its full trial (topk:10, slower than powersgd:4's T_c by more
+  // than the margin, may be cut short).
+  PortfolioPolicy slow(Options(kEntries, 40, 0.9, /*gain_window=*/5));
+  Trace st = SlowLink();
+  st.window_gain = t.window_gain;
+  st.window_gain["topk:100"] = 0.6;
+  st.window_gain["powersgd:1"] = 0.56;
+  Driver ds(&slow);
+  ds.Run(st, 39);
+  EXPECT_EQ(ChoiceName(slow.choice()), "powersgd:4");
+  EXPECT_FALSE(slow.bounded(3));
+}
+
 TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGainWhileBytesAreUnknown) {
   Trace t = SlowLink();
   // powersgd:4 and topk:10 within 1% of T_c; topk:10 has the higher gain.

@@ -140,6 +140,8 @@ def run(name, args, data):
     cand = Candidate(name, params, args.size)
     step_gains, window_gains = [], []
     g_window, d_window = [], []  # per step: summed grads, summed (g - sent)
+    g_rank_window, d_rank_window = [], []  # per step and worker
+    rank_window_gains = []
     start = time.time()
     for step in range(args.steps):
         i = step % steps_per_epoch
@@ -157,15 +159,27 @@ def run(name, args, data):
                          for p in range(len(params))])
         d_window.append([sum(grads[w][p] - sent[w][p] for w in range(args.size))
                          for p in range(len(params))])
+        g_rank_window.append(grads)
+        d_rank_window.append([[grads[w][p] - sent[w][p] for p in range(len(params))]
+                              for w in range(args.size)])
         if len(g_window) > args.window:
             g_window.pop(0)
             d_window.pop(0)
+            g_rank_window.pop(0)
+            d_rank_window.pop(0)
         if len(g_window) == args.window:
             g_sum = sum(float((sum(s[p] for s in g_window) ** 2).sum())
                         for p in range(len(params)))
             d_sum = sum(float((sum(s[p] for s in d_window) ** 2).sum())
                         for p in range(len(params)))
             window_gains.append(max(0.0, 1 - d_sum / g_sum))
+            # The same ratio from each worker's own sums, averaged over
+            # workers (numerator and denominator separately).
+            g_rank = sum(float((sum(s[w][p] for s in g_rank_window) ** 2).sum())
+                         for w in range(args.size) for p in range(len(params)))
+            d_rank = sum(float((sum(s[w][p] for s in d_rank_window) ** 2).sum())
+                         for w in range(args.size) for p in range(len(params)))
+            rank_window_gains.append(max(0.0, 1 - d_rank / g_rank))
         for p, g in zip(params, mean):
             p.grad = g.clone()
         optimizer.step()
@@ -175,7 +189,15 @@ def run(name, args, data):
             "step_gain": sum(step_gains[-tail:]) / tail,
             "window_gain": (sum(window_gains[-tail:]) / min(tail, len(window_gains))
                             if window_gains else None),
-            "test_accuracy": acc, "seconds": round(time.time() - start, 1)}
+            "test_accuracy": acc, "seconds": round(time.time() - start, 1),
+            **({"window_gain_trace": {
+                str(args.window + i): round(g, 3)
+                for i, g in enumerate(window_gains)
+                if (args.window + i) % args.trace == 0},
+                "per_worker_window_gain_trace": {
+                str(args.window + i): round(g, 3)
+                for i, g in enumerate(rank_window_gains)
+                if (args.window + i) % args.trace == 0}} if args.trace else {})}
 
 
 def main():
@@ -188,6 +210,9 @@ def main():
     parser.add_argument("--size", type=int, default=4)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--trace", type=int, default=0,
+                        help="also print the window gain ending at every "
+                        "N-th step (how long a trial needs to level off)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     data = load()

@@ -11,8 +11,8 @@ every other rank's input and computes the full reference itself):
 
   batches of 1-4 asynchronous operations, synchronised in random order:
     allreduce Sum / Average  float32 float64 float16 bfloat16 int32 int64
-                             uint8 (integer Average is refused by the engine:
-                             checked once that it is refused, then not drawn)
+                             uint8 (integer Average as Horovod's: truncated
+                             toward zero; drawn only if a probe accepts it)
     allgather                first dimension differing per rank
     broadcast                random root
   sizes log-uniform from 1 byte to --max-bytes (64 MiB), the bytes of a batch
@@ -454,7 +454,10 @@ class Soak:
             for x in xs[1:]:
                 want += x  # Wraps like the engine (uint8).
             if spec["op"] == terse.Average:
-                want = want // self.size  # Not drawn unless accepted.
+                # Horovod's integer Average (docs/torch.md): the wrapped sum
+                # times 1/size in double, truncated toward zero.
+                want = np.trunc(want.astype(np.float64) *
+                                (1.0 / self.size)).astype(want.dtype)
             self.expect_equal(spec, got, want)
             return
         # In chunks of 1M elements: float64 copies of a 64 MiB tensor of

@@ -138,6 +138,10 @@ absl::StatusOr<ReduceOp> MakeReduceOp(int op) {
       return ReduceOp::kMin;
     case TERSE_OP_MAX:
       return ReduceOp::kMax;
+    case TERSE_OP_PRODUCT:
+      return ReduceOp::kProduct;
+    case TERSE_OP_ADASUM:
+      return ReduceOp::kAdasum;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown reduce op code ", op));
@@ -523,6 +527,18 @@ terse_error* terse_bytes_sent(int64_t* bytes) {
 
 terse_error* terse_notify_learning_rate_drop(void) {
   return terse::ToError(terse::NotifyLearningRateDrop());
+}
+
+terse_error* terse_start_timeline(const char* path) {
+  if (path == nullptr || path[0] == '\0') {
+    return terse::ToError(
+        absl::InvalidArgumentError("start_timeline: empty file path"));
+  }
+  return terse::ToError(terse::StartTimeline(path));
+}
+
+terse_error* terse_stop_timeline(void) {
+  return terse::ToError(terse::StopTimeline());
 }
 
 terse_error* terse_save_compression_state(char** data, size_t* size) {

@@ -67,7 +67,9 @@ enum {
   TERSE_OP_SUM = 0,
   TERSE_OP_AVERAGE = 1,
   TERSE_OP_MIN = 2,
-  TERSE_OP_MAX = 3
+  TERSE_OP_MAX = 3,
+  TERSE_OP_PRODUCT = 4, /* element-wise; integers wrap modulo 2^bits */
+  TERSE_OP_ADASUM = 5   /* per tensor, never fused; floats, 2^k ranks */
 };
 
 /* Where a tensor lives: TERSE_DEVICE_CPU, or a CUDA ordinal >= 0. */
@@ -195,6 +197,12 @@ void terse_bucket_reports_free(terse_bucket_reports* reports);
 terse_error* terse_bytes_sent(int64_t* bytes);
 /* The learning rate was just lowered (Accordion switches to its low CF). */
 terse_error* terse_notify_learning_rate_drop(void);
+/* Horovod's start_timeline / stop_timeline (engine/engine.h): this rank
+ * starts writing a timeline to `path` ("{rank}" replaced; without it only
+ * rank 0 writes), or completes it. Not collective. Start is
+ * FailedPrecondition while one is being written. */
+terse_error* terse_start_timeline(const char* path);
+terse_error* terse_stop_timeline(void);
 /* A checkpoint of the compression state (policies, error-feedback
  * residuals): *data (malloc'ed, release with terse_free) of *size bytes. */
 terse_error* terse_save_compression_state(char** data, size_t* size);

@@ -16,6 +16,7 @@
 // Lifetime: the engine reads and writes the tensors' memory until the handle
 // completes. The Python caller keeps the tensors alive until wait() returned
 // (terse/torch keeps them in its handle table).
+#include <mpi.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -34,6 +35,7 @@
 #include "bindings/c/terse_c.h"
 #include "bindings/python/build_info.h"
 #include "bindings/python/cuda_stream.h"
+#include "common/cuda_probe.h"
 #include "common/config.h"
 #include "common/data_type.h"
 #include "common/status.h"
@@ -219,6 +221,8 @@ PYBIND11_MODULE(_terse, m) {
   m.attr("OP_AVERAGE") = static_cast<int>(TERSE_OP_AVERAGE);
   m.attr("OP_MIN") = static_cast<int>(TERSE_OP_MIN);
   m.attr("OP_MAX") = static_cast<int>(TERSE_OP_MAX);
+  m.attr("OP_PRODUCT") = static_cast<int>(TERSE_OP_PRODUCT);
+  m.attr("OP_ADASUM") = static_cast<int>(TERSE_OP_ADASUM);
 
   m.def("init", &terse::Init, Release(), py::arg("variables"),
         "Starts the engine with the configuration parsed from `variables` "
@@ -329,6 +333,16 @@ PYBIND11_MODULE(_terse, m) {
       [] { ThrowIfError(terse_notify_learning_rate_drop()); }, Release(),
       "The learning rate was just lowered (Accordion's signal).");
   m.def(
+      "start_timeline",
+      [](const std::string& path) {
+        ThrowIfError(terse_start_timeline(path.c_str()));
+      },
+      Release(), py::arg("path"),
+      "Starts writing a timeline to `path` (rank 0, or {rank} per rank).");
+  m.def(
+      "stop_timeline", [] { ThrowIfError(terse_stop_timeline()); }, Release(),
+      "Completes the timeline being written (if any).");
+  m.def(
       "save_compression_state",
       [] {
         char* data = nullptr;
@@ -363,6 +377,37 @@ PYBIND11_MODULE(_terse, m) {
       Release(), py::arg("path"),
       "Restores what save_compression_state_to_file() wrote.");
 
+  m.def(
+      "build_flags",
+      [] {
+        // What this binary was built with (Horovod's *_built queries). The
+        // build always compiles the MPI, NCCL and CUDA paths in; the probe
+        // reads the linked libraries' versions (0 when none loads).
+        terse::CudaInfo cuda = terse::ProbeCuda();
+        py::dict d;
+        d["mpi"] = true;
+        d["nccl_version"] = cuda.nccl_version;
+        d["cuda_runtime_version"] = cuda.runtime_version;
+        d["gpu_count"] = cuda.device_count;
+        return d;
+      },
+      "Backends compiled in: mpi, nccl_version, cuda_runtime_version, "
+      "gpu_count.");
+  m.def(
+      "mpi_thread_level",
+      [] {
+        // MPI_Query_thread of the MPI terse initialised (or the application
+        // did); -1 when MPI is not initialised.
+        int initialized = 0, finalized = 0;
+        MPI_Initialized(&initialized);
+        MPI_Finalized(&finalized);
+        if (!initialized || finalized) return -1;
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&provided);
+        return provided;
+      },
+      "MPI's provided thread level (MPI_Query_thread), -1 before MPI_Init.");
+  m.attr("MPI_THREAD_MULTIPLE") = static_cast<int>(MPI_THREAD_MULTIPLE);
   m.def(
       "build_info",
       [](const std::map<std::string, std::string>& variables) {

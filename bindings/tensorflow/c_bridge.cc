@@ -31,11 +31,20 @@ tensorflow::Status TerseDType(tensorflow::DataType dtype, int* code) {
     case tensorflow::DT_UINT8:
       *code = TERSE_UINT8;
       return tensorflow::OkStatus();
+    case tensorflow::DT_INT8:
+      *code = TERSE_INT8;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_INT16:
+      *code = TERSE_INT16;
+      return tensorflow::OkStatus();
+    case tensorflow::DT_BOOL:
+      *code = TERSE_BOOL;
+      return tensorflow::OkStatus();
     default:
       return absl::InvalidArgumentError(
           "terse does not support dtype " + tensorflow::DataTypeString(dtype) +
-          " (supported: float16, bfloat16, float32, float64, int32, int64, "
-          "uint8)");
+          " (supported: float16, bfloat16, float32, float64, int8, int16, "
+          "int32, int64, uint8, bool)");
   }
 }
 
@@ -50,6 +59,14 @@ tensorflow::Status ToStatus(const terse_error* error) {
   if (error == nullptr) return tensorflow::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(terse_error_code(error)),
                       terse_error_message(error));
+}
+
+tensorflow::Status ToCollectiveStatus(const terse_error* error) {
+  tensorflow::Status status = ToStatus(error);
+  if (status.code() == absl::StatusCode::kInvalidArgument) {
+    return absl::FailedPreconditionError(status.message());
+  }
+  return status;
 }
 
 tensorflow::Status TakeStatus(terse_error* error) {

@@ -25,7 +25,14 @@ std::vector<int64_t> Dims(const tensorflow::TensorShape& shape);
 // The Status of a terse error (same canonical code and message); OK for
 // NULL. Does not take ownership.
 tensorflow::Status ToStatus(const terse_error* error);
-// Same, and frees `error`.
+// The Status of an error the engine reports when an operation completes.
+// Those were agreed by every rank (a shape, dtype, root rank or op that
+// differs across ranks; what a rank refused for all of them), so every rank
+// gets the same one: InvalidArgument becomes FailedPrecondition, as
+// Horovod's ops raise tf.errors.FailedPreconditionError for them. Errors of
+// the enqueue call itself (this rank's arguments) stay as they are.
+tensorflow::Status ToCollectiveStatus(const terse_error* error);
+// ToStatus, and frees `error`.
 tensorflow::Status TakeStatus(terse_error* error);
 
 }  // namespace tf

@@ -1,5 +1,5 @@
-// CPU kernels of TerseAllreduce, TerseAllgather and TerseBroadcast (see
-// ops.cc): AsyncOpKernels that enqueue into the engine through the C ABI and
+// CPU kernels of TerseAllreduce, TerseAllgather, TerseBroadcast and
+// TerseProcessInfo (see ops.cc): AsyncOpKernels that enqueue into the engine through the C ABI and
 // call `done` from the engine's completion callback, which runs on
 // libterse.so's completion thread. The op's inputs stay alive until `done`:
 // TensorFlow holds them for an async kernel that has not finished.
@@ -35,7 +35,7 @@ class Pending {
   static void OnDone(void* user_data, const terse_error* error,
                      const terse_allgather_result*) {
     auto* pending = static_cast<Pending*>(user_data);
-    pending->Finish(ToStatus(error));
+    pending->Finish(ToCollectiveStatus(error));
   }
 
   // terse_done_fn for an allgather: allocates the output and copies the
@@ -43,7 +43,7 @@ class Pending {
   static void OnGathered(void* user_data, const terse_error* error,
                          const terse_allgather_result* result) {
     auto* pending = static_cast<Pending*>(user_data);
-    tensorflow::Status status = ToStatus(error);
+    tensorflow::Status status = ToCollectiveStatus(error);
     if (status.ok()) status = pending->CopyOut(result);
     pending->Finish(status);
   }
@@ -99,6 +99,7 @@ class TerseAllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, c->GetAttr("compression", &compression_));
   }
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
@@ -112,10 +113,11 @@ class TerseAllreduceOp : public AsyncOpKernel {
                          done);
     const std::vector<int64_t> dims = Dims(input.shape());
     auto* pending = new Pending(context, std::move(done));
-    terse_error* error = terse_allreduce_async(
+    terse_error* error = terse_allreduce_compressed_async(
         name_.c_str(), input.data(), output->data(), input.NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        reduce_op_, prescale_, postscale_, &Pending::OnDone, pending, nullptr);
+        reduce_op_, prescale_, postscale_, compression_.c_str(),
+        &Pending::OnDone, pending, nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
@@ -124,6 +126,7 @@ class TerseAllreduceOp : public AsyncOpKernel {
   int reduce_op_ = TERSE_OP_SUM;
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
+  std::string compression_;
 };
 
 class TerseAllgatherOp : public AsyncOpKernel {
@@ -187,12 +190,48 @@ class TerseBroadcastOp : public AsyncOpKernel {
   int root_rank_ = 0;
 };
 
+// A synchronous kernel: the engine answers from its configuration.
+class TerseProcessInfoOp : public tensorflow::OpKernel {
+ public:
+  explicit TerseProcessInfoOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("what", &what_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    int value = 0;
+    terse_error* error = nullptr;
+    if (what_ == "rank") {
+      error = terse_rank(&value);
+    } else if (what_ == "size") {
+      error = terse_size(&value);
+    } else if (what_ == "local_rank") {
+      error = terse_local_rank(&value);
+    } else {
+      error = terse_local_size(&value);
+    }
+    if (error != nullptr) {
+      context->SetStatus(TakeStatus(error));
+      return;
+    }
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(context,
+                   context->allocate_output(0, TensorShape({}), &output));
+    output->scalar<int32_t>()() = value;
+  }
+
+ private:
+  std::string what_;
+};
+
 REGISTER_KERNEL_BUILDER(Name("TerseAllreduce").Device(tensorflow::DEVICE_CPU),
                         TerseAllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("TerseAllgather").Device(tensorflow::DEVICE_CPU),
                         TerseAllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("TerseBroadcast").Device(tensorflow::DEVICE_CPU),
                         TerseBroadcastOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TerseProcessInfo").Device(tensorflow::DEVICE_CPU),
+    TerseProcessInfoOp);
 
 }  // namespace
 }  // namespace tf

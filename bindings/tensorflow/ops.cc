@@ -1,5 +1,5 @@
 // The op definitions of terse's TensorFlow op library: TerseAllreduce,
-// TerseAllgather, TerseBroadcast. Their kernels (kernels.cc) enqueue into
+// TerseAllgather, TerseBroadcast and TerseProcessInfo. Their kernels (kernels.cc) enqueue into
 // the process's one engine (libterse.so) and finish asynchronously, so they
 // work eagerly and inside tf.function graphs, where independent ops are in
 // flight together and the engine fuses them.
@@ -18,24 +18,31 @@ namespace {
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
+// uint16 is not an engine type: terse.tensorflow moves it as int16 bits
+// (ops.py), so the kernels never see it.
 REGISTER_OP("TerseAllreduce")
-    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+          "uint8}")
     .Attr("tensor_name: string")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
+    .Attr("compression: string = ''")
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
-Reduces `tensor` over all ranks (reduce_op: 0 sum, 1 average, 2 min, 3 max).
-prescale_factor / postscale_factor multiply the input before and the result
-after the reduction. Every rank must run an op of the same tensor_name, dtype
+Reduces `tensor` over all ranks (reduce_op: 0 sum, 1 average, 2 min, 3 max,
+4 product, 5 adasum, where the engine has them). prescale_factor /
+postscale_factor multiply the input before and the result after the
+reduction (floating-point types). compression: the engine's per-call spec
+("fp16", "topk:100", ...); empty: the engine's policy. Every rank must run an op of the same tensor_name, dtype
 and shape.
 )doc");
 
 REGISTER_OP("TerseAllgather")
-    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+          "uint8, bool}")
     .Attr("tensor_name: string")
     .Input("tensor: T")
     .Output("gathered: T")
@@ -56,7 +63,8 @@ first dimension may differ across ranks; the others must agree.
 )doc");
 
 REGISTER_OP("TerseBroadcast")
-    .Attr("T: {half, bfloat16, float, double, int32, int64, uint8}")
+    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+          "uint8, bool}")
     .Attr("tensor_name: string")
     .Attr("root_rank: int")
     .Input("tensor: T")
@@ -64,6 +72,18 @@ REGISTER_OP("TerseBroadcast")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
 root_rank's `tensor`, on every rank (same dtype and shape everywhere).
+)doc");
+
+// Stateful: read when the op runs, never folded into a constant while a
+// graph is optimized (rank_op() and friends).
+REGISTER_OP("TerseProcessInfo")
+    .Attr("what: {'rank', 'size', 'local_rank', 'local_size'}")
+    .Output("value: int32")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+This process's rank, size, local_rank or local_size, read from the engine
+when the op runs (FailedPrecondition before init()).
 )doc");
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "collectives/loopback/loopback.h"
 
 #include <cstring>
+#include <utility>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +130,7 @@ absl::Status LoopbackCommunicator::Allreduce(void* buffer, int64_t count,
                                              DataType dtype, ReduceOp op) {
   TERSE_RETURN_IF_ERROR(CheckBuffer(buffer, count, "allreduce"));
   TERSE_RETURN_IF_ERROR(CheckReduceSupported(dtype, op));
+  TERSE_RETURN_IF_ERROR(CheckAdasumRanks(op, size(), "loopback"));
   LoopbackGroup::Call call{"allreduce", count, static_cast<int32_t>(dtype),
                            static_cast<int32_t>(op)};
   call.in = buffer;
@@ -141,7 +143,21 @@ absl::Status LoopbackCommunicator::Allreduce(void* buffer, int64_t count,
   }
   const size_t bytes = static_cast<size_t>(count) * DataTypeSize(dtype);
   std::vector<uint8_t> result(bytes);
-  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+  if (op == ReduceOp::kAdasum) {
+    // The tree MPI's recursive doubling forms: (0,1), (2,3), ..., then the
+    // pairs' results pairwise; the lower rank's vector is `a`.
+    std::vector<std::vector<uint8_t>> level(size());
+    for (int r = 0; r < size(); ++r) {
+      const uint8_t* in = static_cast<const uint8_t*>(all[r].in);
+      level[r].assign(in, in + bytes);
+    }
+    for (int d = 1; d < size(); d <<= 1) {
+      for (int r = 0; r + d < size(); r += 2 * d) {
+        AdasumCombine(level[r].data(), level[r + d].data(), count, dtype);
+      }
+    }
+    result = std::move(level[0]);
+  } else if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
     std::vector<float> acc(count, 0.0f);
     HalfToFloatInto(all[0].in, acc.data(), count, dtype);
     for (int r = 1; r < size(); ++r) {

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/status.h"
 
 namespace terse {
 namespace {
@@ -45,6 +46,33 @@ TEST(LoopbackTest, MismatchedCallsFailOnEveryRankNamingThem) {
     EXPECT_THAT(s.message(), HasSubstr("rank 0 called allreduce(count=4"));
     EXPECT_THAT(s.message(), HasSubstr("rank 1 called allreduce(count=5"));
   }
+}
+
+TEST(LoopbackTest, AdasumFollowsTheRecursiveDoublingTree) {
+  // Rank r holds e_r * (r + 1) (orthogonal): every pairwise step adds, so
+  // the result is (1, 2, 3, 4) on every rank. Then all equal: themselves.
+  absl::Status s = RunLoopbackRanks(4, [](int rank, Communicator* comm) {
+    std::vector<double> v(4, 0.0);
+    v[rank] = rank + 1.0;
+    TERSE_RETURN_IF_ERROR(
+        comm->Allreduce(v.data(), 4, DataType::kFloat64, ReduceOp::kAdasum));
+    if (v != std::vector<double>{1.0, 2.0, 3.0, 4.0}) {
+      return absl::InternalError("orthogonal adasum is not the sum");
+    }
+    std::vector<float> same = {1.5f, -2.0f};
+    TERSE_RETURN_IF_ERROR(
+        comm->Allreduce(same.data(), 2, DataType::kFloat32, ReduceOp::kAdasum));
+    if (same != std::vector<float>{1.5f, -2.0f}) {
+      return absl::InternalError("adasum of equal vectors changed them");
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  absl::Status three = RunLoopbackRanks(3, [](int, Communicator* comm) {
+    double x = 1.0;
+    return comm->Allreduce(&x, 1, DataType::kFloat64, ReduceOp::kAdasum);
+  });
+  EXPECT_THAT(three.message(), HasSubstr("power-of-two"));
 }
 
 TEST(LoopbackTest, AFailingRankReleasesTheOthers) {

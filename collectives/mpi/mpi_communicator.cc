@@ -1,6 +1,7 @@
 #include "collectives/mpi/mpi_communicator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -198,13 +199,24 @@ absl::Status MpiCommunicator::Init() {
   TERSE_RETURN_IF_ERROR(Check(MPI_Type_contiguous(2, MPI_BYTE, &half_type_),
                               "MPI_Type_contiguous"));
   TERSE_RETURN_IF_ERROR(Check(MPI_Type_commit(&half_type_), "MPI_Type_commit"));
-  MPI_User_function* fns[2][3] = {
+  MPI_User_function* fns[2][4] = {
       {ReduceFn<DataType::kFloat16, ReduceOp::kSum>,
        ReduceFn<DataType::kFloat16, ReduceOp::kMin>,
-       ReduceFn<DataType::kFloat16, ReduceOp::kMax>},
+       ReduceFn<DataType::kFloat16, ReduceOp::kMax>,
+       ReduceFn<DataType::kFloat16, ReduceOp::kProduct>},
       {ReduceFn<DataType::kBFloat16, ReduceOp::kSum>,
        ReduceFn<DataType::kBFloat16, ReduceOp::kMin>,
-       ReduceFn<DataType::kBFloat16, ReduceOp::kMax>}};
+       ReduceFn<DataType::kBFloat16, ReduceOp::kMax>,
+       ReduceFn<DataType::kBFloat16, ReduceOp::kProduct>}};
+  MPI_User_function* small_int_prod[3] = {
+      ReduceFn<DataType::kUInt8, ReduceOp::kProduct>,
+      ReduceFn<DataType::kInt8, ReduceOp::kProduct>,
+      ReduceFn<DataType::kInt16, ReduceOp::kProduct>};
+  for (int t = 0; t < 3; ++t) {
+    TERSE_RETURN_IF_ERROR(Check(MPI_Op_create(small_int_prod[t], /*commute=*/1,
+                                              &small_int_prod_ops_[t]),
+                                "MPI_Op_create"));
+  }
   TERSE_RETURN_IF_ERROR(
       Check(MPI_Op_create(ReduceFn<DataType::kUInt8, ReduceOp::kSum>,
                           /*commute=*/1, &u8_sum_op_),
@@ -218,7 +230,7 @@ absl::Status MpiCommunicator::Init() {
                           /*commute=*/1, &i16_sum_op_),
             "MPI_Op_create"));
   for (int t = 0; t < 2; ++t) {
-    for (int o = 0; o < 3; ++o) {
+    for (int o = 0; o < 4; ++o) {
       TERSE_RETURN_IF_ERROR(
           Check(MPI_Op_create(fns[t][o], /*commute=*/1, &half_ops_[t][o]),
                 "MPI_Op_create"));
@@ -235,6 +247,9 @@ MpiCommunicator::~MpiCommunicator() {
     for (MPI_Op& op : row) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     }
+  }
+  for (MPI_Op& op : small_int_prod_ops_) {
+    if (op != MPI_OP_NULL) MPI_Op_free(&op);
   }
   if (u8_sum_op_ != MPI_OP_NULL) MPI_Op_free(&u8_sum_op_);
   if (i8_sum_op_ != MPI_OP_NULL) MPI_Op_free(&i8_sum_op_);
@@ -310,6 +325,9 @@ absl::StatusOr<MPI_Op> MpiCommunicator::MpiOp(DataType dtype,
     case ReduceOp::kMax:
       index = 2;
       break;
+    case ReduceOp::kProduct:
+      index = 3;
+      break;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "mpi: unknown reduce op value ", static_cast<int32_t>(op)));
@@ -319,7 +337,12 @@ absl::StatusOr<MPI_Op> MpiCommunicator::MpiOp(DataType dtype,
   if (dtype == DataType::kUInt8 && index == 0) return u8_sum_op_;
   if (dtype == DataType::kInt8 && index == 0) return i8_sum_op_;
   if (dtype == DataType::kInt16 && index == 0) return i16_sum_op_;
-  const MPI_Op builtin[3] = {MPI_SUM, MPI_MIN, MPI_MAX};
+  if (index == 3) {
+    if (dtype == DataType::kUInt8) return small_int_prod_ops_[0];
+    if (dtype == DataType::kInt8) return small_int_prod_ops_[1];
+    if (dtype == DataType::kInt16) return small_int_prod_ops_[2];
+  }
+  const MPI_Op builtin[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   return builtin[index];
 }
 
@@ -353,13 +376,15 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
         "mpi: allreduce: unknown dtype value ", static_cast<int32_t>(dtype)));
   }
   TERSE_RETURN_IF_ERROR(CheckReduceSupported(dtype, op));
-  TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
-  TERSE_ASSIGN_OR_RETURN(MPI_Op mpi_op, MpiOp(dtype, op));
+  TERSE_RETURN_IF_ERROR(CheckAdasumRanks(op, size_, "mpi"));
   if (options_.verify_all_calls) {
     TERSE_RETURN_IF_ERROR(
         VerifySignature({kKindAllreduce, count, static_cast<int64_t>(dtype),
                          static_cast<int64_t>(op), -1, 0}));
   }
+  if (op == ReduceOp::kAdasum) return AllreduceAdasum(buffer, count, dtype);
+  TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
+  TERSE_ASSIGN_OR_RETURN(MPI_Op mpi_op, MpiOp(dtype, op));
   const int64_t chunk =
       std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);
   const size_t elem = DataTypeSize(dtype);
@@ -372,6 +397,38 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
     done += n;
   }
   if (op == ReduceOp::kAverage) DivideInPlace(buffer, count, dtype, size_);
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::AllreduceAdasum(void* buffer, int64_t count,
+                                              DataType dtype) {
+  // Recursive doubling: at distance d each rank swaps its whole vector with
+  // rank ^ d and both combine them, the lower rank's as `a`, so partners
+  // hold the same bits. log2(size) exchanges of the full vector.
+  const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(dtype));
+  std::vector<uint8_t> theirs(static_cast<size_t>(bytes));
+  const int64_t chunk =
+      std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);
+  char* mine = static_cast<char*>(buffer);
+  for (int d = 1; d < size_; d <<= 1) {
+    const int partner = rank_ ^ d;
+    for (int64_t done = 0; done < bytes;) {
+      const int n = static_cast<int>(std::min(chunk, bytes - done));
+      TERSE_RETURN_IF_ERROR(Check(
+          MPI_Sendrecv(mine + done, n, MPI_BYTE, partner, /*sendtag=*/d,
+                       theirs.data() + done, n, MPI_BYTE, partner,
+                       /*recvtag=*/d, comm_, MPI_STATUS_IGNORE),
+          "MPI_Sendrecv(adasum)"));
+      done += n;
+    }
+    if (rank_ < partner) {
+      AdasumCombine(mine, theirs.data(), count, dtype);
+    } else {
+      // The partner's vector is `a`: combine into it, then take the result.
+      AdasumCombine(theirs.data(), mine, count, dtype);
+      if (bytes > 0) std::memcpy(mine, theirs.data(), bytes);
+    }
+  }
   return absl::OkStatus();
 }
 

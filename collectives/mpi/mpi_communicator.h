@@ -119,6 +119,8 @@ class MpiCommunicator : public Communicator {
   absl::Status Check(int rc, const char* call) const;
   absl::StatusOr<MPI_Datatype> MpiType(DataType dtype) const;
   absl::StatusOr<MPI_Op> MpiOp(DataType dtype, ReduceOp op) const;
+  // Allreduce with ReduceOp::kAdasum (communicator.h), already checked.
+  absl::Status AllreduceAdasum(void* buffer, int64_t count, DataType dtype);
   absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
   // Allgatherv as one broadcast per rank, for sizes MPI's int counts or
   // displacements cannot express.
@@ -128,13 +130,16 @@ class MpiCommunicator : public Communicator {
   const MpiOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Datatype half_type_ = MPI_DATATYPE_NULL;  // 2 contiguous bytes.
-  // User ops indexed [f16=0 / bf16=1][sum=0, min=1, max=2].
-  MPI_Op half_ops_[2][3];
+  // User ops indexed [f16=0 / bf16=1][sum=0, min=1, max=2, product=3].
+  MPI_Op half_ops_[2][4];
   // u8 sum that wraps modulo 256 (Open MPI's AVX MPI_SUM saturates).
   MPI_Op u8_sum_op_ = MPI_OP_NULL;
   // int8 / int16 sums that wrap modulo 2^8 / 2^16 (numpy's and torch's).
   MPI_Op i8_sum_op_ = MPI_OP_NULL;
   MPI_Op i16_sum_op_ = MPI_OP_NULL;
+  // u8 / int8 / int16 products that wrap (terse's own, like the sums, so
+  // no MPI component's saturating arithmetic is relied on).
+  MPI_Op small_int_prod_ops_[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;

@@ -47,6 +47,11 @@ absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op) {
       return ncclMin;
     case ReduceOp::kMax:
       return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
+    case ReduceOp::kAdasum:
+      return absl::UnimplementedError(
+          "nccl: adasum of CUDA tensors is not supported; reduce a CPU copy");
   }
   return absl::InvalidArgumentError(
       absl::StrCat("nccl: unknown reduce op value ", static_cast<int32_t>(op)));

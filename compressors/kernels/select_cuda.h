@@ -13,6 +13,11 @@
 //                    differ in rare cases. indices: room for max(k, 2k - 1).
 //   RandomKIndices:  the CPU indices (they depend on the seed only), copied
 //                    to the device. indices: room for k.
+//
+// UNCHECKED: these trust that device pointers are device memory (a host
+// pointer faults inside the kernel and poisons the CUDA context). Callers
+// with pointers from elsewhere use cuda_checked.h, which checks each span
+// (cudaPointerGetAttributes) and returns a Status.
 #ifndef TERSE_COMPRESSORS_KERNELS_SELECT_CUDA_H_
 #define TERSE_COMPRESSORS_KERNELS_SELECT_CUDA_H_
 

@@ -11,6 +11,11 @@
 //     result up to double rounding, not bit-identical.
 //   - SparseLinearCombination adds the rows one after another (one launch a
 //     row, no atomics), so it is bit-identical to the CPU version.
+//
+// UNCHECKED: these trust that device pointers are device memory (a host
+// pointer faults inside the kernel and poisons the CUDA context). Callers
+// with pointers from elsewhere use cuda_checked.h, which checks each span
+// (cudaPointerGetAttributes) and returns a Status.
 #ifndef TERSE_COMPRESSORS_KERNELS_SPARSE_OPS_CUDA_H_
 #define TERSE_COMPRESSORS_KERNELS_SPARSE_OPS_CUDA_H_
 

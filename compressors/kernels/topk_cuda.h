@@ -10,6 +10,11 @@
 // indices among equal magnitudes, output ascending) and is asynchronous: it
 // only enqueues work on the stream. SelectAtLeast and CountAtLeast
 // synchronise the stream because they return a count to the host.
+//
+// UNCHECKED: these trust that device pointers are device memory (a host
+// pointer faults inside the kernel and poisons the CUDA context). Callers
+// with pointers from elsewhere use cuda_checked.h, which checks each span
+// (cudaPointerGetAttributes) and returns a Status.
 #ifndef TERSE_COMPRESSORS_KERNELS_TOPK_CUDA_H_
 #define TERSE_COMPRESSORS_KERNELS_TOPK_CUDA_H_
 

@@ -144,6 +144,7 @@ proto::Request RequestFor(const proto::Response& r) {
   q.set_op(r.op());
   q.set_dtype(r.dtype());
   q.set_device(r.device());
+  q.set_device_kind(r.device_kind());
   *q.mutable_shape() = r.shape();
   q.set_reduce_op(r.reduce_op());
   q.set_root_rank(r.root_rank());

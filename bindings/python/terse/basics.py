@@ -6,6 +6,7 @@ finalised before the process ends). Every query raises TerseError before
 init() with a message that names init().
 """
 
+import array
 import atexit
 import os
 import threading
@@ -17,6 +18,9 @@ _lock = threading.Lock()
 # The TERSE_* variables the running engine was started with (None: not
 # running). Written only under _lock by init()/shutdown().
 _engine_variables = None
+# Every rank's (local_rank, local_size), gathered once per init() (None: not
+# yet). Written only under _lock.
+_host_layout = None
 
 
 def _collect_variables(compression=None, config=None):
@@ -33,17 +37,28 @@ def _collect_variables(compression=None, config=None):
     return variables
 
 
-def init(compression=None, config=None):
+def init(compression=None, config=None, comm=None, process_sets=None):
     """Starts terse: MPI (unless the application did), the background thread.
 
     compression: a Compressor or name for the whole process; overrides
         TERSE_COMPRESSION (and TERSE_CF when it carries a CF).
     config: {"TERSE_...": value} overrides of the environment.
+    comm, process_sets: Horovod's; terse runs on all ranks of
+        MPI_COMM_WORLD, so comm must be None and process_sets None, [] or
+        [global_process_set]; anything else raises (terse.process_sets).
     A second call with the same settings does nothing; with different ones it
     raises TerseError. A bad TERSE_* value raises TerseError naming it.
     """
     global _engine_variables
+    from terse import process_sets as _process_sets
+    if comm is not None:
+        raise lib().TerseError(
+            "init(comm=...): terse runs on MPI_COMM_WORLD only; a "
+            "communicator or rank list is not supported (pass comm=None)")
+    _process_sets.check_init_process_sets(process_sets)
     variables = _collect_variables(compression, config)
+    if variables.get("TERSE_DYNAMIC_PROCESS_SETS", "0") not in ("", "0"):
+        _process_sets.check_init_process_sets("dynamic")
     with _lock:
         if lib().is_initialized():
             if _engine_variables == variables:
@@ -53,6 +68,7 @@ def init(compression=None, config=None):
                 "shutdown() before init() with new ones")
         lib().init(variables)
         _engine_variables = variables
+        _gather_host_layout_locked()
     _register_exit_hook()
 
 
@@ -74,10 +90,11 @@ def _shutdown_at_exit():
 
 def shutdown():
     """Stops terse; pending operations fail. Safe to call more than once."""
-    global _engine_variables
+    global _engine_variables, _host_layout
     with _lock:
         lib().shutdown()
         _engine_variables = None
+        _host_layout = None
 
 
 def is_initialized():
@@ -109,6 +126,138 @@ def local_rank():
 def local_size():
     """The number of ranks on this process's host."""
     return lib().local_size()
+
+
+def _gather_host_layout_locked():
+    """Allgathers every rank's (local_rank, local_size) through the engine.
+
+    Collective: init() runs it on every rank right after starting the
+    engine. Caller holds _lock."""
+    global _host_layout
+    mine = array.array("q", [lib().local_rank(), lib().local_size()])
+    address, _ = mine.buffer_info()
+    handle = lib().allgather_async("terse.init.host_layout", address, 2,
+                                   lib().DTYPES["i64"], -1, [1, 2])
+    lib().wait(handle)
+    result = lib().take_allgather(handle)
+    gathered = array.array("q", bytes(result.nbytes))
+    out_address, _ = gathered.buffer_info()
+    result.copy_to(out_address, result.nbytes)
+    _host_layout = [(gathered[2 * r], gathered[2 * r + 1])
+                    for r in range(len(gathered) // 2)]
+
+
+def _layout():
+    """Every rank's (local_rank, local_size). If the engine was started
+    through another binding (not init() here), the first call gathers it:
+    then it is collective, so call it on every rank."""
+    check_initialized("cross_rank()/cross_size()/is_homogeneous()")
+    with _lock:
+        if _host_layout is None:
+            _gather_host_layout_locked()
+        return _host_layout
+
+
+def cross_rank():
+    """This rank's index among the ranks with its local_rank() (one per
+    host in a homogeneous job): Horovod's rank in the cross communicator,
+    which splits the world by local rank."""
+    layout = _layout()
+    me = rank()
+    mine = layout[me][0]
+    return sum(1 for r in range(me) if layout[r][0] == mine)
+
+
+def cross_size():
+    """How many ranks share this rank's local_rank(): the number of hosts in
+    a homogeneous job."""
+    layout = _layout()
+    mine = layout[rank()][0]
+    return sum(1 for local, _ in layout if local == mine)
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return len({local_size for _, local_size in _layout()}) == 1
+
+
+def mpi_threads_supported():
+    """True when MPI provides MPI_THREAD_MULTIPLE (MPI_Query_thread).
+
+    terse itself makes every MPI call from its one background thread, so it
+    needs no more than MPI_THREAD_SERIALIZED; this reports what MPI gave."""
+    check_initialized("mpi_threads_supported()")
+    return lib().mpi_thread_level() == lib().MPI_THREAD_MULTIPLE
+
+
+def mpi_enabled():
+    """True while the engine runs: terse's CPU collectives and control plane
+    are always MPI (there is no Gloo controller)."""
+    return lib().is_initialized()
+
+
+def mpi_built():
+    """True: terse is always built with MPI."""
+    return bool(lib().build_flags()["mpi"])
+
+
+def gloo_enabled():
+    """False: terse has no Gloo backend."""
+    return False
+
+
+def gloo_built():
+    """False: terse has no Gloo backend."""
+    return False
+
+
+def nccl_built():
+    """The NCCL version code this build links (e.g. 22800 for 2.28.0), 0 when
+    none loads: truthy exactly when NCCL is usable, as Horovod's."""
+    return int(lib().build_flags()["nccl_version"])
+
+
+def cuda_built():
+    """True when this build's CUDA runtime loads (the GPU path is compiled
+    in; whether a device answers is build_info()'s 'gpu' line)."""
+    return lib().build_flags()["cuda_runtime_version"] > 0
+
+
+def rocm_built():
+    """False: terse has no ROCm build."""
+    return False
+
+
+def ddl_built():
+    """False: terse has no IBM DDL backend."""
+    return False
+
+
+def ccl_built():
+    """False: terse has no oneCCL backend."""
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome-trace timeline to `file_path` (Horovod's
+    start_timeline): rank 0 writes it, or every rank its own when the path
+    holds "{rank}" (as TERSE_TIMELINE). Not collective. Raises TerseError
+    while a timeline is being written (stop_timeline() first) or if the file
+    cannot be opened. mark_cycles=True raises: terse's timeline has no
+    negotiation-cycle markers."""
+    check_initialized("start_timeline()")
+    if mark_cycles:
+        raise lib().TerseError(
+            "start_timeline(mark_cycles=True): terse's timeline has no cycle "
+            "markers; pass mark_cycles=False")
+    lib().start_timeline(os.fspath(file_path))
+
+
+def stop_timeline():
+    """Completes the timeline being written (the file is then a complete
+    JSON document); does nothing when none is. start_timeline() may follow."""
+    check_initialized("stop_timeline()")
+    lib().stop_timeline()
 
 
 def barrier():
@@ -237,4 +386,9 @@ __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "momentum_correction",
            "engine_compression", "compression_arg", "compression_spec",
            "build_info",
+           "cross_rank", "cross_size", "is_homogeneous",
+           "mpi_threads_supported", "mpi_enabled", "mpi_built",
+           "gloo_enabled", "gloo_built", "nccl_built", "cuda_built",
+           "rocm_built", "ddl_built", "ccl_built",
+           "start_timeline", "stop_timeline",
            "Compressor"]

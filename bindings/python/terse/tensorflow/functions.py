@@ -1,25 +1,39 @@
-"""Helpers over the collectives: variables and groups of gradients.
+"""Helpers over the collectives: variables, groups, Python objects.
 
 broadcast_variables() makes every rank start from root_rank's weights;
 reduce_gradients() is what DistributedGradientTape and the Keras
 DistributedOptimizer run on a step's gradients. Called eagerly, both wrap
 their collectives in one tf.function, so every tensor of the group is in
-flight at once and the engine fuses them into buckets.
+flight at once and the engine fuses them into buckets. grouped_allreduce
+and grouped_allgather do the same inside a tf.function; called eagerly they
+run their ops one after the other (each eager op waits for its result).
+broadcast_object / allgather_object move picklable objects (cloudpickle
+where installed, else pickle) as uint8 tensors; they run eagerly.
 """
 
+import pickle
+
+import numpy as np
 import tensorflow as tf
 
 from terse import basics
 from terse.tensorflow import ops
 
+try:
+    import cloudpickle as _pickler
+except ImportError:
+    _pickler = pickle
 
-def broadcast_variables(variables, root_rank=0, prefix="broadcast.var"):
+
+def broadcast_variables(variables, root_rank=0, prefix="broadcast.var",
+                        process_set=None, inplace=False):
     """Assigns root_rank's value to every variable of `variables`, in place.
 
     The ops are named '<prefix>.<index>.<variable name>', so every rank must
     pass the same variables in the same order (e.g. model.variables).
     """
     basics.check_initialized("broadcast_variables()")
+    ops.check_process_set(process_set)
     variables = list(variables)
     if not variables:
         return
@@ -42,6 +56,123 @@ def _broadcast_group(variables, root_rank, prefix):
     _broadcast_assign(variables, root_rank, prefix)
 
 
+def broadcast_(variables, root_rank, name=None, process_set=None):
+    """Horovod's in-place broadcast: every variable of `variables` (one or a
+    list) takes root_rank's value; returns them. Named '<name>.<index>.<var
+    name>' (default name: 'broadcast_.<n>' from a per-process counter)."""
+    single = isinstance(variables, tf.Variable)
+    listed = [variables] if single else list(variables)
+    for v in listed:
+        if not isinstance(v, tf.Variable):
+            raise TypeError(f"broadcast_ assigns tf.Variables, not {v!r}")
+    prefix = name or ops._names.default("broadcast_", None)
+    assign = broadcast_variables(listed, root_rank, prefix=prefix,
+                                 process_set=process_set)
+    if assign is not None:  # Graph mode: the variables after the assigns.
+        with tf.control_dependencies([assign]):
+            values = [tf.identity(v) for v in listed]
+        return values[0] if single else values
+    return variables
+
+
+def broadcast_global_variables(root_rank):
+    """TF1 graphs: the op that broadcasts tf.compat.v1.global_variables()
+    from root_rank. Eagerly it raises, as Horovod's does."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "broadcast_global_variables() does not support eager execution. "
+            "Please use `broadcast_variables(<model/optimizer variables>)` "
+            "instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank,
+                               prefix="broadcast.global")
+
+
+def _group_names(kind, tensors, name):
+    base = name or ops._names.default(kind, None)
+    return [f"{base}.{i}" for i in range(len(tensors))]
+
+
+def grouped_allreduce(tensors, average=None, device_dense="",
+                      device_sparse="", compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=None, ignore_name_scope=False, name=None):
+    """allreduce of every tensor of `tensors` (a list), same settings for
+    all; returns the list. Named '<name>.<index>'."""
+    tensors = list(tensors)
+    names = _group_names("grouped_allreduce", tensors, name)
+    return [ops.allreduce(t, average=average, compression=compression,
+                          op=op, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, name=n,
+                          process_set=process_set)
+            for t, n in zip(tensors, names)]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=None):
+    """allgather of every tensor of `tensors`; returns the list."""
+    tensors = list(tensors)
+    names = _group_names("grouped_allgather", tensors, name)
+    return [ops.allgather(t, name=n, process_set=process_set)
+            for t, n in zip(tensors, names)]
+
+
+def _eager_only(what, session):
+    if session is not None or not tf.executing_eagerly():
+        raise NotImplementedError(
+            f"terse's {what} runs eagerly (TensorFlow 2); TF1 sessions and "
+            "graphs are not supported")
+
+
+def _to_bytes_tensor(obj):
+    data = _pickler.dumps(obj)
+    return tf.constant(np.frombuffer(data, dtype=np.uint8))
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=None):
+    """root_rank's `obj` (any picklable object), on every rank."""
+    _eager_only("broadcast_object", session)
+    basics.check_initialized("broadcast_object()")
+    ops.check_process_set(process_set)
+    name = name or ops._names.default("broadcast_object", None)
+    if basics.rank() == root_rank:
+        payload = _to_bytes_tensor(obj)
+        length = tf.constant([int(payload.shape[0])], tf.int64)
+    else:
+        payload = None
+        length = tf.constant([0], tf.int64)
+    length = int(ops.broadcast(length, root_rank, name=f"{name}.size")[0])
+    if payload is None:
+        payload = tf.zeros([length], tf.uint8)
+    payload = ops.broadcast(payload, root_rank, name=f"{name}.data")
+    return _pickler.loads(payload.numpy().tobytes())
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None,
+                        process_set=None):
+    """A function obj -> broadcast_object(obj, root_rank, ...)."""
+    def broadcast_fn(obj):
+        return broadcast_object(obj, root_rank, session, name, process_set)
+    return broadcast_fn
+
+
+def allgather_object(obj, session=None, name=None, process_set=None):
+    """Every rank's `obj` (picklable), as a list in rank order."""
+    _eager_only("allgather_object", session)
+    basics.check_initialized("allgather_object()")
+    ops.check_process_set(process_set)
+    name = name or ops._names.default("allgather_object", None)
+    payload = _to_bytes_tensor(obj)
+    sizes = ops.allgather(tf.constant([int(payload.shape[0])], tf.int64),
+                          name=f"{name}.sizes").numpy()
+    data = ops.allgather(payload, name=f"{name}.data").numpy().tobytes()
+    out, begin = [], 0
+    for n in sizes:
+        out.append(_pickler.loads(data[begin:begin + int(n)]))
+        begin += int(n)
+    return out
+
+
 def _var_name(prefix, index, var):
     return f"{prefix}.{index}.{var.name}"
 
@@ -62,8 +193,6 @@ def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
     if len(grads) != len(variables):
         raise ValueError(f"{len(grads)} gradients for {len(variables)} "
                          "variables")
-    if compression is not None:
-        ops.check_compression(compression, prefix)
     names = []
     for i, (grad, var) in enumerate(zip(grads, variables)):
         names.append(f"{prefix}.{i}" if var is None else
@@ -74,7 +203,8 @@ def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
     dense = [i for i, g in enumerate(grads)
              if g is not None and not isinstance(g, tf.IndexedSlices)]
     out = list(grads)
-    settings = (op, float(prescale_factor), float(postscale_factor))
+    settings = (op, float(prescale_factor), float(postscale_factor),
+                compression)
     if dense:
         tensors = [grads[i] for i in dense]
         dense_names = tuple(names[i] for i in dense)
@@ -93,9 +223,9 @@ def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
 
 
 def _reduce_dense(tensors, names, settings):
-    op, prescale, postscale = settings
+    op, prescale, postscale, compression = settings
     return [ops.allreduce(t, op=op, name=n, prescale_factor=prescale,
-                          postscale_factor=postscale)
+                          postscale_factor=postscale, compression=compression)
             for t, n in zip(tensors, names)]
 
 

@@ -1,4 +1,5 @@
-"""Collective operations on TensorFlow tensors: allreduce, allgather, broadcast.
+"""Collective operations on TensorFlow tensors: allreduce, allgather,
+broadcast, and the *_op process queries.
 
 Each is one op of terse's op library (an asynchronous kernel that enqueues
 into the engine), so it runs eagerly and inside tf.function; in a graph,
@@ -12,10 +13,22 @@ same on every rank that builds the same graph); an eager op gets
 'tf.<op>.noname.<n>' from a per-op counter, which matches across ranks when
 they issue the same sequence of calls.
 
-Supported dtypes: float16, bfloat16, float32, float64, int32, int64, uint8.
-An engine error raises the matching tf.errors exception (e.g.
-FailedPreconditionError "terse is not initialised; call init() first",
-InvalidArgumentError naming a tensor whose shape differs across ranks).
+Dtypes, as Horovod moves them on the CPU: allreduce takes float16,
+bfloat16, float32, float64, int8, int16, uint16, int32, int64 and uint8;
+allgather and broadcast take bool too. uint16 is not an engine type: it
+travels as the same bits in int16 (sums and products wrap alike; Min and Max
+flip the sign bit around the reduction so the order is unsigned's), so a
+uint16 on one rank and an int16 on another is not detected. Integer tensors
+take Average and scale factors as Horovod computes them: the engine sums,
+and each scaling (prescale on the input, postscale / size after the sum) is
+done in float64 and truncated toward zero.
+
+Errors: a shape, dtype, root rank or op that differs across ranks raises
+tf.errors.FailedPreconditionError on every rank (as Horovod), naming the
+tensor and the ranks; so does an op before init() ("terse is not
+initialised; call init() first"). Arguments this rank alone gets wrong raise
+before anything is sent (TypeError, ValueError) or InvalidArgumentError
+from the engine's enqueue (e.g. a root rank outside [0, size)).
 """
 
 import re
@@ -28,15 +41,23 @@ from terse import basics
 from terse._native import lib
 from terse.tensorflow._library import ops as _ops
 
-# Reduction ops (the engine's ReduceOp values).
+# Reduction ops (the engine's ReduceOp values). Product and Adasum are
+# values 4 and 5 of the engine's enum; an engine without them refuses them
+# ("unknown reduce op").
 Sum = lib().OP_SUM
 Average = lib().OP_AVERAGE
 Min = lib().OP_MIN
 Max = lib().OP_MAX
-_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max"}
+Product = getattr(lib(), "OP_PRODUCT", 4)
+Adasum = getattr(lib(), "OP_ADASUM", 5)
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max",
+             Product: "Product", Adasum: "Adasum"}
 
-SUPPORTED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32,
-                    tf.int64, tf.uint8)
+FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+INT_DTYPES = (tf.int8, tf.int16, tf.uint16, tf.int32, tf.int64, tf.uint8)
+# What allreduce takes; allgather and broadcast take MOVED_DTYPES.
+SUPPORTED_DTYPES = FLOAT_DTYPES + INT_DTYPES
+MOVED_DTYPES = SUPPORTED_DTYPES + (tf.bool,)
 
 
 class _Names:
@@ -53,6 +74,8 @@ class _Names:
                 n = self._eager.get(op, 0)
                 self._eager[op] = n + 1
             return f"tf.{op}.noname.{n}"
+        if tensor is None:  # Made unique per graph by unique_in_graph.
+            return f"tf.{op}"
         return f"tf.{op}.{_clean(tensor.name)}"
 
     def unique_in_graph(self, name):
@@ -82,11 +105,35 @@ def _op_name(kind, tensor, name):
     return _names.unique_in_graph(name)
 
 
-def _check_dtype(tensor, what):
-    if tensor.dtype not in SUPPORTED_DTYPES:
+def _check_dtype(tensor, what, dtypes=SUPPORTED_DTYPES):
+    if tensor.dtype not in dtypes:
         raise TypeError(
             f"terse {what} does not support dtype {tensor.dtype.name} "
-            "(supported: " + ", ".join(d.name for d in SUPPORTED_DTYPES) + ")")
+            "(supported: " + ", ".join(d.name for d in dtypes) + ")")
+
+
+def _to_engine(tensor):
+    """uint16 as int16 bits (a bitcast: no copy); other dtypes unchanged."""
+    if tensor.dtype == tf.uint16:
+        return tf.bitcast(tensor, tf.int16)
+    return tensor
+
+
+def _from_engine(tensor, dtype):
+    if dtype == tf.uint16:
+        return tf.bitcast(tensor, tf.uint16)
+    return tensor
+
+
+def _flip_sign(tensor):
+    """int16 bits of uint16 values, with the sign bit flipped: signed order
+    of the result is the unsigned order of the input (and it undoes itself)."""
+    return tf.bitwise.bitwise_xor(tensor, tf.constant(-32768, tf.int16))
+
+
+def _scale_int(tensor, factor):
+    """Horovod's integer scaling: factor * value in float64, truncated."""
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
 
 
 def _opaque(tensor):
@@ -114,48 +161,157 @@ def _check_op(op, average):
     if op is None:
         return Average
     if op not in _OP_NAMES:
-        raise ValueError(f"op must be terse.tensorflow.Sum, Average, Min or "
-                         f"Max, not {op!r}")
+        raise ValueError("op must be terse.tensorflow.Sum, Average, Min, Max, "
+                         f"Product or Adasum, not {op!r}")
     return op
 
 
-def check_compression(compression, name):
-    """Per-tensor compression other than the engine's is refused (for now)."""
-    spec = basics.compression_arg(compression)
-    if spec:
-        raise lib().TerseError(
-            f"tensor '{name}': per-tensor compression '{spec}' is not wired "
-            "into the engine yet; select it for the whole process with "
-            f"TERSE_COMPRESSION={spec} (or init(compression=...))")
+def check_process_set(process_set):
+    """terse has one process set, every rank: None, global_process_set, or
+    a set that covers every rank; anything else raises (terse.process_sets'
+    ProcessSetsNotSupportedError where terse has it, a NotImplementedError)."""
+    if process_set is None or process_set is global_process_set:
+        return
+    is_global = getattr(process_set, "_is_global", None)
+    if callable(is_global) and is_global():
+        return
+    try:
+        from terse.process_sets import not_supported_error
+        error = not_supported_error()
+    except ImportError:
+        error = NotImplementedError
+    raise error(
+        "terse supports only the global process set (all ranks) so far: pass "
+        f"process_set=None or global_process_set, not {process_set!r}")
 
 
-def allreduce(tensor, average=None, op=None, name=None, prescale_factor=1.0,
-              postscale_factor=1.0, compression=None):
+class _GlobalProcessSet:
+    """Horovod's global_process_set: every rank (terse's only set), where
+    terse.process_sets (the framework-neutral one) is not there."""
+
+    process_set_id = 0
+
+    def size(self):
+        return basics.size()
+
+    def rank(self):
+        return basics.rank()
+
+    def included(self):
+        return True
+
+    def _is_global(self):
+        return True
+
+    def __repr__(self):
+        return "terse.tensorflow.global_process_set"
+
+
+try:
+    from terse.process_sets import global_process_set
+except ImportError:
+    global_process_set = _GlobalProcessSet()
+
+
+def _compression_plan(compression):
+    """(wire dtype or None, engine spec) of a compression choice.
+
+    none: nothing. fp16 / bf16: cast in TensorFlow for the wire, as Horovod's
+    Compression.fp16 does (the gradient flows through the casts). Any other
+    terse compressor (topk, powersgd, gravac, ...) runs inside the engine,
+    named by its per-call spec.
+    """
+    if compression is None:
+        return None, ""
+    from terse.tensorflow.compression import Compression
+    choice = Compression.get(compression)
+    if choice.name == "none":
+        return None, ""
+    if choice.name in ("fp16", "bf16") and choice.cf is None:
+        return (tf.float16 if choice.name == "fp16" else tf.bfloat16), ""
+    return None, basics.compression_spec(choice)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, name=None, process_set=None,
+              ignore_name_scope=False):
     """The reduction of `tensor` over all ranks (default op: Average).
 
-    tensor: a tf.Tensor, tf.Variable or tf.IndexedSlices. IndexedSlices are
-        reduced by gathering every rank's slices (Sum or Average only).
+    Horovod 0.28.1's signature. tensor: a tf.Tensor, tf.Variable or
+    tf.IndexedSlices; IndexedSlices are reduced by gathering every rank's
+    slices (Sum or Average only; see _allreduce_indexed_slices).
     average: Horovod's older spelling (True: Average, False: Sum).
-    prescale_factor / postscale_factor: multiply before / after reducing.
-    compression: None or the engine's process-wide choice (see
-        terse.Compression); a different one raises TerseError.
+    op: Sum, Average, Min, Max, Product or Adasum.
+    prescale_factor / postscale_factor: multiply before / after reducing
+        (integer tensors: in float64, truncated, as Horovod).
+    compression: None, Compression.none / fp16 / bf16 (cast in TensorFlow,
+        as Horovod), or any terse compressor (run by the engine, per call).
+    device_dense, device_sparse, ignore_name_scope: accepted for Horovod
+        compatibility; terse's ops run on the CPU and are named by `name`.
+    process_set: None or global_process_set (terse has no other sets).
     """
     op = _check_op(op, average)
+    check_process_set(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_indexed_slices(tensor, op, name, prescale_factor,
                                          postscale_factor)
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype(tensor, "allreduce")
     name = _op_name("allreduce", tensor, name)
-    if compression is not None:
-        check_compression(compression, name)
-    return _ops().terse_allreduce(_opaque(tensor), tensor_name=name,
-                                  reduce_op=op,
-                                  prescale_factor=float(prescale_factor),
-                                  postscale_factor=float(postscale_factor))
+    wire, spec = _compression_plan(compression)
+    if wire is not None and tensor.dtype in FLOAT_DTYPES:
+        dtype = tensor.dtype
+        reduced = _allreduce_scaled(tf.cast(tensor, wire), op, name,
+                                    prescale_factor, postscale_factor, spec)
+        return tf.cast(reduced, dtype)
+    return _allreduce_scaled(tensor, op, name, prescale_factor,
+                             postscale_factor, spec)
+
+
+def _allreduce_scaled(tensor, op, name, prescale, postscale, spec):
+    """Floating point: the engine scales. Integers: Horovod's scaling here
+    (Average is the sum times postscale / size)."""
+    prescale, postscale = float(prescale), float(postscale)
+    if tensor.dtype in FLOAT_DTYPES or (op != Average and prescale == 1.0
+                                        and postscale == 1.0):
+        return _allreduce_raw(tensor, op, name, prescale, postscale, spec)
+    if op == Average:
+        op = Sum
+        postscale /= basics.size()
+    if prescale != 1.0:
+        tensor = _scale_int(tensor, prescale)
+    reduced = _allreduce_raw(tensor, op, name, 1.0, 1.0, spec)
+    if postscale != 1.0:
+        reduced = _scale_int(reduced, postscale)
+    return reduced
+
+
+def _allreduce_raw(tensor, op, name, prescale, postscale, spec):
+    dtype = tensor.dtype
+    wire = _to_engine(tensor)
+    flip = dtype == tf.uint16 and op in (Min, Max)
+    if flip:
+        wire = _flip_sign(wire)
+    reduced = _ops().terse_allreduce(_opaque(wire), tensor_name=name,
+                                     reduce_op=op, prescale_factor=prescale,
+                                     postscale_factor=postscale,
+                                     compression=spec)
+    if flip:
+        reduced = _flip_sign(reduced)
+    return _from_engine(reduced, dtype)
 
 
 def _allreduce_indexed_slices(slices, op, name, prescale, postscale):
+    """Horovod's sparse allreduce: gather every rank's values and indices
+    (duplicate indices stay; applying them sums). Unlike Horovod, which
+    ignores them there, the scale factors apply to the gathered values, and
+    Min and Max are refused rather than summed."""
+    if op == Adasum:
+        raise NotImplementedError(
+            "The Adasum reduction does not currently support sparse tensors. "
+            "As a workaround please pass sparse_as_dense=True to "
+            "DistributedOptimizer")
     if op not in (Sum, Average):
         raise ValueError("IndexedSlices can be reduced with Sum or Average "
                          f"only, not {_OP_NAMES[op]}")
@@ -170,31 +326,65 @@ def _allreduce_indexed_slices(slices, op, name, prescale, postscale):
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, ignore_name_scope=False,
+              process_set=None):
     """Every rank's `tensor` concatenated along dimension 0, in rank order.
 
     The first dimension may differ across ranks; the others must agree.
     """
+    check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
-    _check_dtype(tensor, "allgather")
+    _check_dtype(tensor, "allgather", MOVED_DTYPES)
     if tensor.shape.rank == 0:
         raise ValueError("terse allgather needs a tensor of rank >= 1, got a "
                          "scalar")
-    return _ops().terse_allgather(_opaque(tensor),
-                                  tensor_name=_op_name("allgather", tensor,
-                                                       name))
+    gathered = _ops().terse_allgather(
+        _opaque(_to_engine(tensor)),
+        tensor_name=_op_name("allgather", tensor, name))
+    return _from_engine(gathered, tensor.dtype)
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=None):
     """root_rank's `tensor` on every rank (same shape and dtype everywhere)."""
+    check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
-    _check_dtype(tensor, "broadcast")
-    if not isinstance(root_rank, int) or root_rank < 0:
+    _check_dtype(tensor, "broadcast", MOVED_DTYPES)
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int) \
+            or root_rank < 0:
         raise ValueError(f"root_rank must be a rank, not {root_rank!r}")
-    return _ops().terse_broadcast(_opaque(tensor),
-                                  tensor_name=_op_name("broadcast", tensor,
-                                                       name),
-                                  root_rank=root_rank)
+    out = _ops().terse_broadcast(_opaque(_to_engine(tensor)),
+                                 tensor_name=_op_name("broadcast", tensor,
+                                                      name),
+                                 root_rank=root_rank)
+    return _from_engine(out, tensor.dtype)
+
+
+def _process_info(what, name):
+    return _ops().terse_process_info(what=what, name=name)
+
+
+def rank_op(name=None):
+    """This process's rank as an int32 scalar op, read when it runs."""
+    return _process_info("rank", name)
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks as an int32 scalar op, read when it runs."""
+    if process_set_id != 0:
+        raise NotImplementedError("terse has no process sets yet: "
+                                  f"process_set_id {process_set_id} is not 0")
+    return _process_info("size", name)
+
+
+def local_rank_op(name=None):
+    """This process's rank on its host as an int32 scalar op."""
+    return _process_info("local_rank", name)
+
+
+def local_size_op(name=None):
+    """The number of ranks on this host as an int32 scalar op."""
+    return _process_info("local_size", name)
 
 
 @tf.RegisterGradient("TerseAllreduce")
@@ -209,10 +399,22 @@ def _allreduce_grad(op, grad):
         raise LookupError(
             f"terse allreduce with {_OP_NAMES.get(reduce_op, reduce_op)} has "
             "no gradient; use Sum or Average")
+    grad = _dense(grad)
     name = op.get_attr("tensor_name").decode() + ".grad"
-    return allreduce(grad, op=reduce_op, name=name,
-                     prescale_factor=op.get_attr("prescale_factor"),
-                     postscale_factor=op.get_attr("postscale_factor"))
+    spec = op.get_attr("compression").decode()
+    return _ops().terse_allreduce(
+        _opaque(grad), tensor_name=_names.unique_in_graph(name),
+        reduce_op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
+        postscale_factor=op.get_attr("postscale_factor"), compression=spec)
+
+
+def _dense(grad):
+    """An upstream gradient as a dense tensor: a tf.gather downstream (e.g.
+    alltoall's row selection) hands back IndexedSlices, which every rank
+    must reduce with the same shape."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.convert_to_tensor(grad)
+    return grad
 
 
 def _rank_tensor():
@@ -231,7 +433,7 @@ def _allgather_grad(op, grad):
     (see _rank_tensor) so no rank's graph loses the row-count allgather.
     """
     name = op.get_attr("tensor_name").decode()
-    grad = allreduce(grad, op=Sum, name=f"{name}.grad")
+    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad")
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
     all_rows = allgather(rows, name=f"{name}.grad.rows")
     begin = tf.gather(tf.cumsum(all_rows, exclusive=True),
@@ -248,6 +450,6 @@ def _broadcast_grad(op, grad):
     never pruned from a non-root rank's graph.
     """
     name = op.get_attr("tensor_name").decode()
-    grad = allreduce(grad, op=Sum, name=f"{name}.grad")
+    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad")
     is_root = tf.equal(_rank_tensor(), op.get_attr("root_rank"))
     return tf.where(is_root, grad, tf.zeros_like(grad))

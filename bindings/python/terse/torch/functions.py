@@ -7,16 +7,17 @@ Call them on every rank, in the same order, after init():
     epoch = terse.broadcast_object(epoch, root_rank=0)
 """
 
-import io
 import pickle
 
 import torch
 
 from terse import basics
+from terse import process_sets
 from terse.torch import ops
 
 
-def broadcast_parameters(params, root_rank=0, prefix="broadcast.param"):
+def broadcast_parameters(params, root_rank=0, prefix="broadcast.param",
+                         process_set=process_sets.global_process_set):
     """Overwrites every tensor of `params` with `root_rank`'s, in place.
 
     params: a state_dict-like mapping name -> tensor (buffers included), or an
@@ -24,6 +25,7 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param"):
     Enqueues all broadcasts before waiting for any.
     """
     basics.check_initialized("broadcast_parameters()")
+    process_sets.check(process_set, "broadcast_parameters()")
     if isinstance(params, dict):
         items = sorted(params.items())
     else:
@@ -63,7 +65,8 @@ def _synchronize_all(handles):
         raise first_error
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None,
+                              process_set=process_sets.global_process_set):
     """Makes every rank's optimizer state (and hyperparameters) root's.
 
     Sends root's optimizer.state_dict() as one object, so state that exists
@@ -74,6 +77,11 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     restores its own.
     """
     basics.check_initialized("broadcast_optimizer_state()")
+    process_sets.check(process_set, "broadcast_optimizer_state()")
+    if model is not None:
+        raise ValueError(
+            "broadcast_optimizer_state(model=...) is not supported by terse: "
+            "the optimizer's own state_dict travels whole; pass model=None")
     state = None
     if basics.rank() == root_rank:
         # A DistributedOptimizer sends every rank's engine state when it has
@@ -87,19 +95,23 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 
 
 def _dumps(obj):
-    buffer = io.BytesIO()
-    # torch.save pickles tensors by value and maps devices on load.
-    torch.save(obj, buffer, pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    return buffer.getvalue()
+    # Plain pickle (tensors pickle by value), never torch.save: torch >= 2.6
+    # loads torch.save files with weights_only=True, which refuses arbitrary
+    # objects; pickle.loads reads these on every torch version.
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _loads(data):
-    return torch.load(io.BytesIO(data), map_location="cpu")
+    return pickle.loads(data)
 
 
-def broadcast_object(obj, root_rank=0, name="broadcast_object"):
-    """`root_rank`'s `obj` on every rank (pickled: size, then bytes)."""
+def broadcast_object(obj, root_rank=0, name=None,
+                     process_set=process_sets.global_process_set):
+    """`root_rank`'s `obj` on every rank (pickled into a uint8 tensor: size,
+    then bytes)."""
     basics.check_initialized("broadcast_object()")
+    process_sets.check(process_set, "broadcast_object()")
+    name = name or ops._table.auto_name("broadcast_object")
     is_root = basics.rank() == root_rank
     if is_root:
         payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
@@ -115,9 +127,13 @@ def broadcast_object(obj, root_rank=0, name="broadcast_object"):
     return _loads(payload.numpy().tobytes())
 
 
-def allgather_object(obj, name="allgather_object"):
-    """A list of every rank's `obj`, in rank order."""
+def allgather_object(obj, name=None,
+                     process_set=process_sets.global_process_set):
+    """A list of every rank's `obj`, in rank order (pickled into uint8
+    tensors)."""
     basics.check_initialized("allgather_object()")
+    process_sets.check(process_set, "allgather_object()")
+    name = name or ops._table.auto_name("allgather_object")
     data = _dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     lengths = ops.allgather(torch.tensor([len(data)], dtype=torch.int64),

@@ -4,7 +4,9 @@ Every operation has an asynchronous form returning an integer handle;
 synchronize(handle) waits (without holding the GIL) and returns the result,
 poll(handle) tells whether it is done. The tensors an operation reads or
 writes are kept alive in a handle table until synchronize() returns, so a
-caller may drop its own references after enqueueing.
+caller may drop its own references after enqueueing. Operations terse
+composes from several engine operations (grouped ops, reducescatter,
+alltoall; terse/torch/composed.py) get negative handles.
 
 Names identify an operation across ranks: every rank must enqueue the same
 names with the same shapes and dtypes. Unnamed operations get
@@ -15,7 +17,15 @@ Supported dtypes: float32, float16, bfloat16, float64, int32, int64, uint8,
 int8, int16, on the CPU or a CUDA device (int16 on the CPU only: NCCL has no
 16-bit integers), and bool for broadcast and allgather (allreduce refuses
 it, see docs/torch.md); anything else raises TerseError naming it. Integer
-sums wrap around modulo 2^bits, as numpy's and torch's do.
+sums and products wrap around modulo 2^bits, as numpy's and torch's do.
+Integer Average and scale factors on integers follow Horovod: the sum is
+multiplied by postscale/size in double precision and truncated toward zero.
+
+allreduce, allgather and broadcast are autograd functions when their input
+requires a gradient (Horovod's gradients: allreduce's is the allreduce of
+the gradient with the same op and factors; allgather's is this rank's rows
+of the summed gradient; broadcast's is the summed gradient on the root and
+zero elsewhere).
 """
 
 import threading
@@ -24,16 +34,23 @@ import warnings
 import torch
 
 from terse import basics
+from terse import process_sets
 from terse._native import lib
 
 TerseError = lib().TerseError
+HorovodInternalError = TerseError
 
-# Reduction ops (the engine's ReduceOp values).
+# Reduction ops: the engine's ReduceOp values. Adasum reduces each tensor
+# alone (never fused) with Adasum's pairwise operator in recursive-doubling
+# order (collectives/reduce.h).
 Sum = lib().OP_SUM
 Average = lib().OP_AVERAGE
 Min = lib().OP_MIN
 Max = lib().OP_MAX
-_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max"}
+Product = lib().OP_PRODUCT
+Adasum = lib().OP_ADASUM
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max",
+             Product: "Product", Adasum: "Adasum"}
 
 _DTYPE_NAMES = {
     torch.float32: "f32",
@@ -52,13 +69,17 @@ _TORCH_DTYPES = {code: t for t, code in _DTYPE_CODES.items()}
 
 
 class _Entry:
-    """What an in-flight handle holds: the tensors and how to finish."""
+    """What an in-flight handle holds: the tensors and how to finish.
 
-    __slots__ = ("keep", "finish")
+    parts: for a composed operation, the handles it waits for (poll() is
+    True when all are done); None for one engine operation."""
 
-    def __init__(self, keep, finish):
+    __slots__ = ("keep", "finish", "parts")
+
+    def __init__(self, keep, finish, parts=None):
         self.keep = keep      # Tensors the engine reads or writes.
         self.finish = finish  # Called after a successful wait; the result.
+        self.parts = parts
 
 
 class _HandleTable:
@@ -68,6 +89,7 @@ class _HandleTable:
         self._lock = threading.Lock()
         self._entries = {}
         self._counters = {}
+        self._next_composed = -1
 
     def auto_name(self, op):
         with self._lock:
@@ -78,6 +100,21 @@ class _HandleTable:
     def add(self, handle, entry):
         with self._lock:
             self._entries[handle] = entry
+
+    def add_composed(self, entry):
+        """Registers a composed operation under a new negative handle."""
+        with self._lock:
+            handle = self._next_composed
+            self._next_composed -= 1
+            self._entries[handle] = entry
+        return handle
+
+    def get(self, handle):
+        with self._lock:
+            entry = self._entries.get(handle)
+        if entry is None:
+            raise TerseError(f"unknown or already synchronized handle {handle}")
+        return entry
 
     def pop(self, handle):
         with self._lock:
@@ -116,11 +153,12 @@ def _describe(tensor, what):
                      "moves CPU and CUDA tensors")
 
 
-def _prepare(op, name, tensor):
+def _prepare(op, name, tensor, process_set=None):
     """Checks init, the name and the tensor before anything is enqueued."""
     basics.check_initialized(f"{op}()")
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{op}: name must be a non-empty string")
+    process_sets.check(process_set, f"{op}()")
     # Validate before an automatic name is drawn, so a refused call does not
     # shift this rank's counter against the other ranks'.
     _describe(tensor, op if name is None else _what(op, name))
@@ -131,27 +169,87 @@ def _what(op, name):
     return f"{op} of '{name}'"
 
 
+def _scaled(tensor, factor):
+    """tensor * factor computed in double and cast back (integers truncate
+    toward zero), as Horovod's ScaleBuffer does; a new tensor."""
+    return (tensor.to(torch.float64) * factor).to(tensor.dtype)
+
+
 # --- allreduce ---------------------------------------------------------------
 
-def _check_scale(op, prescale_factor, postscale_factor):
+def _check_op(op):
     if op not in _OP_NAMES:
         raise ValueError(f"unknown reduce op {op!r}; use terse.torch.Sum, "
-                         "Average, Min or Max")
-    if op in (Min, Max) and (prescale_factor != 1.0 or
-                             postscale_factor != 1.0):
-        raise ValueError("prescale/postscale factors apply to Sum and "
-                         "Average only")
+                         "Average, Min, Max, Product or Adasum")
+
+
+def _check_adasum(tensor, name, compression):
+    """op=Adasum: a floating-point tensor, no compression, a power-of-two
+    number of ranks (Horovod's CPU rule, and its error)."""
+    if compression is not None:
+        from terse.compression import Compression
+        if Compression.get(compression).name != "none":
+            raise ValueError(
+                f"allreduce of '{name}': op=Adasum cannot be combined with "
+                f"compression={compression!r}; Adasum's dot products need "
+                "the exact tensor (pass compression=None)")
+    if not tensor.dtype.is_floating_point:
+        raise TerseError(f"allreduce of '{name}': Adasum needs a "
+                         f"floating-point tensor, not {tensor.dtype}")
+    size = basics.size()
+    if size & (size - 1):
+        raise NotImplementedError(
+            "Running Adasum with non-power of 2 ranks is not supported yet "
+            f"({size} ranks).")
+
+
+def _enqueue_allreduce(source, output, name, op, prescale, postscale,
+                       compression):
+    """One engine allreduce of `source` into `output` (may be equal)."""
+    code, device, stream = _describe(source, _what("allreduce", name))
+    return lib().allreduce_async(
+        name, source.data_ptr(), output.data_ptr(), source.numel(), code,
+        device, list(source.shape), op, float(prescale), float(postscale),
+        stream, basics.compression_spec(compression))
 
 
 def _allreduce_into(tensor, output, name, op, prescale_factor,
                     postscale_factor, compression, finish, keep):
-    code, device, stream = _describe(tensor, _what("allreduce", name))
-    _check_scale(op, prescale_factor, postscale_factor)
-    handle = lib().allreduce_async(
-        name, tensor.data_ptr(), output.data_ptr(), tensor.numel(), code,
-        device, list(tensor.shape), op, float(prescale_factor),
-        float(postscale_factor), stream, basics.compression_spec(compression))
-    _table.add(handle, _Entry(keep, finish))
+    """Enqueues the reduction of `tensor` (contiguous) into `output`
+    (contiguous, may be `tensor`); `finish(result)` gives the op's result.
+
+    Float Sum/Average go to the engine with their factors. Integer Average,
+    factors on integers and factors with Min/Max/Product/Adasum are applied
+    here,
+    around an engine Sum (or the op), with Horovod's double-precision
+    scaling."""
+    _describe(tensor, _what("allreduce", name))
+    pre, post = float(prescale_factor), float(postscale_factor)
+    floating = tensor.dtype.is_floating_point
+    if tensor.dtype == torch.bool:
+        engine_op = op  # The engine refuses bool, naming the tensor.
+    elif floating and op in (Sum, Average):
+        handle = _enqueue_allreduce(tensor, output, name, op, pre, post,
+                                    compression)
+        _table.add(handle, _Entry(keep, lambda: finish(output)))
+        return handle
+    else:
+        engine_op = Sum if op == Average else op
+        if op == Average:
+            post /= basics.size()
+        if pre != 1.0:
+            scaled = _scaled(tensor, pre)
+            keep = keep + (scaled,)
+            tensor = scaled
+    handle = _enqueue_allreduce(tensor, output, name, engine_op, 1.0, 1.0,
+                                compression)
+
+    def finish_scaled():
+        if post != 1.0:
+            with torch.no_grad():
+                output.copy_(_scaled(output, post))
+        return finish(output)
+    _table.add(handle, _Entry(keep, finish_scaled))
     return handle
 
 
@@ -171,76 +269,112 @@ def _resolve_op(op, average):
     return Average
 
 
-def allreduce_async(tensor, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, compression=None, average=None):
+def allreduce_async(tensor, average=None, name=None, op=None,
+                    prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=process_sets.global_process_set,
+                    compression=None):
     """Enqueues a reduction of `tensor` across ranks into a new tensor.
 
-    op: Average (default), Sum, Min or Max. prescale/postscale multiply the
-    input before and the result after the reduction (Average divides by
-    size() as well). compression: None (the engine's policy) or a
-    Compressor / name ('fp16', 'topk:100', Compression.gravac): the engine
-    compresses this tensor so on the wire, fused only with tensors of the
-    same choice; every rank must pass the same. average: deprecated (as in
-    Horovod): True = Average, False = Sum; not together with op. Returns a
-    handle for synchronize()/poll().
+    op: Average (default), Sum, Min, Max, Product or Adasum. prescale/
+    postscale multiply the input before and the result after the reduction
+    (Average divides by size() as well). compression: None (the engine's
+    policy) or a Compressor / name ('fp16', 'topk:100', Compression.gravac):
+    the engine compresses this tensor so on the wire, fused only with
+    tensors of the same choice; every rank must pass the same. average:
+    deprecated (as in Horovod): True = Average, False = Sum; not together
+    with op. process_set: only the global one (terse.process_sets). Returns
+    a handle for synchronize()/poll().
     """
     op = _resolve_op(op, average)
-    name = _prepare("allreduce", name, tensor)
+    _check_op(op)
+    name = _prepare("allreduce", name, tensor, process_set)
+    if op == Adasum:
+        _check_adasum(tensor, name, compression)
     source = tensor.contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     return _allreduce_into(source, output, name, op, prescale_factor,
                            postscale_factor, compression,
-                           finish=lambda: output, keep=(source, output))
+                           finish=lambda result: result, keep=(source, output))
 
 
-def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, compression=None, average=None):
+def allreduce_async_(tensor, average=None, name=None, op=None,
+                     prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=process_sets.global_process_set,
+                     compression=None):
     """In-place allreduce_async: the result overwrites `tensor`."""
     op = _resolve_op(op, average)
-    name = _prepare("allreduce", name, tensor)
-    if tensor.is_contiguous():
-        buffer = tensor
-        finish = lambda: tensor  # noqa: E731
-    else:
-        buffer = tensor.contiguous()
+    _check_op(op)
+    name = _prepare("allreduce", name, tensor, process_set)
+    if op == Adasum:
+        _check_adasum(tensor, name, compression)
+    buffer = tensor if tensor.is_contiguous() else tensor.contiguous()
 
-        def finish():
+    def finish(result):
+        if result is not tensor:
             with torch.no_grad():
-                tensor.copy_(buffer)
-            return tensor
+                tensor.copy_(result)
+        return tensor
     return _allreduce_into(buffer, buffer, name, op, prescale_factor,
                            postscale_factor, compression, finish,
                            keep=(tensor, buffer))
 
 
-def allreduce(tensor, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, compression=None, average=None):
-    """The reduction of `tensor` across ranks (a new tensor)."""
+class _AllreduceFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
+                compression):
+        ctx.op = op
+        ctx.factors = (prescale_factor, postscale_factor)
+        return synchronize(allreduce_async(
+            tensor, name=name, op=op, prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor, compression=compression))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=ctx.op,
+                         prescale_factor=ctx.factors[0],
+                         postscale_factor=ctx.factors[1])
+        return grad, None, None, None, None, None
+
+
+def _wants_grad(tensor):
+    return (isinstance(tensor, torch.Tensor) and tensor.requires_grad
+            and torch.is_grad_enabled())
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0,
+              process_set=process_sets.global_process_set):
+    """The reduction of `tensor` across ranks (a new tensor); differentiable
+    when `tensor` requires a gradient."""
     op = _resolve_op(op, average)
-    return synchronize(allreduce_async(tensor, name, op, prescale_factor,
-                                       postscale_factor, compression))
+    if _wants_grad(tensor):
+        process_sets.check(process_set, "allreduce()")
+        return _AllreduceFunction.apply(tensor, name, op, prescale_factor,
+                                        postscale_factor, compression)
+    return synchronize(allreduce_async(
+        tensor, name=name, op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, process_set=process_set,
+        compression=compression))
 
 
-def allreduce_(tensor, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, compression=None, average=None):
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0,
+               process_set=process_sets.global_process_set,
+               compression=None):
     """Reduces `tensor` across ranks in place; returns it."""
     op = _resolve_op(op, average)
-    return synchronize(allreduce_async_(tensor, name, op, prescale_factor,
-                                        postscale_factor, compression))
+    return synchronize(allreduce_async_(
+        tensor, name=name, op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, process_set=process_set,
+        compression=compression))
 
 
 # --- allgather ---------------------------------------------------------------
 
-def allgather_async(tensor, name=None):
-    """Enqueues the concatenation of every rank's `tensor` along dim 0.
-
-    First dimensions may differ across ranks; the others must agree. A 0-dim
-    tensor is gathered as shape [1].
-    """
-    name = _prepare("allgather", name, tensor)
-    source = tensor.contiguous()
-    if source.dim() == 0:
-        source = source.reshape(1)
+def _enqueue_allgather(source, name, finish_result):
+    """One engine allgather of `source` (contiguous, ndim >= 1);
+    finish_result(tensor) gives the op's result from the gathered tensor."""
     code, device, stream = _describe(source, _what("allgather", name))
     handle = lib().allgather_async(name, source.data_ptr(), source.numel(),
                                    code, device, list(source.shape), stream)
@@ -251,15 +385,47 @@ def allgather_async(tensor, name=None):
         result.copy_to(output.data_ptr(), result.nbytes)
         if source.device.type != "cpu":
             output = output.to(source.device)
-        return output
+        return finish_result(output)
 
     _table.add(handle, _Entry((source,), finish))
     return handle
 
 
-def allgather(tensor, name=None):
-    """Every rank's `tensor` concatenated along dimension 0, rank-major."""
-    return synchronize(allgather_async(tensor, name))
+def allgather_async(tensor, name=None,
+                    process_set=process_sets.global_process_set):
+    """Enqueues the concatenation of every rank's `tensor` along dim 0.
+
+    First dimensions may differ across ranks; the others must agree. A 0-dim
+    tensor is gathered as shape [1].
+    """
+    name = _prepare("allgather", name, tensor, process_set)
+    source = tensor.contiguous()
+    if source.dim() == 0:
+        source = source.reshape(1)
+    return _enqueue_allgather(source, name, lambda output: output)
+
+
+class _AllgatherFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 1
+        return synchronize(allgather_async(tensor, name=name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        summed = allreduce(grad_output, op=Sum)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
+        offset = int(dims[:basics.rank()].sum())
+        return summed.narrow(0, offset, ctx.dim), None
+
+
+def allgather(tensor, name=None, process_set=process_sets.global_process_set):
+    """Every rank's `tensor` concatenated along dimension 0, rank-major;
+    differentiable when `tensor` requires a gradient."""
+    if _wants_grad(tensor):
+        process_sets.check(process_set, "allgather()")
+        return _AllgatherFunction.apply(tensor, name)
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
 # --- broadcast ---------------------------------------------------------------
@@ -275,9 +441,10 @@ def _broadcast_into(buffer, root_rank, name, finish, keep):
     return handle
 
 
-def broadcast_async_(tensor, root_rank, name=None):
+def broadcast_async_(tensor, root_rank, name=None,
+                     process_set=process_sets.global_process_set):
     """Enqueues an in-place broadcast of `tensor` from `root_rank`."""
-    name = _prepare("broadcast", name, tensor)
+    name = _prepare("broadcast", name, tensor, process_set)
     if tensor.is_contiguous():
         return _broadcast_into(tensor, root_rank, name, lambda: tensor,
                                (tensor,))
@@ -290,30 +457,54 @@ def broadcast_async_(tensor, root_rank, name=None):
     return _broadcast_into(buffer, root_rank, name, finish, (tensor, buffer))
 
 
-def broadcast_async(tensor, root_rank, name=None):
+def broadcast_async(tensor, root_rank, name=None,
+                    process_set=process_sets.global_process_set):
     """Enqueues a broadcast from `root_rank` into a new tensor."""
-    name = _prepare("broadcast", name, tensor)
+    name = _prepare("broadcast", name, tensor, process_set)
     output = tensor.detach().clone(memory_format=torch.contiguous_format)
     return _broadcast_into(output, root_rank, name, lambda: output,
                            (output,))
 
 
-def broadcast(tensor, root_rank, name=None):
-    """`root_rank`'s `tensor` (a new tensor on every rank)."""
-    return synchronize(broadcast_async(tensor, root_rank, name))
+class _BroadcastFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank, name=name))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        summed = allreduce(grad_output, op=Sum)
+        if basics.rank() != ctx.root_rank:
+            summed = summed * 0
+        return summed, None, None
 
 
-def broadcast_(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None,
+              process_set=process_sets.global_process_set):
+    """`root_rank`'s `tensor` (a new tensor on every rank); differentiable
+    when `tensor` requires a gradient."""
+    if _wants_grad(tensor):
+        process_sets.check(process_set, "broadcast()")
+        return _BroadcastFunction.apply(tensor, root_rank, name)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_(tensor, root_rank, name=None,
+               process_set=process_sets.global_process_set):
     """Overwrites `tensor` with `root_rank`'s; returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # --- handles -----------------------------------------------------------------
 
 def poll(handle):
     """True when the operation of `handle` has completed (or failed)."""
-    if handle not in _table:
-        raise TerseError(f"unknown or already synchronized handle {handle}")
+    if callable(handle):  # sparse_allreduce_async's handle.
+        return True
+    entry = _table.get(handle)
+    if entry.parts is not None:
+        return all(poll(part) for part in entry.parts if part in _table)
     return lib().poll(handle)
 
 
@@ -321,13 +512,50 @@ def synchronize(handle):
     """Waits for `handle` (GIL released) and returns the operation's result.
 
     Raises TerseError with the engine's message if the operation failed.
+    A composed operation waits for all its parts before raising the first
+    error, so nothing is left in flight.
     """
+    if callable(handle):  # sparse_allreduce_async returns a function.
+        return handle()
     entry = _table.pop(handle)
-    lib().wait(handle)
+    if entry.parts is None:
+        lib().wait(handle)
     return entry.finish()
 
 
-__all__ = ["Sum", "Average", "Min", "Max", "TerseError", "allreduce",
+def synchronize_all(handles):
+    """The results of every handle; waits for all, then raises the first
+    error if any failed."""
+    results, first_error = [], None
+    for handle in handles:
+        try:
+            results.append(synchronize(handle))
+        except Exception as e:  # noqa: BLE001 - re-raised below.
+            results.append(None)
+            if first_error is None:
+                first_error = e
+    if first_error is not None:
+        raise first_error
+    return results
+
+
+def join(device=-1):
+    """This rank has no more data; returns the last rank to join (Horovod's
+    signature: `device` is accepted for compatibility, terse joins on the
+    engine whatever the device)."""
+    if not isinstance(device, int):
+        raise TypeError(f"join(device=...) takes an int, got {device!r}")
+    return basics.join()
+
+
+def barrier(process_set=process_sets.global_process_set):
+    """Blocks until every rank has called barrier()."""
+    process_sets.check(process_set, "barrier()")
+    basics.barrier()
+
+
+__all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "TerseError",
+           "HorovodInternalError", "allreduce",
            "allreduce_", "allreduce_async", "allreduce_async_", "allgather",
            "allgather_async", "broadcast", "broadcast_", "broadcast_async",
-           "broadcast_async_", "poll", "synchronize"]
+           "broadcast_async_", "poll", "synchronize", "join", "barrier"]

@@ -40,7 +40,9 @@ import warnings
 import torch
 
 from terse import basics
+from terse import process_sets
 from terse.compression import Compression
+from terse.torch import composed
 from terse.torch import ops
 
 _STATE_KEY = "terse"
@@ -68,13 +70,17 @@ class _DistributedOptimizer:
     """Mixed into a subclass of the wrapped optimizer's class."""
 
     def _terse_setup(self, named_parameters, compression,
-                     backward_passes_per_step, op, gradient_predivide_factor):
+                     backward_passes_per_step, op, gradient_predivide_factor,
+                     num_groups=0, groups=None, sparse_as_dense=False):
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1, got "
                              f"{backward_passes_per_step}")
-        if op not in (ops.Average, ops.Sum):
-            raise ValueError("op must be terse.torch.Average or "
-                             "terse.torch.Sum")
+        if op not in (ops.Average, ops.Sum, ops.Adasum):
+            raise ValueError("op must be terse.torch.Average, Sum or Adasum")
+        if op == ops.Adasum and compression is not None and \
+                Compression.get(compression).name != "none":
+            raise ValueError("DistributedOptimizer: op=Adasum cannot be "
+                             f"combined with compression={compression!r}")
         if gradient_predivide_factor <= 0:
             raise ValueError("gradient_predivide_factor must be > 0")
         if op != ops.Average and gradient_predivide_factor != 1.0:
@@ -103,7 +109,47 @@ class _DistributedOptimizer:
         # the next step changes this rank's (see _terse_broadcast_state).
         self._terse_restored_engine = None
         self._terse_grad_accs = []
+        self._terse_sparse_as_dense = bool(sparse_as_dense)
+        self._terse_group_of, self._terse_groups = self._terse_make_groups(
+            num_groups, groups)
+        self._terse_ready = set()     # Parameters whose group is not full.
         self._terse_register_hooks()
+
+    def _terse_make_groups(self, num_groups, groups):
+        """Horovod's num_groups / groups: gradients of one group are
+        enqueued together once all of them are ready. Returns (parameter ->
+        group index, list of groups); no grouping: ({}, [])."""
+        if groups is not None and num_groups:
+            raise ValueError("pass num_groups or groups, not both")
+        if groups is not None:
+            if not isinstance(groups, (list, tuple)) or not all(
+                    isinstance(g, (list, tuple)) for g in groups):
+                raise ValueError("groups must be a list of lists of "
+                                 "parameters")
+            member = {p for g in groups for p in g}
+            unknown = [p for p in member if p not in self._terse_names]
+            if unknown:
+                raise ValueError(f"groups holds {len(unknown)} tensor(s) that "
+                                 "are not parameters of this optimizer")
+            result = [[p for p in g if p.requires_grad] for g in groups]
+            # Parameters in no group form groups of one (as Horovod).
+            result += [[p] for p in self._terse_params if p not in member]
+        elif num_groups:
+            if not isinstance(num_groups, int) or num_groups < 0:
+                raise ValueError(f"num_groups must be an int >= 0, got "
+                                 f"{num_groups!r}")
+            params = self._terse_params
+            k = min(num_groups, len(params)) or 1
+            base, extra = divmod(len(params), k)
+            result, start = [], 0
+            for i in range(k):
+                n = base + (1 if i < extra else 0)
+                result.append(params[start:start + n])
+                start += n
+        else:
+            return {}, []
+        result = [g for g in result if g]
+        return ({p: i for i, g in enumerate(result) for p in g}, result)
 
     def _terse_name_parameters(self, named_parameters):
         all_params = [p for group in self.param_groups
@@ -155,8 +201,22 @@ class _DistributedOptimizer:
         def hook(*unused):
             self._terse_passes_left[p] -= 1
             if self._terse_passes_left[p] == 0:
-                self._terse_handles[p] = self._terse_reduce_async(p)
+                self._terse_ready_to_reduce(p)
         return hook
+
+    def _terse_ready_to_reduce(self, p):
+        if self._terse_op == ops.Adasum:
+            return  # Adasum reduces parameter deltas in step().
+        group = self._terse_group_of.get(p)
+        if group is None:
+            self._terse_handles[p] = self._terse_reduce_async(p)
+            return
+        self._terse_ready.add(p)
+        members = self._terse_groups[group]
+        if all(q in self._terse_ready for q in members):
+            for q in members:
+                self._terse_ready.discard(q)
+                self._terse_handles[q] = self._terse_reduce_async(q)
 
     def _terse_check_learning_rate(self):
         """Tells the engine when a group's learning rate fell by >= 10%.
@@ -182,13 +242,22 @@ class _DistributedOptimizer:
             self._terse_check_learning_rate()
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        name = f"grad.{self._terse_names[p]}"
+        if p.grad.is_sparse:
+            if self._terse_sparse_as_dense:
+                p.grad = p.grad.to_dense()
+            else:
+                self._terse_bytes += (p.grad._values().numel() *
+                                      p.grad.element_size())
+                return composed.sparse_allreduce_async(p.grad, name,
+                                                       self._terse_op)
         prescale, postscale = 1.0, 1.0
         if self._terse_op == ops.Average:
             prescale = 1.0 / self._terse_predivide
             postscale = self._terse_predivide
         self._terse_bytes += p.grad.numel() * p.grad.element_size()
         return ops.allreduce_async_(
-            p.grad, name=f"grad.{self._terse_names[p]}", op=self._terse_op,
+            p.grad, name=name, op=self._terse_op,
             prescale_factor=prescale, postscale_factor=postscale,
             compression=self._terse_compression)
 
@@ -198,23 +267,50 @@ class _DistributedOptimizer:
         After it, each parameter's .grad holds the reduced gradient. step()
         calls it unless inside skip_synchronize().
         """
+        if self._terse_op == ops.Adasum:
+            self._terse_synchronized = True
+            return
+        self._terse_ready.clear()
         for p in self._terse_params:
             if p not in self._terse_handles:
                 self._terse_handles[p] = self._terse_reduce_async(p)
-        handles = list(self._terse_handles.values())
+        pending = list(self._terse_handles.items())
         self._terse_handles.clear()
         for p in self._terse_params:
             self._terse_passes_left[p] = self._terse_passes
         first_error = None
-        for handle in handles:
+        for p, handle in pending:
             try:
-                ops.synchronize(handle)
+                result = ops.synchronize(handle)
+                if callable(handle):  # Sparse: a new tensor.
+                    p.grad = result
             except Exception as e:  # noqa: BLE001 - re-raised below.
                 if first_error is None:
                     first_error = e
         if first_error is not None:
             raise first_error
         self._terse_synchronized = True
+
+    def _terse_adasum_step(self, closure):
+        """Horovod's Adasum optimizer: each rank takes its own step, then
+        the parameter deltas are combined with Adasum and applied to the
+        parameters as they were before the step."""
+        start = [p.detach().clone() for p in self._terse_params]
+        for p in self._terse_params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            self._terse_passes_left[p] = self._terse_passes
+        loss = super().step(closure)
+        with torch.no_grad():
+            deltas = [p.detach() - s
+                      for p, s in zip(self._terse_params, start)]
+            handles = [ops.allreduce_async(
+                d, name=f"delta.{self._terse_names[p]}", op=ops.Adasum)
+                for p, d in zip(self._terse_params, deltas)]
+            for p, s, combined in zip(self._terse_params, start,
+                                      ops.synchronize_all(handles)):
+                p.copy_(s + combined)
+        return loss
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -244,6 +340,8 @@ class _DistributedOptimizer:
         self._terse_synchronized = False
         self._terse_steps += 1
         self._terse_restored_engine = None
+        if self._terse_op == ops.Adasum:
+            return self._terse_adasum_step(closure)
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -347,7 +445,9 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=ops.Average,
-                         gradient_predivide_factor=1.0):
+                         gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False,
+                         process_set=process_sets.global_process_set):
     """Wraps `optimizer` so that step() applies rank-reduced gradients.
 
     optimizer: any torch.optim.Optimizer; the wrapper shares its parameter
@@ -361,9 +461,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
         gradient's allreduce and wins over those rules; every rank must pass
         the same choice.
     backward_passes_per_step, op, gradient_predivide_factor: see the module
-        docstring.
+        docstring. op=Adasum: Horovod's Adasum optimizer (each rank steps,
+        the parameter deltas are combined with Adasum).
+    num_groups / groups: Horovod's gradient groups: the gradients of a
+        group are enqueued together once all are ready (num_groups splits
+        the parameters, in order, into that many groups).
+    sparse_as_dense: sparse gradients are densified and allreduced; without
+        it they go through sparse_allreduce_async (allgather).
+    process_set: only the global process set (terse.process_sets).
     """
     basics.check_initialized("DistributedOptimizer()")
+    process_sets.check(process_set, "DistributedOptimizer()")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, "
                         f"not {type(optimizer).__name__}")
@@ -374,7 +482,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._terse_setup(named_parameters, compression,
                          backward_passes_per_step, op,
-                         gradient_predivide_factor)
+                         gradient_predivide_factor, num_groups, groups,
+                         sparse_as_dense)
     return wrapped
 
 

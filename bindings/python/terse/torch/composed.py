@@ -1,0 +1,368 @@
+"""Operations terse composes from its engine's allreduce and allgather.
+
+The engine has allreduce, allgather and broadcast; Horovod's other
+collectives are built here from them, with Horovod's results, shapes and
+errors. What each costs on the wire (n ranks, B bytes of input per rank):
+
+  * grouped_allreduce / grouped_allgather / grouped_reducescatter: one
+    engine op per tensor, all enqueued in the same call so the engine
+    negotiates and fuses them together as it fuses any tensors enqueued
+    together (no extra bytes; the group is not guaranteed to be one cycle).
+  * reducescatter: an allreduce of the whole tensor, then this rank's rows
+    (Horovod's split rule: of R rows, R // n each, the first R % n ranks one
+    more). A ring allreduce moves about 2B(n-1)/n per rank, a native
+    reducescatter B(n-1)/n: twice the bytes.
+  * alltoall: an allgather of every rank's splits (n int64 per rank) and of
+    its data; each rank keeps the rows sent to it. Every rank receives all
+    n ranks' data, about (n-1)B, where a native alltoall receives about B.
+
+A composed operation has a negative handle; synchronize() waits for all its
+parts, then raises the first error, so nothing stays in flight.
+"""
+
+import torch
+
+from terse import basics
+from terse import process_sets
+from terse.torch import ops
+from terse.torch.ops import _Entry, _table
+
+_gp = process_sets.global_process_set
+
+
+def _composed(parts, finish, keep=()):
+    """Registers a composed op: finish(results of parts) is its result."""
+    def run():
+        return finish(ops.synchronize_all(parts))
+    return _table.add_composed(_Entry(keep, run, parts=list(parts)))
+
+
+def _base_name(op, name):
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"{op}: name must be a non-empty string")
+    return _table.auto_name(op) if name is None else name
+
+
+def _check_tensors(op, tensors):
+    if not isinstance(tensors, (list, tuple)) or not tensors:
+        raise ValueError(f"{op}: tensors must be a non-empty list of tensors")
+    for i, t in enumerate(tensors):
+        ops._describe(t, f"{op} tensor {i}")
+
+
+# --- grouped allreduce / allgather --------------------------------------------
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None,
+                            prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=_gp, compression=None):
+    """Enqueues an allreduce of every tensor of `tensors` in one call (names
+    '<name>.<i>'); synchronize() returns the list of results."""
+    op = ops._resolve_op(op, average)
+    basics.check_initialized("grouped_allreduce()")
+    process_sets.check(process_set, "grouped_allreduce()")
+    _check_tensors("grouped_allreduce", tensors)
+    base = _base_name("grouped_allreduce", name)
+    parts = [ops.allreduce_async(t, name=f"{base}.{i}", op=op,
+                                 prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor,
+                                 compression=compression)
+             for i, t in enumerate(tensors)]
+    return _composed(parts, lambda results: results)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
+                             prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=_gp, compression=None):
+    """In-place grouped_allreduce_async."""
+    op = ops._resolve_op(op, average)
+    basics.check_initialized("grouped_allreduce_()")
+    process_sets.check(process_set, "grouped_allreduce_()")
+    _check_tensors("grouped_allreduce_", tensors)
+    base = _base_name("grouped_allreduce", name)
+    parts = [ops.allreduce_async_(t, name=f"{base}.{i}", op=op,
+                                  prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor,
+                                  compression=compression)
+             for i, t in enumerate(tensors)]
+    return _composed(parts, lambda results: results)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=_gp):
+    """The reductions of every tensor of `tensors` (a list). With tensors
+    that require a gradient, each is reduced through the differentiable
+    allreduce (one after another)."""
+    op = ops._resolve_op(op, average)
+    if any(ops._wants_grad(t) for t in tensors):
+        process_sets.check(process_set, "grouped_allreduce()")
+        base = _base_name("grouped_allreduce", name)
+        return [ops.allreduce(t, name=f"{base}.{i}", op=op,
+                              compression=compression,
+                              prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor)
+                for i, t in enumerate(tensors)]
+    return ops.synchronize(grouped_allreduce_async(
+        tensors, name=name, op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, process_set=process_set,
+        compression=compression))
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None,
+                       prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=_gp, compression=None):
+    """Reduces every tensor of `tensors` in place; returns them."""
+    op = ops._resolve_op(op, average)
+    return ops.synchronize(grouped_allreduce_async_(
+        tensors, name=name, op=op, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, process_set=process_set,
+        compression=compression))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=_gp):
+    """Enqueues an allgather of every tensor of `tensors` in one call."""
+    basics.check_initialized("grouped_allgather()")
+    process_sets.check(process_set, "grouped_allgather()")
+    _check_tensors("grouped_allgather", tensors)
+    base = _base_name("grouped_allgather", name)
+    parts = [ops.allgather_async(t, name=f"{base}.{i}")
+             for i, t in enumerate(tensors)]
+    return _composed(parts, lambda results: results)
+
+
+def grouped_allgather(tensors, name=None, process_set=_gp):
+    """The allgather of every tensor of `tensors` (a list)."""
+    return ops.synchronize(grouped_allgather_async(tensors, name,
+                                                   process_set))
+
+
+# --- reducescatter -------------------------------------------------------------
+
+def _rows_of(rank, size, rows):
+    """(offset, count) of `rank`'s rows: Horovod's split of dimension 0."""
+    base, extra = divmod(rows, size)
+    count = base + (1 if rank < extra else 0)
+    offset = rank * base + min(rank, extra)
+    return offset, count
+
+
+def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
+                        compression):
+    if op not in (ops.Sum, ops.Average):
+        raise ops.TerseError(
+            f"reducescatter of '{name}': op {ops._OP_NAMES.get(op, op)} is "
+            "not supported; reducescatter takes Sum or Average")
+    if tensor.dim() == 0:
+        raise ops.TerseError(
+            f"reducescatter of '{name}': a 0-dim tensor cannot be scattered; "
+            "give it at least one dimension")
+    offset, count = _rows_of(basics.rank(), basics.size(), tensor.shape[0])
+    handle = ops.allreduce_async(tensor, name=name, op=op,
+                                 prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor,
+                                 compression=compression)
+    return handle, (lambda full: full.narrow(0, offset, count).clone())
+
+
+def reducescatter_async(tensor, name=None, compression=None, op=None,
+                        process_set=_gp, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Enqueues a reduction of `tensor` whose result is scattered along dim
+    0: this rank receives rows [offset, offset + count) of the reduction
+    (n // size rows each, the first n % size ranks one more). op: Average
+    (default) or Sum. Composed: see the module docstring."""
+    op = ops.Average if op is None else op
+    name = ops._prepare("reducescatter", name, tensor, process_set)
+    handle, cut = _reducescatter_part(tensor, name, op, prescale_factor,
+                                      postscale_factor, compression)
+    return _composed([handle], lambda results: cut(results[0]))
+
+
+class _ReducescatterFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, compression, op, prescale_factor,
+                postscale_factor):
+        ctx.op = op
+        return ops.synchronize(reducescatter_async(
+            tensor, name, compression, op, _gp, prescale_factor,
+            postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = ops.allgather(grad_output)
+        if ctx.op == ops.Average:
+            grad = grad / basics.size()
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=None, op=None,
+                  process_set=_gp, prescale_factor=1.0, postscale_factor=1.0):
+    """This rank's rows of the reduction of `tensor` (see
+    reducescatter_async); differentiable when `tensor` requires a gradient
+    (the gradient is the allgather of the output's, divided by size() for
+    Average)."""
+    op = ops.Average if op is None else op
+    if ops._wants_grad(tensor):
+        process_sets.check(process_set, "reducescatter()")
+        return _ReducescatterFunction.apply(tensor, name, compression, op,
+                                            prescale_factor, postscale_factor)
+    return ops.synchronize(reducescatter_async(
+        tensor, name, compression, op, process_set, prescale_factor,
+        postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, compression=None,
+                                op=None, process_set=_gp,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Enqueues a reducescatter of every tensor of `tensors` in one call."""
+    op = ops.Average if op is None else op
+    basics.check_initialized("grouped_reducescatter()")
+    process_sets.check(process_set, "grouped_reducescatter()")
+    _check_tensors("grouped_reducescatter", tensors)
+    base = _base_name("grouped_reducescatter", name)
+    parts, cuts = [], []
+    for i, t in enumerate(tensors):
+        handle, cut = _reducescatter_part(t, f"{base}.{i}", op,
+                                          prescale_factor, postscale_factor,
+                                          compression)
+        parts.append(handle)
+        cuts.append(cut)
+    return _composed(parts, lambda results: [
+        cut(r) for cut, r in zip(cuts, results)])
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=None,
+                          process_set=_gp, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """The reducescatter of every tensor of `tensors` (a list)."""
+    return ops.synchronize(grouped_reducescatter_async(
+        tensors, name, compression, op, process_set, prescale_factor,
+        postscale_factor))
+
+
+# --- alltoall --------------------------------------------------------------------
+
+def _splits_list(tensor, splits, name):
+    size = basics.size()
+    rows = tensor.shape[0]
+    if splits is None:
+        if rows % size:
+            raise ops.TerseError(
+                f"alltoall of '{name}': the first dimension {rows} is not "
+                f"divisible by the number of ranks {size}; pass splits")
+        return [rows // size] * size
+    if isinstance(splits, torch.Tensor):
+        if splits.is_floating_point() or splits.dim() > 1:
+            raise ops.TerseError(
+                f"alltoall of '{name}': splits must be a 1-d integer tensor "
+                f"or list, got {splits.dtype} of shape {tuple(splits.shape)}")
+        splits = splits.tolist()
+    splits = [int(s) for s in splits]
+    if len(splits) != size:
+        raise ops.TerseError(
+            f"alltoall of '{name}': splits has {len(splits)} entries, one per "
+            f"rank needed ({size})")
+    if any(s < 0 for s in splits):
+        raise ops.TerseError(
+            f"alltoall of '{name}': splits {splits} holds a negative count")
+    if sum(splits) != rows:
+        raise ops.TerseError(
+            f"alltoall of '{name}': splits {splits} sum to {sum(splits)}, "
+            f"the first dimension of the tensor is {rows}")
+    return splits
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=_gp):
+    """Enqueues an alltoall: rank r sends rows [sum(splits[:k]),
+    sum(splits[:k+1])) of `tensor` to rank k (splits=None: equal parts) and
+    receives the rows every rank sent it, in rank order. synchronize()
+    returns (output, received_splits) with received_splits an int32 tensor
+    of the rows from each rank. Composed: see the module docstring."""
+    name = ops._prepare("alltoall", name, tensor, process_set)
+    if tensor.dim() == 0:
+        raise ops.TerseError(
+            f"alltoall of '{name}': a 0-dim tensor cannot be split; give it "
+            "at least one dimension")
+    mine = _splits_list(tensor, splits, name)
+    size, rank = basics.size(), basics.rank()
+    split_tensor = torch.tensor([mine], dtype=torch.int64)
+    splits_handle = ops.allgather_async(split_tensor, name=f"{name}.splits")
+    data_handle = ops.allgather_async(tensor, name=name)
+
+    def finish(results):
+        matrix, data = results[0].tolist(), results[1]
+        received, pieces, start = [], [], 0
+        for source in range(size):
+            row = matrix[source]
+            offset = start + sum(row[:rank])
+            pieces.append(data.narrow(0, offset, row[rank]))
+            received.append(row[rank])
+            start += sum(row)
+        output = torch.cat(pieces, 0) if pieces else data
+        return output, torch.tensor(received, dtype=torch.int32)
+    return _composed([splits_handle, data_handle], finish)
+
+
+class _AlltoallFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        output, received = ops.synchronize(alltoall_async(tensor, splits,
+                                                          name))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, unused_grad_splits):
+        grad, _ = ops.synchronize(alltoall_async(grad_output.contiguous(),
+                                                 ctx.received))
+        return grad, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=_gp):
+    """Horovod's alltoall: the rows every rank sent this rank. Returns the
+    output tensor, or (output, received_splits) when `splits` is given (as
+    Horovod 0.28.1). Differentiable when `tensor` requires a gradient (the
+    gradient is the alltoall of the output's gradient, split as received)."""
+    if ops._wants_grad(tensor):
+        process_sets.check(process_set, "alltoall()")
+        output, received = _AlltoallFunction.apply(tensor, splits, name)
+    else:
+        output, received = ops.synchronize(
+            alltoall_async(tensor, splits, name, process_set))
+    return output if splits is None else (output, received)
+
+
+# --- sparse ---------------------------------------------------------------------
+
+def sparse_allreduce_async(tensor, name, op, process_set=_gp):
+    """Horovod's sparse allreduce: allgathers the indices (transposed, so
+    rows concatenate) and values of a sparse COO tensor; the handle is a
+    function, and synchronize(handle) builds the summed sparse tensor
+    (values divided by size() for Average; duplicate indices stay
+    uncoalesced, as in Horovod)."""
+    process_sets.check(process_set, "sparse_allreduce_async()")
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise TypeError("sparse_allreduce_async takes a sparse COO tensor")
+    if op not in (ops.Sum, ops.Average):
+        raise ValueError("sparse_allreduce_async: op must be Sum or Average")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = ops.allgather_async(t._indices().t().contiguous(),
+                                  name=f"{name}.indices")
+    values = ops.allgather_async(t._values().contiguous(),
+                                 name=f"{name}.values")
+
+    def handle():
+        vals, idx = ops.synchronize_all([values, indices])
+        if op == ops.Average:
+            vals = vals / basics.size()
+        return torch.sparse_coo_tensor(idx.t(), vals, t.size())
+    return handle
+
+
+__all__ = ["grouped_allreduce", "grouped_allreduce_",
+           "grouped_allreduce_async", "grouped_allreduce_async_",
+           "grouped_allgather", "grouped_allgather_async", "reducescatter",
+           "reducescatter_async", "grouped_reducescatter",
+           "grouped_reducescatter_async", "alltoall", "alltoall_async",
+           "sparse_allreduce_async"]

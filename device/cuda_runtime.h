@@ -1,0 +1,39 @@
+// CudaRuntime: the DeviceRuntime over the CUDA runtime API (Device::Kind::
+// kCuda). Compiled and linked in every build; without a device or driver
+// every call returns FailedPrecondition with the runtime's reason.
+//
+// Memory: cudaMalloc on the ordinal's device; AllocateHost is pinned
+// (cudaMallocHost) so that the engine's host staging (TERSE_GPU_OPERATIONS=
+// mpi) copies asynchronously. CheckDeviceMemory is cudaPointerGetAttributes
+// (device/cuda_pointer.h). Streams are non-blocking CUDA streams; events
+// have timing disabled. LaunchHost is cudaLaunchHostFunc (host memory only).
+//
+// Thread-safety: as DeviceRuntime (runtime.h); every call sets its device
+// first (cudaSetDevice), so threads may mix ordinals.
+#ifndef TERSE_DEVICE_CUDA_RUNTIME_H_
+#define TERSE_DEVICE_CUDA_RUNTIME_H_
+
+#include <memory>
+
+#include "device/runtime.h"
+
+namespace terse {
+
+class CudaRuntime : public DeviceRuntime {
+ public:
+  Device::Kind kind() const override { return Device::Kind::kCuda; }
+  bool host_addressable() const override { return false; }
+
+  absl::StatusOr<void*> Allocate(int ordinal, int64_t bytes) override;
+  absl::Status Free(void* ptr) override;
+  absl::StatusOr<void*> AllocateHost(int64_t bytes) override;
+  absl::Status FreeHost(void* ptr) override;
+  absl::Status CheckDeviceMemory(const void* ptr, int64_t bytes, int ordinal,
+                                 absl::string_view what) override;
+  absl::StatusOr<std::unique_ptr<Stream>> CreateStream(int ordinal) override;
+  absl::StatusOr<std::unique_ptr<Event>> CreateEvent(int ordinal) override;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_DEVICE_CUDA_RUNTIME_H_

@@ -1,0 +1,339 @@
+#include "engine/device_executor.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "device/cuda_kernels.h"
+#include "compressors/registry.h"
+#include "engine/momentum_correction.h"
+#include "engine/scale.h"
+
+namespace terse {
+
+DeviceExecutor::DeviceExecutor(const Config& config,
+                               CommunicatorRegistry* registry,
+                               const DeviceRuntimes* runtimes,
+                               BucketReducer* reducer,
+                               NeedsReducer needs_reducer)
+    : config_(config),
+      staged_(config.gpu_operations == "mpi"),
+      reducer_(reducer),
+      needs_reducer_(std::move(needs_reducer)),
+      registry_(registry),
+      runtimes_(runtimes),
+      local_rank_(registry->control()->local_rank()) {}
+
+DeviceExecutor::~DeviceExecutor() {
+  // Pending work may still read or write the fusion and staging buffers.
+  for (auto& [kind, ctx] : contexts_) {
+    absl::Status synced = ctx->stream->Synchronize();
+    if (!synced.ok()) {
+      TERSE_LOG(Error) << "engine stream on " << Device::KindName(kind)
+                       << " at shutdown: " << synced.message();
+    }
+  }
+  fusion_.clear();
+}
+
+void DeviceExecutor::Forget(int bucket_id) {
+  auto it = fusion_.find(bucket_id);
+  if (it == fusion_.end()) return;
+  auto ctx = contexts_.find(it->second.kind);
+  if (ctx != contexts_.end()) {
+    absl::Status synced = ctx->second->stream->Synchronize();
+    if (!synced.ok()) {
+      TERSE_LOG(Error) << "engine stream: " << synced.message();
+    }
+  }
+  fusion_.erase(it);
+}
+
+absl::Status DeviceExecutor::CheckView(const std::string& name,
+                                       const TensorView& view,
+                                       const char* what) {
+  absl::StatusOr<DeviceRuntime*> runtime = runtimes_->Get(view.device.kind);
+  if (!runtime.ok()) {
+    return absl::Status(runtime.status().code(),
+                        absl::StrCat("tensor '", name, "': ", what, " on ",
+                                     view.device.ToString(), ": ",
+                                     runtime.status().message()));
+  }
+  if (view.device.ordinal < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': ", what, " has device ordinal ",
+                     view.device.ordinal));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, fresh] = ordinals_.emplace(view.device.kind, view.device.ordinal);
+    if (!fresh && it->second != view.device.ordinal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "': ", what, " is on ", view.device.ToString(),
+          " but this rank's engine moves ",
+          Device::KindName(view.device.kind), " tensors of ",
+          Device{view.device.kind, it->second}.ToString(),
+          " (one device per kind and rank)"));
+    }
+  }
+  return (*runtime)->CheckDeviceMemory(
+      view.data, view.bytes(), view.device.ordinal,
+      absl::StrCat("tensor '", name, "': ", what));
+}
+
+absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
+  if (e.op == proto::BARRIER || e.op == proto::JOIN) return absl::OkStatus();
+  if (e.input.device.is_cpu()) {
+    if (e.ready != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", e.name, "': a ready event is for device tensors"));
+    }
+    if (e.op == proto::ALLREDUCE && !e.output.device.is_cpu()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", e.name, "': output on ",
+                       e.output.device.ToString(), ", input on cpu"));
+    }
+    return absl::OkStatus();
+  }
+  TERSE_RETURN_IF_ERROR(CheckView(e.name, e.input, "input"));
+  if (e.op != proto::ALLREDUCE) return absl::OkStatus();
+  if (e.output.device != e.input.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", e.name, "': output on ", e.output.device.ToString(),
+        ", input on ", e.input.device.ToString()));
+  }
+  TERSE_RETURN_IF_ERROR(CheckView(e.name, e.output, "output"));
+  if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
+  const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
+                                                   config_);
+  if (c.name != "none") {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", e.name, "': compression '", c.name, "' of ",
+        e.input.device.ToString(),
+        " tensors is not implemented yet; pass compression \"none\" or "
+        "exclude the tensor with TERSE_COMPRESSION_RULES"));
+  }
+  if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor '", e.name, "': TERSE_MOMENTUM_CORRECTION on ",
+        e.input.device.ToString(),
+        " tensors is not implemented yet; set TERSE_MOMENTUM_CORRECTION=0 "
+        "and let the optimizer apply momentum"));
+  }
+  return absl::OkStatus();
+}
+
+bool DeviceExecutor::HostAddressable(Device::Kind kind) const {
+  absl::StatusOr<DeviceRuntime*> runtime = runtimes_->Get(kind);
+  return runtime.ok() && (*runtime)->host_addressable();
+}
+
+absl::StatusOr<DeviceExecutor::Context*> DeviceExecutor::ContextFor(
+    Device::Kind kind) {
+  auto it = contexts_.find(kind);
+  if (it != contexts_.end()) return it->second.get();
+  auto ctx = std::make_unique<Context>();
+  TERSE_ASSIGN_OR_RETURN(ctx->runtime, runtimes_->Get(kind));
+  {
+    absl::MutexLock lock(&mu_);
+    auto pinned = ordinals_.find(kind);
+    ctx->ordinal = pinned != ordinals_.end() ? pinned->second : local_rank_;
+  }
+  TERSE_ASSIGN_OR_RETURN(ctx->stream, ctx->runtime->CreateStream(ctx->ordinal));
+  Context* raw = ctx.get();
+  contexts_.emplace(kind, std::move(ctx));
+  return raw;
+}
+
+absl::StatusOr<void*> DeviceExecutor::Staging(Context* ctx, int64_t bytes) {
+  if (ctx->staging.data() == nullptr || ctx->staging.bytes() < bytes) {
+    // The stream may still copy from the old buffer.
+    TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+    TERSE_ASSIGN_OR_RETURN(ctx->staging,
+                           DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal,
+                                                  bytes, /*host=*/true));
+  }
+  return ctx->staging.data();
+}
+
+absl::StatusOr<void*> DeviceExecutor::Scratch(Context* ctx, int64_t bytes) {
+  if (ctx->scratch.data() == nullptr || ctx->scratch.bytes() < bytes) {
+    TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+    TERSE_ASSIGN_OR_RETURN(
+        ctx->scratch,
+        DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bytes));
+  }
+  return ctx->scratch.data();
+}
+
+absl::Status DeviceExecutor::ScaledCopy(Context* ctx, void* dst,
+                                        const void* src, int64_t count,
+                                        DataType dtype, double factor) {
+  if (count == 0 || (dst == src && factor == 1.0)) return absl::OkStatus();
+  if (factor == 1.0) {
+    return ctx->stream->Memcpy(
+        dst, src, count * static_cast<int64_t>(DataTypeSize(dtype)));
+  }
+  if (ctx->runtime->host_addressable()) {
+    // The simulated device: the CPU kernel, run in stream order.
+    return ctx->stream->LaunchHost([dst, src, count, dtype, factor] {
+      terse::ScaledCopy(dst, src, count, dtype, factor);
+    });
+  }
+  return CudaScaledCopy(ctx->ordinal, ctx->stream->native_handle(), dst, src,
+                        count, dtype, factor);
+}
+
+absl::Status DeviceExecutor::Collective(
+    Context* ctx, void* data, int64_t bytes,
+    const std::function<absl::Status(Communicator*, void*)>& op) {
+  if (staged_) {
+    TERSE_ASSIGN_OR_RETURN(void* host, Staging(ctx, bytes));
+    TERSE_RETURN_IF_ERROR(ctx->stream->Memcpy(host, data, bytes));
+    TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+    TERSE_RETURN_IF_ERROR(op(registry_->control(), host));
+    return ctx->stream->Memcpy(data, host, bytes);
+  }
+  TERSE_ASSIGN_OR_RETURN(
+      Communicator * comm,
+      registry_->ForDevice(Device{ctx->runtime->kind(), ctx->ordinal}));
+  TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+  TERSE_RETURN_IF_ERROR(op(comm, data));
+  return comm->Synchronize();
+}
+
+absl::Status DeviceExecutor::RecordDone(Context* ctx,
+                                        std::shared_ptr<Event>* done) {
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Event> event,
+                         ctx->runtime->CreateEvent(ctx->ordinal));
+  TERSE_RETURN_IF_ERROR(ctx->stream->Record(event.get()));
+  *done = std::move(event);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceExecutor::RunBucket(
+    const Bucket& bucket, const std::vector<const TensorEntry*>& entries,
+    std::shared_ptr<Event>* done) {
+  const Device::Kind kind = static_cast<Device::Kind>(bucket.device_kind);
+  TERSE_ASSIGN_OR_RETURN(Context * ctx, ContextFor(kind));
+  auto it = fusion_.find(bucket.id);
+  if (it == fusion_.end() || it->second.buffer.bytes() < bucket.bytes) {
+    if (it != fusion_.end()) TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+    TERSE_ASSIGN_OR_RETURN(
+        DeviceBuffer buffer,
+        DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bucket.bytes));
+    const int64_t runs = it != fusion_.end() ? it->second.runs : 0;
+    it = fusion_
+             .insert_or_assign(bucket.id,
+                               Fusion{kind, std::move(buffer), runs})
+             .first;
+  }
+  uint8_t* region = it->second.buffer.as<uint8_t>();
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(bucket.dtype));
+
+  // Fuse: after each producer's event, member i's input (x prescale) into
+  // its place in the region; zeros for a member without a local op.
+  int64_t offset = 0;
+  for (size_t i = 0; i < bucket.members.size(); ++i) {
+    const int64_t count = bucket.members[i].count;
+    const TensorEntry* e = entries[i];
+    if (e != nullptr && e->ready != nullptr) {
+      TERSE_RETURN_IF_ERROR(ctx->stream->WaitEvent(e->ready.get()));
+    }
+    if (e != nullptr) {
+      TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, region + offset * elem,
+                                       e->input.data, count, bucket.dtype,
+                                       bucket.prescale));
+    } else {
+      TERSE_RETURN_IF_ERROR(
+          ctx->stream->Memset(region + offset * elem, 0, count * elem));
+    }
+    offset += count;
+  }
+
+  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage
+                          ? ReduceOp::kSum
+                          : bucket.reduce_op;
+  const DataType dtype = bucket.dtype;
+  const int64_t count = bucket.count;
+  int size = registry_->control()->size();
+  if (ctx->runtime->host_addressable() && needs_reducer_ &&
+      needs_reducer_(bucket)) {
+    // The reducer's CPU kernels read and write the region: the fuse must
+    // have run.
+    TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+    BucketReduceContext rctx;
+    rctx.bucket = &bucket;
+    rctx.data = region;
+    rctx.op = op;
+    rctx.comm = registry_->control();
+    rctx.track = absl::StrCat("bucket ", bucket.id);
+    rctx.step = it->second.runs++;
+    rctx.host_addressable = true;
+    TERSE_RETURN_IF_ERROR(reducer_->Reduce(rctx));
+  } else {
+    TERSE_RETURN_IF_ERROR(Collective(
+        ctx, region, bucket.bytes, [&](Communicator* comm, void* data) {
+          return comm->Allreduce(data, count, dtype, op);
+        }));
+  }
+
+  // Unfuse: the result (x postscale, / size for an average) into each
+  // output this rank has.
+  double scale = bucket.postscale;
+  if (bucket.reduce_op == ReduceOp::kAverage) scale /= size;
+  offset = 0;
+  for (size_t i = 0; i < bucket.members.size(); ++i) {
+    const int64_t n = bucket.members[i].count;
+    if (const TensorEntry* e = entries[i]) {
+      TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, e->output.data,
+                                       region + offset * elem, n, dtype,
+                                       scale));
+    }
+    offset += n;
+  }
+  return RecordDone(ctx, done);
+}
+
+absl::Status DeviceExecutor::RunBroadcast(Device::Kind kind,
+                                          const TensorEntry* entry,
+                                          int64_t bytes, int root,
+                                          std::shared_ptr<Event>* done) {
+  TERSE_ASSIGN_OR_RETURN(Context * ctx, ContextFor(kind));
+  void* buffer = nullptr;
+  if (entry != nullptr) {
+    if (entry->ready != nullptr) {
+      TERSE_RETURN_IF_ERROR(ctx->stream->WaitEvent(entry->ready.get()));
+    }
+    buffer = entry->input.data;
+  } else {
+    TERSE_ASSIGN_OR_RETURN(buffer, Scratch(ctx, bytes));
+  }
+  TERSE_RETURN_IF_ERROR(
+      Collective(ctx, buffer, bytes, [&](Communicator* comm, void* data) {
+        return comm->Broadcast(data, bytes, root);
+      }));
+  return RecordDone(ctx, done);
+}
+
+absl::Status DeviceExecutor::RunAllgather(
+    Device::Kind kind, const TensorEntry* entry,
+    const std::vector<int64_t>& recv_bytes, void* recv) {
+  TERSE_ASSIGN_OR_RETURN(Context * ctx, ContextFor(kind));
+  Communicator* control = registry_->control();
+  const int64_t mine = recv_bytes[control->rank()];
+  TERSE_ASSIGN_OR_RETURN(void* host, Staging(ctx, mine));
+  if (entry != nullptr) {
+    if (entry->ready != nullptr) {
+      TERSE_RETURN_IF_ERROR(ctx->stream->WaitEvent(entry->ready.get()));
+    }
+    TERSE_RETURN_IF_ERROR(ctx->stream->Memcpy(host, entry->input.data, mine));
+  }
+  TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+  if (entry == nullptr) std::memset(host, 0, static_cast<size_t>(mine));
+  return control->Allgatherv(host, recv, recv_bytes);
+}
+
+}  // namespace terse

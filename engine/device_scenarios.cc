@@ -1,0 +1,578 @@
+#include "engine/device_scenarios.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "common/status.h"
+
+namespace terse {
+namespace testing {
+namespace {
+
+// A rank's simulated device and the framework's streams on it: the
+// producer writes inputs late (a deliberate delay per piece of work), the
+// consumer reads results.
+struct RankDevice {
+  SimRuntime* sim = nullptr;
+  int ordinal = 0;
+  std::unique_ptr<SimStream> producer;
+  std::unique_ptr<SimStream> consumer;
+};
+
+absl::StatusOr<RankDevice> MakeDevice(SimRuntime* sim, const Engine& engine) {
+  RankDevice d;
+  d.sim = sim;
+  d.ordinal = engine.local_rank();
+  TERSE_ASSIGN_OR_RETURN(
+      d.producer, sim->CreateSimStream(d.ordinal, std::chrono::milliseconds(2)));
+  // The consumer is prompt, so that reading a result before the engine's
+  // (late) stream wrote it is visible.
+  TERSE_ASSIGN_OR_RETURN(d.consumer, sim->CreateSimStream(
+                                         d.ordinal, std::chrono::microseconds(0)));
+  return d;
+}
+
+// Host bytes of `values` in `dtype` (small integers: exact in every type).
+std::vector<uint8_t> Encode(DataType dtype, const std::vector<double>& values) {
+  const size_t elem = DataTypeSize(dtype);
+  std::vector<uint8_t> out(values.size() * elem);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint8_t* p = out.data() + i * elem;
+    const double v = values[i];
+    switch (dtype) {
+      case DataType::kFloat32: {
+        float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DataType::kFloat64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DataType::kFloat16: {
+        uint16_t h = FloatToHalf(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        uint16_t h = FloatToBFloat16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DataType::kInt32: {
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kInt64: {
+        int64_t x = static_cast<int64_t>(v);
+        std::memcpy(p, &x, 8);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+double Decode(DataType dtype, const uint8_t* p) {
+  switch (dtype) {
+    case DataType::kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DataType::kFloat64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DataType::kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return HalfToFloat(h);
+    }
+    case DataType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return BFloat16ToFloat(h);
+    }
+    case DataType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case DataType::kInt64: {
+      int64_t x;
+      std::memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+    default:
+      return NAN;
+  }
+}
+
+// A device tensor written by the producer stream: `host` is copied to
+// device memory late; `ready` covers the copy. `host` stays alive here
+// until the copy ran.
+struct Uploaded {
+  std::vector<uint8_t> host;
+  DeviceBuffer buffer;
+  std::shared_ptr<Event> ready;
+  TensorView view;
+};
+
+absl::StatusOr<std::unique_ptr<Uploaded>> Upload(RankDevice& d,
+                                                 DataType dtype,
+                                                 const std::vector<double>& v) {
+  auto u = std::make_unique<Uploaded>();
+  u->host = Encode(dtype, v);
+  TERSE_ASSIGN_OR_RETURN(u->buffer,
+                         DeviceBuffer::Allocate(d.sim, d.ordinal,
+                                                static_cast<int64_t>(u->host.size())));
+  // Stale contents, so that reading before the copy is visibly wrong.
+  std::memset(u->buffer.data(), 0x7f, u->host.size());
+  TERSE_RETURN_IF_ERROR(d.producer->Memcpy(u->buffer.data(), u->host.data(),
+                                           static_cast<int64_t>(u->host.size())));
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready,
+                         d.sim->CreateEvent(d.ordinal));
+  TERSE_RETURN_IF_ERROR(d.producer->Record(ready.get()));
+  u->ready = std::move(ready);
+  u->view = TensorView(u->buffer.data(), static_cast<int64_t>(v.size()), dtype,
+                       Device::Sim(d.ordinal));
+  return u;
+}
+
+// The consumer's view of `u` after the op's completion event: the consumer
+// stream waits on `done` (device side) and copies the result out.
+absl::StatusOr<std::vector<double>> Download(RankDevice& d, Event* done,
+                                             const Uploaded& u) {
+  std::vector<uint8_t> bytes(u.host.size());
+  if (done != nullptr) TERSE_RETURN_IF_ERROR(d.consumer->WaitEvent(done));
+  TERSE_RETURN_IF_ERROR(d.consumer->Memcpy(bytes.data(), u.buffer.data(),
+                                           static_cast<int64_t>(bytes.size())));
+  TERSE_RETURN_IF_ERROR(d.consumer->Synchronize());
+  const size_t elem = DataTypeSize(u.view.dtype);
+  std::vector<double> out(bytes.size() / elem);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = Decode(u.view.dtype, bytes.data() + i * elem);
+  }
+  return out;
+}
+
+double Value(int rank, int t, int64_t i) {
+  return static_cast<double>((rank + 1) * ((t + i) % 4 + 1));
+}
+
+// Every dtype the backends reduce, sum / average / max, several steps (the
+// second on cached responses): results through the consumer stream.
+absl::Status AllreduceDtypes(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  const std::vector<DataType> dtypes = {
+      DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+      DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
+  const int n = engine.size();
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::unique_ptr<Uploaded>> ups;
+    std::vector<Handle> handles;
+    std::vector<ReduceOp> ops;
+    for (size_t t = 0; t < dtypes.size(); ++t) {
+      const DataType dt = dtypes[t];
+      const int64_t count = 37 + 11 * t;
+      std::vector<double> v(count);
+      for (int64_t i = 0; i < count; ++i) v[i] = Value(rank, t, i);
+      TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u, Upload(d, dt, v));
+      const ReduceOp op = t == 1 ? ReduceOp::kAverage
+                          : t == 4 ? ReduceOp::kMax
+                                   : ReduceOp::kSum;
+      TERSE_ASSIGN_OR_RETURN(
+          Handle h, engine.AllreduceAsync(
+                        absl::StrCat("dt", t), u->view, u->view, {count}, op,
+                        1.0, 1.0, nullptr, "", u->ready));
+      ups.push_back(std::move(u));
+      handles.push_back(h);
+      ops.push_back(op);
+    }
+    for (size_t t = 0; t < dtypes.size(); ++t) {
+      TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done,
+                             engine.WaitIssued(handles[t]));
+      TERSE_RETURN_IF_ERROR(
+          Expect(done != nullptr, "a device allreduce has a done event"));
+      TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
+                             Download(d, done.get(), *ups[t]));
+      for (size_t i = 0; i < got.size(); ++i) {
+        double want = 0;
+        for (int r = 0; r < n; ++r) {
+          const double x = Value(r, t, i);
+          want = ops[t] == ReduceOp::kMax ? std::max(want, x) : want + x;
+        }
+        if (ops[t] == ReduceOp::kAverage) want /= n;
+        if (std::abs(got[i] - want) > 1e-12 * std::abs(want)) {
+          return absl::InternalError(absl::StrCat(
+              "step ", step, " ", DataTypeName(dtypes[t]), "[", i,
+              "] = ", got[i], ", want ", want));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Many small tensors fused, prescale and postscale, written out of place;
+// Wait() (host) instead of the consumer stream.
+absl::Status FusionAndScaling(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  const int tensors = 40;
+  std::vector<std::unique_ptr<Uploaded>> in, out;
+  std::vector<Handle> handles;
+  for (int t = 0; t < tensors; ++t) {
+    const int64_t count = 1 + (t * 13) % 50;
+    std::vector<double> v(count), zeros(count, 0.0);
+    for (int64_t i = 0; i < count; ++i) v[i] = Value(rank, t, i);
+    // The output first: the input's event then covers both writes (one
+    // producer stream, in order).
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> b,
+                           Upload(d, DataType::kFloat32, zeros));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> a,
+                           Upload(d, DataType::kFloat32, v));
+    TERSE_ASSIGN_OR_RETURN(
+        Handle h, engine.AllreduceAsync(absl::StrCat("f", t), a->view, b->view,
+                                        {count}, ReduceOp::kSum, 2.0, 0.25,
+                                        nullptr, "", a->ready));
+    in.push_back(std::move(a));
+    out.push_back(std::move(b));
+    handles.push_back(h);
+  }
+  for (int t = 0; t < tensors; ++t) {
+    TERSE_RETURN_IF_ERROR(engine.Wait(handles[t]));
+    // After Wait the host may read device memory (simulated: host memory).
+    const float* got = out[t]->buffer.as<float>();
+    for (int64_t i = 0; i < out[t]->view.count; ++i) {
+      double want = 0;
+      for (int r = 0; r < engine.size(); ++r) want += Value(r, t, i);
+      want *= 0.5;
+      if (got[i] != want) {
+        return absl::InternalError(absl::StrCat("f", t, "[", i, "] = ",
+                                                got[i], ", want ", want));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The producer stream is held while the op is enqueued: the engine cannot
+// have read the input until it is released, so a missing stream wait would
+// fuse the stale bytes. The handle stays incomplete meanwhile.
+absl::Status WaitsForTheProducer(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  d.producer->Hold();
+  std::vector<double> v(100, rank + 1.0);
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
+                         Upload(d, DataType::kFloat32, v));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle h, engine.AllreduceAsync("held", u->view, u->view, {100},
+                                      ReduceOp::kSum, 1.0, 1.0, nullptr, "",
+                                      u->ready));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  absl::StatusOr<bool> polled = engine.Poll(h);
+  d.producer->Release();
+  TERSE_RETURN_IF_ERROR(polled.status());
+  TERSE_RETURN_IF_ERROR(
+      Expect(!*polled, "the op completed while its producer was held"));
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(h));
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
+                         Download(d, done.get(), *u));
+  const double want = engine.size() * (engine.size() + 1) / 2.0;
+  for (double x : got) {
+    if (x != want) {
+      return absl::InternalError(absl::StrCat("held: ", x, ", want ", want));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastAndAllgather(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  const int root = engine.size() - 1;
+  std::vector<double> v(64);
+  for (int i = 0; i < 64; ++i) v[i] = Value(rank, 3, i);
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> b,
+                         Upload(d, DataType::kBFloat16, v));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle hb, engine.BroadcastAsync("bc", b->view, {8, 8}, root, nullptr,
+                                       b->ready));
+  // Rank r contributes r + 1 rows of 3 int32.
+  std::vector<double> rows(3 * (rank + 1));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = 100 * rank + i;
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> g,
+                         Upload(d, DataType::kInt32, rows));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle hg, engine.AllgatherAsync("ag", g->view, {rank + 1, 3}, nullptr,
+                                       g->ready));
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(hb));
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
+                         Download(d, done.get(), *b));
+  for (int i = 0; i < 64; ++i) {
+    if (got[i] != Value(root, 3, i)) {
+      return absl::InternalError(absl::StrCat("broadcast[", i, "] = ", got[i]));
+    }
+  }
+  TERSE_RETURN_IF_ERROR(engine.Wait(hg));
+  TERSE_ASSIGN_OR_RETURN(AllgatherResult result,
+                         engine.TakeAllgatherResult(hg));
+  std::vector<int32_t> want;
+  for (int r = 0; r < engine.size(); ++r) {
+    for (int i = 0; i < 3 * (r + 1); ++i) want.push_back(100 * r + i);
+  }
+  TERSE_RETURN_IF_ERROR(Expect(
+      result.data.size() == want.size() * 4 &&
+          std::memcmp(result.data.data(), want.data(), result.data.size()) == 0,
+      "allgather of device tensors differs from the concatenation"));
+  return Expect(result.shape[0] == engine.size() * (engine.size() + 1) / 2,
+                absl::StrCat("allgather first dim ", result.shape[0]));
+}
+
+// The last rank joins at once; the others' device allreduces count it as
+// zeros (it takes part with a device buffer of zeros of its own).
+absl::Status JoinOnDevice(SimRuntime* sim, int rank, Engine& engine) {
+  const int last = engine.size() - 1;
+  if (rank == last) {
+    TERSE_ASSIGN_OR_RETURN(int joined_last, engine.Join());
+    return Expect(joined_last >= 0 && joined_last < last,
+                  absl::StrCat("last joined ", joined_last));
+  }
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  for (int step = 0; step < 3; ++step) {
+    std::vector<double> v(20, rank + 1.0);
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
+                           Upload(d, DataType::kFloat32, v));
+    TERSE_ASSIGN_OR_RETURN(
+        Handle h, engine.AllreduceAsync("j", u->view, u->view, {20},
+                                        ReduceOp::kSum, 1.0, 1.0, nullptr, "",
+                                        u->ready));
+    TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(h));
+    TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
+                           Download(d, done.get(), *u));
+    const double want = last * (last + 1) / 2.0;
+    TERSE_RETURN_IF_ERROR(Expect(got[19] == want,
+                                 absl::StrCat("joined sum ", got[19], ", want ",
+                                              want)));
+  }
+  TERSE_ASSIGN_OR_RETURN(int joined_last, engine.Join());
+  return Expect(joined_last >= 0 && joined_last < last,
+                absl::StrCat("last joined ", joined_last));
+}
+
+// Bad device arguments fail at enqueue with the tensor's name.
+absl::Status DeviceArgumentErrors(SimRuntime* sim, int rank, Engine& engine) {
+  (void)rank;
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  std::vector<float> host(8);
+  const Device mine = Device::Sim(d.ordinal);
+  TensorView fake(host.data(), 8, DataType::kFloat32, mine);
+  absl::StatusOr<Handle> h =
+      engine.AllreduceAsync("hostmem", fake, fake, {8}, ReduceOp::kSum);
+  TERSE_RETURN_IF_ERROR(ExpectContains(h.status(), "tensor 'hostmem'"));
+  TERSE_RETURN_IF_ERROR(
+      ExpectContains(h.status(), "not simulated-device memory"));
+
+  TERSE_ASSIGN_OR_RETURN(DeviceBuffer buf,
+                         DeviceBuffer::Allocate(sim, d.ordinal, 32));
+  TensorView good(buf.data(), 8, DataType::kFloat32, mine);
+  h = engine.AllreduceAsync("badspec", good, good, {8}, ReduceOp::kSum, 1.0,
+                            1.0, nullptr, "zip");
+  TERSE_RETURN_IF_ERROR(ExpectContains(h.status(), "tensor 'badspec'"));
+  TensorView cpu(host.data(), 8, DataType::kFloat32);
+  h = engine.AllreduceAsync("mixed", good, cpu, {8}, ReduceOp::kSum);
+  TERSE_RETURN_IF_ERROR(ExpectContains(h.status(), "output on cpu"));
+
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Event> event,
+                         sim->CreateEvent(d.ordinal));
+  h = engine.AllreduceAsync("cpu-ready", cpu, cpu, {8}, ReduceOp::kSum, 1.0,
+                            1.0, nullptr, "", std::move(event));
+  TERSE_RETURN_IF_ERROR(
+      ExpectContains(h.status(), "a ready event is for device tensors"));
+
+  TensorView other(buf.data(), 8, DataType::kFloat32,
+                   Device::Sim(d.ordinal + 1));
+  h = engine.AllreduceAsync("otherdev", other, other, {8}, ReduceOp::kSum);
+  TERSE_RETURN_IF_ERROR(ExpectContains(h.status(), "one device per kind"));
+
+  TensorView cuda(buf.data(), 8, DataType::kFloat32, Device::Cuda(0));
+  h = engine.AllreduceAsync("cuda", cuda, cuda, {8}, ReduceOp::kSum);
+  return ExpectContains(h.status(), "no device runtime is registered for cuda");
+}
+
+// Rank 0 passes a device tensor, the others a CPU one of the same name:
+// every rank fails that op with the disagreement, and the engine goes on.
+absl::Status DeviceKindMismatch(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  std::vector<double> v(5, 1.0);
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
+                         Upload(d, DataType::kFloat32, v));
+  std::vector<float> host(5, 1.0f);
+  TensorView cpu(host.data(), 5, DataType::kFloat32);
+  absl::StatusOr<Handle> h =
+      rank == 0 ? engine.AllreduceAsync("mm", u->view, u->view, {5},
+                                        ReduceOp::kSum, 1.0, 1.0, nullptr, "",
+                                        u->ready)
+                : engine.AllreduceAsync("mm", cpu, cpu, {5}, ReduceOp::kSum);
+  TERSE_RETURN_IF_ERROR(h.status());
+  absl::Status status = engine.Wait(*h);
+  TERSE_RETURN_IF_ERROR(ExpectContains(status, "device"));
+  TERSE_RETURN_IF_ERROR(ExpectContains(status, "sim"));
+  TERSE_RETURN_IF_ERROR(d.producer->Synchronize());
+  // Still usable afterwards.
+  return AllreduceDtypes(sim, rank, engine);
+}
+
+// Values of step `step` (deterministic, rank-dependent, not small integers:
+// compression rounds them).
+std::vector<double> Gradient(int rank, int step, int64_t n) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    v[i] = std::sin(0.37 * i + 1.3 * rank + 0.71 * step) * (1 + i % 7);
+  }
+  return v;
+}
+
+// Allreduces the same values as a simulated-device tensor and as a CPU
+// tensor, each in its own bucket with compression `spec`; returns both
+// results (the CPU path is the reference).
+absl::Status StepBoth(RankDevice& d, Engine& engine, const std::string& spec,
+                      const std::string& dev_name, const std::string& cpu_name,
+                      const std::vector<double>& v, std::vector<double>* dev,
+                      std::vector<float>* cpu) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
+                         Upload(d, DataType::kFloat32, v));
+  cpu->assign(v.begin(), v.end());
+  TensorView cv(cpu->data(), n, DataType::kFloat32);
+  TERSE_ASSIGN_OR_RETURN(
+      Handle hd, engine.AllreduceAsync(dev_name, u->view, u->view, {n},
+                                       ReduceOp::kSum, 1.0, 1.0, nullptr, spec,
+                                       u->ready));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle hc, engine.AllreduceAsync(cpu_name, cv, cv, {n}, ReduceOp::kSum,
+                                       1.0, 1.0, nullptr, spec));
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(hd));
+  TERSE_RETURN_IF_ERROR(engine.Wait(hc));
+  TERSE_ASSIGN_OR_RETURN(*dev, Download(d, done.get(), *u));
+  return absl::OkStatus();
+}
+
+absl::Status ExpectSame(const std::vector<double>& dev,
+                        const std::vector<float>& cpu,
+                        const std::string& what) {
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (static_cast<float>(dev[i]) != cpu[i]) {
+      return absl::InternalError(absl::StrCat(what, "[", i, "]: device ",
+                                              dev[i], ", cpu ", cpu[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Each compressor on simulated-device buckets equals the CPU path bit for
+// bit over several steps (residuals carried between steps).
+absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  for (const std::string spec : {"fp16", "bf16", "topk:10", "efsignsgd",
+                                 "powersgd:2"}) {
+    for (int step = 0; step < 3; ++step) {
+      std::vector<double> dev;
+      std::vector<float> cpu;
+      TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "dev." + spec,
+                                     "cpu." + spec,
+                                     Gradient(rank, step, 3000), &dev, &cpu));
+      TERSE_RETURN_IF_ERROR(
+          ExpectSame(dev, cpu, absl::StrCat(spec, " step ", step)));
+    }
+  }
+  // Both paths really compressed (equal results of two dense sends would
+  // prove nothing): every bucket sent something other than "none".
+  int compressed = 0;
+  for (const BucketReport& r : engine.compression().Reports()) {
+    if (r.compressor != "none") ++compressed;
+  }
+  return Expect(compressed >= 10,
+                absl::StrCat(compressed, " of 10 buckets compressed"));
+}
+
+// A checkpoint of a simulated-device bucket's compression state loads for
+// the same tensor on the CPU (and the CPU's for the device): the step after
+// the load equals the step the saving engine took.
+absl::Status CheckpointAcrossDeviceKinds(SimRuntime* sim, int rank,
+                                         Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  const std::string spec = "topk:10";
+  const int64_t n = 2000;
+  std::vector<double> dev;
+  std::vector<float> cpu;
+  for (int step = 0; step < 2; ++step) {
+    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "a", "b",
+                                   Gradient(rank, step, n), &dev, &cpu));
+  }
+  TERSE_ASSIGN_OR_RETURN(std::string saved, engine.compression().SaveState());
+  // Step 2 as the saving engine takes it: "a" on the device, "b" on the CPU.
+  TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "a", "b",
+                                 Gradient(rank, 2, n), &dev, &cpu));
+  const std::vector<double> a_on_device = dev;
+  const std::vector<float> b_on_cpu = cpu;
+  // Back to the checkpoint, then step 2 with the kinds swapped.
+  TERSE_RETURN_IF_ERROR(engine.compression().LoadState(saved));
+  TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "b", "a",
+                                 Gradient(rank, 2, n), &dev, &cpu));
+  TERSE_RETURN_IF_ERROR(ExpectSame(dev, b_on_cpu, "b: saved on cpu, on sim"));
+  std::vector<float> a_device_f(a_on_device.begin(), a_on_device.end());
+  std::vector<double> cpu_d(cpu.begin(), cpu.end());
+  return ExpectSame(cpu_d, a_device_f, "a: saved on sim, on cpu");
+}
+
+}  // namespace
+
+std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
+                                      const DeviceRuntimes* runtimes) {
+  using Body = absl::Status (*)(SimRuntime*, int, Engine&);
+  const std::vector<std::pair<std::string, Body>> bodies = {
+      {"AllreduceDtypes", AllreduceDtypes},
+      {"FusionAndScaling", FusionAndScaling},
+      {"WaitsForTheProducer", WaitsForTheProducer},
+      {"BroadcastAndAllgather", BroadcastAndAllgather},
+      {"JoinOnDevice", JoinOnDevice},
+      {"DeviceArgumentErrors", DeviceArgumentErrors},
+      {"DeviceKindMismatch", DeviceKindMismatch},
+      {"CompressedEqualsCpu", CompressedEqualsCpu},
+      {"CheckpointAcrossDeviceKinds", CheckpointAcrossDeviceKinds},
+  };
+  std::vector<Scenario> all;
+  for (const char* mode : {"nccl", "mpi"}) {
+    for (const auto& [name, body] : bodies) {
+      Scenario s;
+      s.name = std::string(mode) == "mpi" ? name + "Staged" : name;
+      const std::string ops = mode;
+      s.configure = [ops](Config* c) {
+        c->gpu_operations = ops;
+        c->min_compress_bytes = 0;  // Compress the scenarios' small buckets.
+      };
+      Body b = body;
+      s.body = [sim, b](int rank, Engine& engine) {
+        return b(sim, rank, engine);
+      };
+      s.options.devices = runtimes;
+      all.push_back(std::move(s));
+    }
+  }
+  return all;
+}
+
+}  // namespace testing
+}  // namespace terse

@@ -1,0 +1,141 @@
+// The engine's device path on a real CUDA device (tag gpu; skipped without
+// one): one rank over NCCL, and four ranks (threads) sharing one GPU with
+// TERSE_GPU_OPERATIONS=mpi (host staging over loopback, the way several
+// ranks share a GPU that NCCL would refuse). Results are compared with the
+// sums computed on the host.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "collectives/loopback/loopback.h"
+#include "collectives/nccl/nccl_communicator.h"
+#include "collectives/registry.h"
+#include "common/cuda_probe.h"
+#include "common/status.h"
+#include "device/cuda_runtime.h"
+#include "engine/engine.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace {
+
+// Value i of rank r: small integers, exact in fp32 sums.
+float Value(int r, int64_t i) { return static_cast<float>((r + 1) * (i % 5 + 1)); }
+
+// Allreduces (Sum) and averages two tensors on cuda:0 with the ready and
+// done events, and checks them on the host.
+absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
+  const int64_t n = (int64_t{1} << 20) + 3;
+  std::vector<float> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = Value(rank, i);
+  TERSE_ASSIGN_OR_RETURN(DeviceBuffer a,
+                         DeviceBuffer::Allocate(cuda, 0, n * 4));
+  TERSE_ASSIGN_OR_RETURN(DeviceBuffer b,
+                         DeviceBuffer::Allocate(cuda, 0, n * 4));
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> producer,
+                         cuda->CreateStream(0));
+  TERSE_RETURN_IF_ERROR(producer->Memcpy(a.data(), host.data(), n * 4));
+  TERSE_RETURN_IF_ERROR(producer->Memcpy(b.data(), host.data(), n * 4));
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready, cuda->CreateEvent(0));
+  TERSE_RETURN_IF_ERROR(producer->Record(ready.get()));
+  std::shared_ptr<Event> shared_ready = std::move(ready);
+  TensorView av(a.data(), n, DataType::kFloat32, Device::Cuda(0));
+  TensorView bv(b.data(), n, DataType::kFloat32, Device::Cuda(0));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle ha, engine.AllreduceAsync("a", av, av, {n}, ReduceOp::kSum, 1.0,
+                                       1.0, nullptr, "", shared_ready));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle hb, engine.AllreduceAsync("b", bv, bv, {n}, ReduceOp::kAverage,
+                                       1.0, 1.0, nullptr, "", shared_ready));
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(ha));
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> consumer,
+                         cuda->CreateStream(0));
+  std::vector<float> got(n);
+  TERSE_RETURN_IF_ERROR(consumer->WaitEvent(done.get()));
+  TERSE_RETURN_IF_ERROR(consumer->Memcpy(got.data(), a.data(), n * 4));
+  TERSE_RETURN_IF_ERROR(consumer->Synchronize());
+  TERSE_RETURN_IF_ERROR(engine.Wait(hb));
+  std::vector<float> avg(n);
+  TERSE_RETURN_IF_ERROR(producer->Memcpy(avg.data(), b.data(), n * 4));
+  TERSE_RETURN_IF_ERROR(producer->Synchronize());
+  const int size = engine.size();
+  for (int64_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r = 0; r < size; ++r) want += Value(r, i);
+    if (got[i] != want || avg[i] != want / size) {
+      return absl::InternalError(absl::StrCat("rank ", rank, " [", i,
+                                              "]: sum ", got[i], " avg ",
+                                              avg[i], ", want ", want));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class EngineCudaGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (ProbeCuda().device_count == 0) {
+      GTEST_SKIP() << "no CUDA device: " << ProbeCuda().why_none;
+    }
+    runtimes_.Register(&cuda_).IgnoreError();
+  }
+  CudaRuntime cuda_;
+  DeviceRuntimes runtimes_;
+};
+
+TEST_F(EngineCudaGpuTest, OneRankOverNccl) {
+  LoopbackGroup group(1);
+  Communicator* comm = group.communicator(0);
+  BackendTable table;
+  ASSERT_TRUE(table
+                  .Register("loop", Device::Kind::kCpu,
+                            [comm](Device, Communicator*)
+                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                              return BorrowCommunicator(comm);
+                            })
+                  .ok());
+  ASSERT_TRUE(table
+                  .Register("nccl", Device::Kind::kCuda,
+                            [](Device d, Communicator* control)
+                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                              TERSE_ASSIGN_OR_RETURN(
+                                  std::unique_ptr<NcclCommunicator> c,
+                                  NcclCommunicator::Create(control, d.ordinal));
+                              return std::unique_ptr<Communicator>(std::move(c));
+                            })
+                  .ok());
+  Config config = Config::Defaults();
+  config.cycle_time_ms = 1;
+  absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> registry =
+      CommunicatorRegistry::Create(config, std::move(table));
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  EngineOptions options;
+  options.devices = &runtimes_;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(config, registry->get(), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  absl::Status status = AllreduceOnCuda(**engine, &cuda_, 0);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_TRUE((*engine)->Shutdown().ok());
+}
+
+TEST_F(EngineCudaGpuTest, FourRanksOnOneGpuStagedThroughTheHost) {
+  Config config = Config::Defaults();
+  config.cycle_time_ms = 1;
+  config.gpu_operations = "mpi";
+  EngineOptions options;
+  options.devices = &runtimes_;
+  absl::Status status = RunLoopbackRanks(4, [&](int rank, Communicator* comm) {
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                           Engine::Create(config, comm, options));
+    absl::Status s = AllreduceOnCuda(*engine, &cuda_, rank);
+    if (s.ok()) s = engine->Barrier();
+    absl::Status shut = engine->Shutdown();
+    return s.ok() ? shut : s;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+}  // namespace
+}  // namespace terse
