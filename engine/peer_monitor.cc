@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 namespace terse {
 namespace {
@@ -64,6 +65,39 @@ absl::StatusOr<std::unique_ptr<PeerMonitor>> PeerMonitor::Create(
   }
   return std::unique_ptr<PeerMonitor>(new PeerMonitor(
       rank, size, period_seconds, fd, ntohs(addr.sin_port)));
+}
+
+absl::StatusOr<std::unique_ptr<PeerMonitor>> PeerMonitor::Connect(
+    Communicator* comm, double period_seconds) {
+  const int size = comm->size();
+  absl::StatusOr<std::unique_ptr<PeerMonitor>> made =
+      period_seconds > 0
+          ? Create(comm->rank(), size, period_seconds)
+          : absl::StatusOr<std::unique_ptr<PeerMonitor>>(nullptr);
+  const std::string mine =
+      made.ok() && *made != nullptr ? (*made)->LocalAddresses() : "";
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(size);
+  TERSE_RETURN_IF_ERROR(comm->Allgather(&len, lens.data(), sizeof(len)));
+  std::vector<int64_t> offsets(size + 1, 0);
+  for (int r = 0; r < size; ++r) {
+    if (lens[r] < 0 || lens[r] > (1 << 16)) {
+      return absl::DataLossError(absl::StrCat(
+          "peer monitor: rank ", r, " sent an address list of ", lens[r],
+          " bytes"));
+    }
+    offsets[r + 1] = offsets[r] + lens[r];
+  }
+  std::string all(offsets[size], '\0');
+  TERSE_RETURN_IF_ERROR(comm->Allgatherv(mine.data(), all.data(), lens));
+  if (!made.ok() || *made == nullptr) return made;
+  std::vector<std::string> addresses(size);
+  for (int r = 0; r < size; ++r) {
+    addresses[r] = all.substr(offsets[r], lens[r]);
+  }
+  TERSE_RETURN_IF_ERROR((*made)->SetPeers(addresses));
+  (*made)->Start();
+  return made;
 }
 
 PeerMonitor::PeerMonitor(int rank, int size, double period_seconds, int fd,

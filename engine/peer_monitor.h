@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "collectives/communicator.h"
 #include "engine/types.h"
 
 namespace terse {
@@ -37,6 +38,16 @@ class PeerMonitor {
   // cannot be opened or bound; rank/size out of range; period <= 0.
   static absl::StatusOr<std::unique_ptr<PeerMonitor>> Create(
       int rank, int size, double period_seconds);
+
+  // Collective over `comm` (every rank must call it, whatever its period,
+  // so that ranks configured differently still issue the same calls):
+  // creates a monitor, exchanges every rank's LocalAddresses (an allgather
+  // of lengths, then of the strings) and starts it. period_seconds <= 0:
+  // takes part with nothing to offer and returns null. Errors (a socket, the
+  // exchange, a peer's address) come after the exchange; the caller may go
+  // on without a monitor.
+  static absl::StatusOr<std::unique_ptr<PeerMonitor>> Connect(
+      Communicator* comm, double period_seconds);
   ~PeerMonitor();
   PeerMonitor(const PeerMonitor&) = delete;
   PeerMonitor& operator=(const PeerMonitor&) = delete;

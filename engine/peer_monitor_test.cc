@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/loopback/loopback.h"
 #include "gtest/gtest.h"
 
 namespace terse {
@@ -67,6 +68,32 @@ TEST(PeerMonitorTest, TheRankThatFallsSilentIsNamedAndOnlyIt) {
   // Rank 2 itself still hears the others.
   EXPECT_TRUE(m[2]->Silent(1.0, Clock::now()).empty());
   EXPECT_EQ(m[0]->SilentFor(0, Clock::now()), 0.0);
+}
+
+TEST(PeerMonitorTest, ConnectExchangesAddressesOverACommunicator) {
+  LoopbackGroup group(3);
+  std::vector<std::unique_ptr<PeerMonitor>> m(3);
+  std::vector<absl::Status> status(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      // Rank 2 runs without a monitor: it still takes part.
+      auto made = PeerMonitor::Connect(group.communicator(r),
+                                       r == 2 ? 0.0 : 0.05);
+      status[r] = made.status();
+      if (made.ok()) m[r] = std::move(*made);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+  ASSERT_NE(m[0], nullptr);
+  ASSERT_NE(m[1], nullptr);
+  EXPECT_EQ(m[2], nullptr);
+  // Ranks 0 and 1 hear each other; rank 2 sends nothing, so both name it.
+  ASSERT_TRUE(Eventually([&] {
+    return m[0]->Silent(1.0, Clock::now()) == std::vector<int>{2} &&
+           m[1]->Silent(1.0, Clock::now()) == std::vector<int>{2};
+  }));
 }
 
 TEST(PeerMonitorTest, StrayDatagramsAreIgnored) {
