@@ -48,14 +48,11 @@ Random events between batches (drawn from the shared seed):
   restore   load_compression_state() of the last save: the law's e(before)
             then is the saved residual, so a restore that did not restore
             fails the next check of that slot.
-  unnamed   (--unnamed) an allreduce without a name ('allreduce.noname.N'):
-            a fresh name every time, whose bucket and state the engine
-            must drop (TERSE_FORGET_AFTER_STEPS, --forget-after) or RSS
-            grows without bound. An error-feedback slot the engine forgot
-            the same way restarts from a zero residual: for a slot unused
-            for at least that many operations (the engine counts at most a
-            step per allreduce) the check also accepts e(before) = 0, and
-            counts it as forgotten; for any other slot it does not.
+  unnamed   (--unnamed) an allreduce without a name: a fresh name each
+            time, whose state the engine must drop (--forget-after,
+            TERSE_FORGET_AFTER_STEPS). An EF slot unused for that many ops
+            may have been forgotten (restarting from a zero residual): only
+            for such a slot does the check also accept e(before) = 0.
 
 Reported per rank: ops and ops/s, peak RSS (VmHWM), RSS growth after the
 warm-up (the first 20% of the time; RSS sampled at quiescent points, between
@@ -274,8 +271,7 @@ class Soak:
         self.skipped = {}
         # Reference: sum over ranks of each EF slot's residual (float64).
         self.residual_sums = {}
-        # Operation index of each EF slot's last use, and the engine's
-        # TERSE_FORGET_AFTER_STEPS (check_ef).
+        # Op index of each EF slot's last use; the engine's forget bound.
         self.last_use = {}
         self.forget_after = (DEFAULT_FORGET_AFTER if args.forget_after is None
                              else args.forget_after)
@@ -512,12 +508,9 @@ class Soak:
                                    name=f"soak.res.{name}").numpy()
         after = gathered.astype(np.float64).sum(axis=0)
         before = self.residual_sums.get(name, np.zeros(d))
-        # The engine may have forgotten the slot (engine/bucket_assigner.h):
-        # its residual then restarts at zero. It counts at most one step
-        # per allreduce, so only a slot unused for TERSE_FORGET_AFTER_STEPS
-        # operations or more can have been forgotten: for such a slot the
-        # law may hold with e(before) = 0 instead; for any other a lost
-        # residual still fails.
+        # A slot unused for TERSE_FORGET_AFTER_STEPS ops or more may have
+        # been forgotten (the engine counts at most a step per allreduce):
+        # then the law may hold with e(before) = 0 instead.
         since = spec["index"] - self.last_use.get(name, spec["index"])
         self.last_use[name] = spec["index"]
         forget = self.forget_after
@@ -541,10 +534,8 @@ class Soak:
             tol = 8 * (self.size + 2) * EPS["float32"] * m + 1e-30
             if not gathered.any():
                 # No residual on any rank: the step went dense or through a
-                # cast (GraVAC's portfolio has fp16), which drops the
-                # residual and, like the fp16 compressor, keeps no error
-                # feedback: the result is sum_r (g_r + e_r(before)) within
-                # fp16's rounding.
+                # cast (GraVAC's fp16), which keeps no error feedback: the
+                # result is sum_r (g_r + e_r(before)) within fp16 rounding.
                 tol = tol + (self.size + 1) * 2.0 ** -10 * m + \
                     (self.size + 1) * 2.0 ** -24
             err = np.abs(lhs - rhs)
