@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "collectives/reduce.h"
+#include "collectives/sim_communicator.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "collectives/sim_communicator.h"
 #include "compressors/registry.h"
 #include "device/cuda_runtime.h"
 
@@ -199,8 +199,8 @@ Engine::Engine(const Config& config, const EngineOptions& options,
                                    std::max(config.cycle_time_ms, 0.01)))),
       owned_cuda_(options.devices == nullptr ? std::make_unique<CudaRuntime>()
                                              : nullptr),
-      runtimes_(ChooseRuntimes(options.devices, owned_cuda_.get(),
-                               &owned_runtimes_)),
+      runtimes_(
+          ChooseRuntimes(options.devices, owned_cuda_.get(), &owned_runtimes_)),
       timeline_(std::move(timeline)),
       negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
                                            config.stall_check_seconds,
@@ -249,14 +249,11 @@ absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   return handle;
 }
 
-absl::StatusOr<Handle> Engine::AllreduceAsync(const std::string& name,
-                                              TensorView in, TensorView out,
-                                              const std::vector<int64_t>& shape,
-                                              ReduceOp op, double prescale,
-                                              double postscale,
-                                              DoneCallback callback,
-                                              const std::string& compression,
-                                              std::shared_ptr<Event> ready) {
+absl::StatusOr<Handle> Engine::AllreduceAsync(
+    const std::string& name, TensorView in, TensorView out,
+    const std::vector<int64_t>& shape, ReduceOp op, double prescale,
+    double postscale, DoneCallback callback, const std::string& compression,
+    std::shared_ptr<Event> ready) {
   TensorEntry e;
   if (!compression.empty()) {
     absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(compression);
@@ -401,6 +398,9 @@ EngineStats Engine::stats() const {
 }
 
 void Engine::Loop() {
+  // Collective (heartbeat addresses), on the thread of every collective.
+  stall_guard_ = StallGuard::Start(comm_, rank_, config_.stall_shutdown_seconds,
+                                   [this] { return queue_.InFlightNames(); });
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   Clock::time_point next = Clock::now();
@@ -421,8 +421,10 @@ void Engine::Loop() {
       in_flight_[name] = std::move(e);
       if (!submitted.ok()) Finish(name, submitted);
     }
-    absl::StatusOr<CycleOutcome> outcome =
-        negotiator_.RunCycle(queue_.shutdown_requested(), local_error_);
+    absl::StatusOr<CycleOutcome> outcome = [&] {
+      StallGuard::Phase phase(stall_guard_.get(), "negotiation");
+      return negotiator_.RunCycle(queue_.shutdown_requested(), local_error_);
+    }();
     if (!outcome.ok()) {
       Stop(outcome.status(), /*fatal=*/true);
       return;
@@ -547,10 +549,13 @@ void Engine::RunBucket(int id, Clock::time_point ready_at) {
   // Even after a local error this rank takes part, so that no peer blocks in
   // the collective; the error reaches every rank in the next cycle.
   std::shared_ptr<Event> done;
-  absl::Status status =
-      bucket.device_kind == static_cast<int32_t>(Device::Kind::kCpu)
-          ? executor_.Run(bucket, entries, ready_at)
-          : device_.RunBucket(bucket, entries, &done);
+  absl::Status status = [&] {
+    StallGuard::Phase phase(stall_guard_.get(), "allreduce of bucket ",
+                            std::to_string(id));
+    return bucket.device_kind == static_cast<int32_t>(Device::Kind::kCpu)
+               ? executor_.Run(bucket, entries, ready_at)
+               : device_.RunBucket(bucket, entries, &done);
+  }();
   if (!status.ok() && local_error_.ok()) local_error_ = status;
   std::vector<std::string> names;
   names.reserve(bucket.members.size());
@@ -562,6 +567,7 @@ void Engine::RunBucket(int id, Clock::time_point ready_at) {
 void Engine::RunBroadcast(const proto::Response& r,
                           Clock::time_point ready_at) {
   const std::string& name = r.names(0);
+  StallGuard::Phase phase(stall_guard_.get(), "broadcast of ", name);
   const Clock::time_point start = Clock::now();
   std::vector<int64_t> shape(r.shape().begin(), r.shape().end());
   const int64_t count = ShapeElements(shape);
@@ -612,6 +618,7 @@ void Engine::RunBroadcast(const proto::Response& r,
 void Engine::RunAllgather(const proto::Response& r,
                           Clock::time_point ready_at) {
   const std::string& name = r.names(0);
+  StallGuard::Phase phase(stall_guard_.get(), "allgather of ", name);
   const Clock::time_point start = Clock::now();
   auto malformed = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(
@@ -645,8 +652,8 @@ void Engine::RunAllgather(const proto::Response& r,
   auto it = in_flight_.find(name);
   std::vector<uint8_t> scratch;
   const void* send = nullptr;
-  const bool local = it != in_flight_.end() &&
-                     it->second.input.bytes() == recv_bytes[rank_];
+  const bool local =
+      it != in_flight_.end() && it->second.input.bytes() == recv_bytes[rank_];
   if (local) {
     send = it->second.input.data;
   } else {

@@ -28,13 +28,13 @@
 // enqueue with Unimplemented.
 //
 // Errors: a bad argument is an error at enqueue. A disagreement between
-// ranks (dtype, shape, op, root, scales, compression) fails that op on every rank with a
-// message naming the tensor and the ranks on each side. A fatal error (a
-// failed collective, a stall past TERSE_STALL_SHUTDOWN_SECONDS, a malformed
-// peer message) is agreed across ranks (first error wins), fails every
-// pending op with that root cause, and every later enqueue fails fast with
-// it. Shutdown (by any rank) stops every rank's engine; pending ops fail with
-// "terse was shut down".
+// ranks (dtype, shape, op, root, scales, compression) fails that op on every
+// rank with a message naming the tensor and the ranks on each side. A fatal
+// error (a failed collective, a stall past TERSE_STALL_SHUTDOWN_SECONDS, a
+// malformed peer message) is agreed across ranks (first error wins), fails
+// every pending op with that root cause, and every later enqueue fails fast
+// with it. Shutdown (by any rank) stops every rank's engine; pending ops fail
+// with "terse was shut down".
 #ifndef TERSE_ENGINE_ENGINE_H_
 #define TERSE_ENGINE_ENGINE_H_
 
@@ -54,14 +54,15 @@
 #include "collectives/registry.h"
 #include "common/config.h"
 #include "common/tensor_view.h"
+#include "device/runtime.h"
 #include "engine/bucket_assigner.h"
 #include "engine/bucket_executor.h"
 #include "engine/bucket_reducer.h"
-#include "device/runtime.h"
 #include "engine/compressed_reducer.h"
 #include "engine/device_executor.h"
 #include "engine/handle_table.h"
 #include "engine/negotiator.h"
+#include "engine/stall_guard.h"
 #include "engine/tensor_queue.h"
 #include "engine/timeline.h"
 #include "engine/types.h"
@@ -255,6 +256,9 @@ class Engine {
   DeviceExecutor device_;
   absl::flat_hash_map<std::string, TensorEntry> in_flight_;
   absl::Status local_error_;
+  // TERSE_STALL_SHUTDOWN_SECONDS inside a blocking collective (null when
+  // off); set at the start of Loop.
+  std::unique_ptr<StallGuard> stall_guard_;
 
   mutable absl::Mutex mu_;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
