@@ -116,6 +116,7 @@ datacentre() {
     names+=("${PREFIX}$i")
   done
   local log=$STATE.router.log
+  rm -f "$log"  # The router truncates it only once started: no stale "ready".
   local rt=()
   (( DC_RT_PRIORITY > 0 )) && rt=(--rt_priority "$DC_RT_PRIORITY")
   "$router" --netns "$(IFS=,; echo "${names[*]}")" --subnet "$SUBNET" \
