@@ -35,7 +35,7 @@ step torch_step_shm $py bench/torch_step_bench.py --transport shm \
   --modes terse:none,horovod:none,terse:fp16,horovod:fp16 --rounds 3 \
   --steps 80 --warmup 10
 step allreduce_1mib bench/run_allreduce_bench.sh 4 --min_bytes=1048576 \
-  --max_bytes=67108864 --rounds=2
+  --max_bytes=67108864 --budget_bytes=134217728 --rounds=2
 integration/netns/netns.sh datacentre 4 >"$out/netns_up.log" 2>&1 || exit 1
 step link_probe $py integration/netns/link_probe.py
 step engine_netns env TRANSPORT=netns bench/engine/run.sh --rounds 2
