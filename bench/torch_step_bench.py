@@ -1,47 +1,49 @@
 """Training throughput of the Fashion-MNIST demo CNN: terse against PyTorch
-DDP over gloo, same model, data, batch and optimizer, in one invocation.
+DDP over gloo and Horovod 0.28.1, same model, data, batch and optimizer, in
+one invocation.
 
     /usr/bin/python3 bench/torch_step_bench.py               # 4 ranks
     /usr/bin/python3 bench/torch_step_bench.py --np 2 --modes ddp,terse:none
+    /usr/bin/python3 bench/torch_step_bench.py --transport shm \
+        --modes terse:none,horovod:none,terse:fp16,horovod:fp16
 
-The driver (this script without --worker) launches one `terserun -np N` job
-per mode and round, interleaving the modes round by round so that machine
-noise hits them alike, and reports per mode the median images/s over rounds
-(each round: --warmup steps untimed, then --steps timed) and its ratio to
-DDP, plus the CPU time all ranks spent per step (process time, every
-thread: compute, communication and background threads), which external
-load on a shared machine distorts much less than wall time. A mode is `ddp` or `terse:<compressor>[:cf]` (the compressor goes to
-the engine as TERSE_COMPRESSION / TERSE_CF for that job). The last line is
-one JSON object. Nothing is asserted: this is a measurement, not a test.
+The driver (this script without --worker) launches one mpirun job per mode
+and round (bench/mpi_launch.py: tools/terserun's command for every mode),
+interleaving the modes round by round so that machine noise hits them
+alike, and reports per mode the median images/s over rounds (each round:
+--warmup steps untimed, then --steps timed), its ratio to DDP and to
+Horovod's same compression, plus the CPU time all ranks spent per step
+(process time, every thread: compute, communication and background threads),
+which external load on a shared machine distorts much less than wall time.
+A mode is `ddp`, `terse:<compressor>[:cf]` (the compressor goes to the engine
+as TERSE_COMPRESSION / TERSE_CF for that job) or `horovod:none|fp16`
+(horovod.torch.DistributedOptimizer with Compression.none / fp16, from the
+environment bench/peers/horovod.sh builds). The last line is one JSON
+object. Nothing is asserted: this is a measurement, not a test.
 
-Transport: DDP's gloo always talks TCP over loopback. By default
-(--transport tcp) terse's MPI does too (`--mca btl self,tcp`, TCP and OOB on
-lo), so every mode pays the same network stack and the comparison is of
-the libraries. --transport shm lets terse use Open MPI's shared memory
-(vader) as tools/terserun does by default on one host: faster for terse, but
-then the modes differ in transport as well as library, and the output says
-so. With more ranks than cores, OMPI_MCA_mpi_yield_when_idle=1 is set for
-every mode (waiting ranks yield their core).
+Transport: DDP's gloo always talks TCP over loopback. terse and Horovod
+always share one mpirun command. By default (--transport tcp) it uses
+`--mca btl self,tcp` (TCP and OOB on lo), so every mode pays the same
+network stack. --transport shm is terserun's one-host default (shared memory
+plus TCP on lo): terse and Horovod still compare like with like, DDP then
+differs in transport as well as library, and the output says so.
+--transport netns runs the MPI modes across integration/netns's namespaces.
+With more ranks than cores, OMPI_MCA_mpi_yield_when_idle=1 is set for every
+mode (waiting ranks yield their core).
 """
 
 import argparse
 import json
 import os
 import shlex
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULT_TAG = "BENCH_RESULT "
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mpi_launch  # noqa: E402
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+ROOT = mpi_launch.ROOT
 
 
 # --- one rank ----------------------------------------------------------------
@@ -69,6 +71,18 @@ def worker(args):
         model = torch.nn.parallel.DistributedDataParallel(model)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         done = dist.destroy_process_group
+    elif args.worker.startswith("horovod:"):
+        # Horovod's documented recipe, as its examples write it.
+        import horovod.torch as hvd
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        compression = {"none": hvd.Compression.none,
+                       "fp16": hvd.Compression.fp16}[args.worker[8:]]
+        optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(),
+            compression=compression)
+        done = hvd.shutdown
     else:
         import terse.torch as tt
         tt.init()
@@ -108,85 +122,39 @@ def worker(args):
     if rank == 0:
         result["images_per_s"] = args.steps * batch * size / seconds
         result["step_ms"] = 1000 * seconds / args.steps
-    # One write per line: mpirun interleaves the ranks' output otherwise.
-    sys.stdout.write(RESULT_TAG + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    mpi_launch.emit(result)
     done()
 
 
 # --- driver ------------------------------------------------------------------
 
-def _pythonpath():
-    parts = [os.path.join(ROOT, "bindings", "python"),
-             os.path.join(ROOT, "bazel-bin", "bindings", "python")]
-    if os.environ.get("PYTHONPATH"):
-        parts.append(os.environ["PYTHONPATH"])
-    return os.pathsep.join(parts)
-
-
-def _results(text):
-    """Every JSON object that follows a RESULT_TAG in `text`."""
-    decoder = json.JSONDecoder()
-    out, start = [], text.find(RESULT_TAG)
-    while start >= 0:
-        try:
-            obj, _ = decoder.raw_decode(text, start + len(RESULT_TAG))
-            out.append(obj)
-        except json.JSONDecodeError:
-            pass
-        start = text.find(RESULT_TAG, start + 1)
-    return out
-
-
-def _mpirun_command(args, env):
-    """tools/terserun's mpirun command for -np N (its defaults for one
-    host), with the btl list set to self,tcp for --transport tcp. (mpirun
-    rejects an MCA parameter given twice, so --mpi-args cannot override
-    terserun's btl list: the list is edited instead.)"""
-    from importlib.machinery import SourceFileLoader
-    terserun = SourceFileLoader(
-        "terserun", os.path.join(ROOT, "tools", "terserun")).load_module()
-    launch = argparse.Namespace(np=args.np, hosts=None, hostfile=None,
-                                mpi_args="", command=[])
-    cmd = terserun.build_command(launch, env, os.geteuid(),
-                                 os.cpu_count() or 1)
-    if args.transport == "tcp":
-        at = [i for i in range(len(cmd) - 2)
-              if cmd[i] == "--mca" and cmd[i + 1] == "btl"]
-        if len(at) != 1:
-            raise SystemExit(f"terserun gave no single btl list: {cmd}")
-        cmd[at[0] + 2] = "self,tcp"
-    return cmd
-
-
 def run_mode(args, mode):
-    env = dict(os.environ, PYTHONPATH=_pythonpath())
-    worker_mode = mode
-    if mode.startswith("terse:"):
+    library = mode.split(":")[0]
+    extra = {}
+    if library == "terse":
         name, _, cf = mode[len("terse:"):].partition(":")
-        env["TERSE_COMPRESSION"] = name
+        extra["TERSE_COMPRESSION"] = name
         if cf:
-            env["TERSE_CF"] = cf
-        else:
-            env.pop("TERSE_CF", None)
-        worker_mode = "terse"
-    elif mode != "ddp":
-        raise SystemExit(f"unknown mode {mode!r}: ddp or terse:<compressor>")
-    if args.np > (os.cpu_count() or 1):
-        env["OMPI_MCA_mpi_yield_when_idle"] = "1"
-    cmd = _mpirun_command(args, env) + [
-        sys.executable, os.path.abspath(__file__), "--worker", worker_mode,
-        "--port", str(_free_port()), "--batch", str(args.batch), "--warmup",
-        str(args.warmup), "--steps", str(args.steps)]
+            extra["TERSE_CF"] = cf
+    elif mode not in ("ddp", "horovod:none", "horovod:fp16"):
+        raise SystemExit(f"unknown mode {mode!r}: ddp, terse:<compressor>[:cf]"
+                         " or horovod:none|fp16")
+    env = mpi_launch.job_env(args.np, library, extra)
+    if library == "terse" and not extra.get("TERSE_CF"):
+        env.pop("TERSE_CF", None)
+    python = (mpi_launch.horovod_python() if library == "horovod"
+              else sys.executable)
+    program = [python, os.path.abspath(__file__), "--worker", mode,
+               "--port", str(mpi_launch.free_port()), "--batch",
+               str(args.batch), "--warmup", str(args.warmup), "--steps",
+               str(args.steps)]
     if args.verbose:
-        print("+ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                          timeout=args.timeout)
-    ranks = _results(proc.stdout)
-    if proc.returncode != 0 or len(ranks) != args.np:
-        raise RuntimeError(f"mode {mode} failed (exit {proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    result = next(r for r in ranks if r["rank"] == 0)
+        cmd = mpi_launch.mpirun_command(args.np, args.transport, env)
+        print("+ " + " ".join(shlex.quote(c) for c in cmd + program),
+              flush=True)
+    ranks = mpi_launch.run_job(args.np, args.transport, env, program,
+                               args.timeout)
+    result = ranks[0]
     # CPU of all ranks per step: what the mode costs, whatever else runs.
     result["cpu_ms_per_step"] = (1000 * sum(r["cpu_seconds"] for r in ranks)
                                  / args.steps)
@@ -196,20 +164,41 @@ def run_mode(args, mode):
 def transport_of(args, mode):
     if mode == "ddp":
         return "gloo, TCP on lo"
-    if args.transport == "tcp":
-        return "Open MPI btl self,tcp, TCP on lo"
-    return "Open MPI btl self,vader,tcp (shared memory)"
+    return mpi_launch.describe_transport(args.transport)
+
+
+def _kind_of_transport(args, mode):
+    if mode == "ddp" or args.transport == "tcp":
+        return "tcp-lo"
+    return args.transport
+
+
+def _horovod_peer(mode):
+    """The Horovod mode `mode` is compared with: terse:none with
+    horovod:none, terse:fp16 with horovod:fp16; None for the others."""
+    if mode in ("terse:none", "terse:fp16"):
+        return "horovod:" + mode.split(":")[1]
+    return None
 
 
 def driver(args):
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.transport == "netns" and "ddp" in modes:
+        raise SystemExit("ddp (gloo on 127.0.0.1) cannot run across "
+                         "namespaces: drop it with --transport netns")
+    if any(m.startswith("horovod:") for m in modes):
+        mpi_launch.horovod_python()
+    mpi_launch.check_transport(args.transport, args.np)
     transports = {m: transport_of(args, m) for m in modes}
-    same = len(set(t.split(",")[-1].strip() for t in transports.values())) == 1
+    same = len(set(_kind_of_transport(args, m) for m in modes)) == 1
+    load_before = mpi_launch.load_average()
+    print(f"torch_step_bench: {args.np} ranks, load average {load_before}")
     print("transport: " + "; ".join(f"{m}: {t}" for m, t in transports.items()))
     if not same:
-        print("NOTE: the modes do not share a transport (terse over shared "
-              "memory, DDP over TCP): the ratios compare transports as well "
-              "as libraries; --transport tcp compares like with like.")
+        print("NOTE: the modes do not share a transport (MPI over shared "
+              "memory, DDP's gloo over TCP): ratios to ddp compare transports "
+              "as well as libraries (--transport tcp compares like with "
+              "like); terse and horovod share the mpirun command.")
     results = {m: [] for m in modes}
     cpu = {m: [] for m in modes}
     for round_index in range(args.rounds):
@@ -227,24 +216,36 @@ def driver(args):
     cpu_medians = {m: statistics.median(v) for m, v in cpu.items()}
     reference = medians.get("ddp")
     cpu_reference = cpu_medians.get("ddp")
+    nan = float("nan")
     print()
     print(f"{'mode':<18} {'images/s (median)':>18} {'min':>8} {'max':>8} "
-          f"{'vs ddp':>7} {'CPU ms/step':>12} {'vs ddp':>7}")
+          f"{'vs ddp':>7} {'vs horovod':>10} {'CPU ms/step':>12} "
+          f"{'vs ddp':>7} {'vs horovod':>10}")
+    vs_horovod, cpu_vs_horovod = {}, {}
     for m in modes:
-        ratio = medians[m] / reference if reference else float("nan")
-        cpu_ratio = (cpu_medians[m] / cpu_reference if cpu_reference
-                     else float("nan"))
+        peer = _horovod_peer(m)
+        if peer in medians:
+            vs_horovod[m] = medians[m] / medians[peer]
+            cpu_vs_horovod[m] = cpu_medians[m] / cpu_medians[peer]
+        ratio = medians[m] / reference if reference else nan
+        cpu_ratio = cpu_medians[m] / cpu_reference if cpu_reference else nan
         print(f"{m:<18} {medians[m]:18.0f} {min(results[m]):8.0f} "
-              f"{max(results[m]):8.0f} {ratio:7.2f} {cpu_medians[m]:12.1f} "
-              f"{cpu_ratio:7.2f}")
+              f"{max(results[m]):8.0f} {ratio:7.2f} "
+              f"{vs_horovod.get(m, nan):10.2f} {cpu_medians[m]:12.1f} "
+              f"{cpu_ratio:7.2f} {cpu_vs_horovod.get(m, nan):10.2f}")
     summary = {
         "bench": "torch_step_bench", "ranks": args.np, "batch": args.batch,
         "steps": args.steps, "rounds": args.rounds,
         "transport": transports, "same_transport": same,
+        "load_average_before": load_before,
+        "load_average_after": mpi_launch.load_average(),
         "images_per_s": {m: round(v, 1) for m, v in medians.items()},
         "ratio_vs_ddp": ({m: round(v / reference, 3)
                           for m, v in medians.items()} if reference else {}),
+        "ratio_vs_horovod": {m: round(v, 3) for m, v in vs_horovod.items()},
         "cpu_ms_per_step": {m: round(v, 1) for m, v in cpu_medians.items()},
+        "cpu_ratio_vs_horovod": {m: round(v, 3)
+                                 for m, v in cpu_vs_horovod.items()},
     }
     print(json.dumps(summary), flush=True)
 
@@ -258,9 +259,11 @@ def main():
     parser.add_argument("--modes",
                         default="ddp,terse:none,terse:fp16,terse:topk:100")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--transport", choices=("tcp", "shm"), default="tcp",
-                        help="terse's MPI transport: tcp (default, like "
-                        "gloo's) or shm (shared memory; not like gloo's)")
+    parser.add_argument("--transport", choices=mpi_launch.TRANSPORTS,
+                        default="tcp",
+                        help="the MPI modes' transport: tcp (default, like "
+                        "gloo's), shm (terserun's: shared memory; not like "
+                        "gloo's) or netns (integration/netns; no ddp)")
     parser.add_argument("--batch", type=int, default=32,
                         help="images per rank per step")
     parser.add_argument("--warmup", type=int, default=20)

@@ -6,6 +6,12 @@
 # used (10.77.0.0/24 on the bridge).
 #
 #   netns.sh up N RATE     e.g. netns.sh up 4 100mbit   (RATE "none": no limit)
+#   netns.sh datacentre N  a data-centre network with per-message latency:
+#                          every packet crosses the sender's link and the
+#                          receiver's link, each $DC_DELAY_US us and
+#                          $DC_RATE_MBIT Mbit/s (defaults below: 50 us one
+#                          way, 100 us round trip), through delay_router
+#                          (see below)
 #   netns.sh down          removes every namespace this script made
 #   netns.sh hosts         prints the host addresses, one a line
 #
@@ -20,11 +26,36 @@ PREFIX=${TERSE_NETNS_PREFIX:-terse-ns}
 BRIDGE_NS=${PREFIX}-br
 SUBNET=${TERSE_NETNS_SUBNET:-10.77.0}
 STATE=${TERSE_NETNS_STATE:-/run/terse-netns.hosts}
+# The data-centre setting: a one-way host-to-host latency of 2 x DC_DELAY_US
+# (two links), of the order of a switch hop plus the kernel stacks of two
+# machines (tens of microseconds), and a rate the 2 cores of this machine can
+# drive with 4 ranks (measured: docs/results/engine_speed.md), so that the
+# link, not the CPU, bounds large messages. This kernel has no tc netem (nor
+# fq), so no qdisc can delay a packet: `datacentre` joins the namespaces
+# through TUN devices and one user-space router instead of veth pairs and a
+# bridge (delay_router.cc: a star network, store and forward, its model
+# tested in star_network_test.cc). MTU 65000 on the TUN devices stands for
+# TSO/GRO (the stacks move 64 KiB segments; the rate still counts bytes).
+# The router runs under SCHED_FIFO DC_RT_PRIORITY (0: not real-time) so that
+# busy ranks on the same cores delay it less; its pid is in $STATE.router.pid.
+DC_RATE_MBIT=${TERSE_NETNS_DC_RATE_MBIT:-1000}
+DC_DELAY_US=${TERSE_NETNS_DC_DELAY_US:-25}
+DC_RT_PRIORITY=${TERSE_NETNS_DC_RT_PRIORITY:-10}
+DC_MTU=65000
+ROUTER_PID=$STATE.router.pid
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 address() { echo "$SUBNET.$(( $1 + 1 ))"; }
 
 down() {
   local namespaces
+  if [ -f "$ROUTER_PID" ]; then
+    local router
+    router=$(cat "$ROUTER_PID")
+    kill -s TERM "$router" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$router" 2>/dev/null || break; sleep 0.1; done
+    rm -f "$ROUTER_PID"
+  fi
   namespaces=$(ip netns list | awk '{print $1}' | grep "^${PREFIX}" || true)
   # Processes a failed run left inside these namespaces (only ours live
   # there) would keep them alive after `ip netns delete`.
@@ -70,9 +101,46 @@ up() {
   done
 }
 
+# datacentre N: N namespaces joined by delay_router (no bridge namespace).
+datacentre() {
+  local n=$1 router=${TERSE_DELAY_ROUTER:-}
+  if [ -z "$router" ]; then
+    router="$HERE/../../bazel-bin/integration/netns/delay_router"
+    (cd "$HERE" && bazel build //integration/netns:delay_router >&2)
+  fi
+  down
+  local names=()
+  for ((i = 0; i < n; i++)); do
+    ip netns add "${PREFIX}$i"
+    ip -n "${PREFIX}$i" link set lo up
+    names+=("${PREFIX}$i")
+  done
+  local log=$STATE.router.log
+  rm -f "$log"  # The router truncates it only once started: no stale "ready".
+  local rt=()
+  (( DC_RT_PRIORITY > 0 )) && rt=(--rt_priority "$DC_RT_PRIORITY")
+  "$router" --netns "$(IFS=,; echo "${names[*]}")" --subnet "$SUBNET" \
+    --link_delay_us "$DC_DELAY_US" --rate_mbit "$DC_RATE_MBIT" "${rt[@]}" \
+    >"$log" 2>&1 </dev/null &
+  echo $! >"$ROUTER_PID"
+  for _ in $(seq 100); do
+    grep -q '^ready' "$log" 2>/dev/null && break
+    kill -0 "$(cat "$ROUTER_PID")" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '^ready' "$log" || { cat "$log" >&2; down; exit 1; }
+  : >"$STATE"
+  for ((i = 0; i < n; i++)); do
+    ip -n "${PREFIX}$i" addr add "$(address "$i")/24" dev tdr0
+    ip -n "${PREFIX}$i" link set tdr0 mtu "$DC_MTU" up
+    echo "$(address "$i") ${PREFIX}$i" >>"$STATE"
+  done
+}
+
 case ${1:-} in
   up) up "${2:?number of hosts}" "${3:?rate, e.g. 100mbit or none}" ;;
+  datacentre) datacentre "${2:?number of hosts}" ;;
   down) down ;;
   hosts) awk '{print $1}' "$STATE" ;;
-  *) echo "usage: $0 up N RATE | down | hosts" >&2; exit 2 ;;
+  *) echo "usage: $0 up N RATE | datacentre N | down | hosts" >&2; exit 2 ;;
 esac
