@@ -133,8 +133,14 @@ struct CompressedReducer::BucketState {
   std::vector<std::vector<float>> exported_warm;
   // Restored warm states, handed to each compressor when it is created.
   std::vector<proto::WarmState> restored_warm;
-  // Window gain (Decision::window_gain_steps): this step's raw gradient and
-  // the sums of g and of g - sent over the window of `window_choice`.
+  // Window gain (Decision::window_gain_steps), over the window of
+  // `window_choice`: window_grad = sum of g. With error feedback the sum of
+  // g - sent telescopes to the residual's change e_T - e_0, so window_dev
+  // holds e_0 (the residual at the window's start) and becomes e_T - e_0
+  // on the step that closes it: one pass over g per step, not five. Under
+  // TERSE_MOMENTUM_CORRECTION the residual is not a - sent, so g (this
+  // step's gradient) is kept and window_dev sums g - sent step by step.
+  bool window_active = false;  // This step sends a lossy window candidate.
   std::vector<float> g, window_grad, window_dev;
   int64_t window_steps = 0;
   // Set for the step that closes a window: where in the statistics its
@@ -446,30 +452,38 @@ absl::StatusOr<double> CompressedReducer::ProbeGain(
 void CompressedReducer::AddToWindowGain(BucketState& state,
                                         const std::vector<float>& local,
                                         std::vector<double>* stats) {
-  const size_t n = state.g.size();
-  if (state.window_steps == 0) {
-    state.window_grad.assign(n, 0.0f);
-    state.window_dev.assign(n, 0.0f);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    state.window_grad[i] += state.g[i];
-    state.window_dev[i] += state.g[i] - local[i];
+  const size_t n = state.window_grad.size();
+  if (!state.g.empty()) {  // Momentum correction: sum g - sent.
+    if (state.window_steps == 0) state.window_dev.assign(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) state.window_dev[i] += state.g[i] - local[i];
   }
   ++state.window_steps;
-  (*stats)[kWindowDev] = SquaredNorm(state.window_dev);
-  (*stats)[kWindowGrad] = SquaredNorm(state.window_grad);
   (*stats)[kWindowSteps] = static_cast<double>(state.window_steps);
+  // The policy reads the window's norms only when it closes, and they are
+  // taken of the sums over ranks (FoldStatistics), so nothing more before.
   const int64_t k = state.window_sketch_k;
   if (k == 0) return;
+  // The deviation; window_dev itself stays as it is, because a window
+  // closed here may go on (a warm-up window the next decision lengthens).
+  std::vector<float> deviation;
+  if (state.g.empty()) {
+    // e_T - e_0, e_T = a - local being what error feedback stores.
+    deviation.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      deviation[i] = state.a[i] - local[i] - state.window_dev[i];
+    }
+  }
+  const std::vector<float>& window_dev =
+      state.g.empty() ? deviation : state.window_dev;
   absl::Span<double> dev =
       absl::MakeSpan(*stats).subspan(state.window_sketch_at, k);
   absl::Span<double> grad =
       absl::MakeSpan(*stats).subspan(state.window_sketch_at + k, k);
   if (static_cast<int64_t>(n) <= kWindowSketch) {
-    std::copy(state.window_dev.begin(), state.window_dev.end(), dev.begin());
+    std::copy(window_dev.begin(), window_dev.end(), dev.begin());
     std::copy(state.window_grad.begin(), state.window_grad.end(), grad.begin());
   } else {
-    kernels::AddCountSketch(state.window_sketch_seed, 0, state.window_dev, dev);
+    kernels::AddCountSketch(state.window_sketch_seed, 0, window_dev, dev);
     kernels::AddCountSketch(state.window_sketch_seed, 0, state.window_grad,
                             grad);
   }
@@ -505,8 +519,10 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     TERSE_RETURN_IF_ERROR(
         sent->rounds->AccumulateLocal(absl::MakeSpan(state.level1)));
     sent->local = &state.level1;
-    if (state.adaptive) (*stats)[kNormSent] = SquaredNorm(state.level1);
-    if (!state.g.empty()) AddToWindowGain(state, state.level1, stats);
+    if (state.adaptive && !state.window_active) {
+      (*stats)[kNormSent] = SquaredNorm(state.level1);
+    }
+    if (state.window_active) AddToWindowGain(state, state.level1, stats);
   } else if (sent->compressor->summable()) {
     TERSE_ASSIGN_OR_RETURN(SummableRegion region,
                            sent->compressor->SummableBody(&sent->payload));
@@ -607,16 +623,26 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
       state.window_steps = 0;
     }
     const float* g = static_cast<const float*>(ctx.data);
-    state.g.assign(g, g + n);
+    if (state.window_steps == 0) {
+      state.window_grad.assign(g, g + n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) state.window_grad[i] += g[i];
+    }
+    if (momenta_.enabled()) {
+      state.g.assign(g, g + n);
+    } else {
+      state.g.clear();
+    }
   } else {
     state.g.clear();
   }
+  state.window_active = window_gain && !in_place;
   // Does this step close the window (see kWindowSketch)?
   state.window_sketch_at = kNumStats + decision.gain_probes.size();
-  state.window_sketch_k =
-      window_gain && state.window_steps + 1 >= decision.window_gain_steps
-          ? std::min(n, kWindowSketch)
-          : 0;
+  state.window_sketch_k = state.window_active && state.window_steps + 1 >=
+                                                     decision.window_gain_steps
+                              ? std::min(n, kWindowSketch)
+                              : 0;
   state.window_sketch_seed = kernels::MixSeed(
       config_.seed, StableHash(state.key), static_cast<uint64_t>(ctx.step));
   if (!in_place) {
@@ -624,6 +650,13 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     state.a.assign(g, g + n);
     momenta_.Accumulate(absl::MakeSpan(state.a), state.segments);
     residuals_.AddTo(absl::MakeSpan(state.a), state.segments);
+    if (state.window_active && state.window_steps == 0 && state.g.empty()) {
+      // e_0 = a - g; g is the window's sum so far.
+      state.window_dev.resize(n);
+      for (int64_t i = 0; i < n; ++i) {
+        state.window_dev[i] = state.a[i] - state.window_grad[i];
+      }
+    }
   }
 
   CompressContext cctx;
@@ -642,7 +675,8 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
       decision.wants_stats || (state.has_pending && state.pending.wants_stats);
   std::vector<double> stats(state.window_sketch_at + 2 * state.window_sketch_k,
                             0.0);
-  stats[kNormEf] = in_place ? 0.0 : SquaredNorm(state.a);
+  // A lossy window candidate's gain is its window gain: no step norms.
+  stats[kNormEf] = in_place || state.window_active ? 0.0 : SquaredNorm(state.a);
   stats[kSeconds] = previous_seconds;
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
   if (decision.probe_cf_min > 0) {
@@ -653,12 +687,11 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     TERSE_ASSIGN_OR_RETURN(stats[kNumStats + i],
                            ProbeGain(state, decision.gain_probes[i], cctx));
   }
-  if (state.adaptive && sent.local != nullptr) {
+  if (state.adaptive && sent.local != nullptr && !state.window_active) {
     stats[kNormSent] = sent.dense ? stats[kNormEf] : SquaredNorm(*sent.local);
   }
-  if (window_gain && sent.rounds == nullptr) {
-    // Dense in place sends g itself; otherwise what `local` holds.
-    AddToWindowGain(state, in_place ? state.g : *sent.local, &stats);
+  if (state.window_active && sent.rounds == nullptr) {
+    AddToWindowGain(state, *sent.local, &stats);
   }
   const Clock::time_point compressed = Clock::now();
 

@@ -459,6 +459,56 @@ TEST(CompressedReducerTest, SavedStateContinuesIdentically) {
 // a restored reducer continues bit for bit like the original, while one
 // that lost them (a fresh reducer given only the residuals, as before this
 // was saved) starts from the drawn Q and differs.
+// The window gain against its definition, on one rank (so the sum over
+// ranks is the rank's own): over the trial's window, 1 - ||sum (g - sent)||^2
+// / ||sum g||^2 from the gradients and the reduced results, in double. The
+// engine takes the deviation from the residual's change (error feedback
+// telescopes), so this checks that shortcut.
+TEST(CompressedReducerTest, WindowGainMatchesItsDefinition) {
+  Bucket bucket = MakeBucket({20 * 28}, "w.");
+  bucket.members[0].shape = {20, 28};
+  const Config config =
+      MakeConfig({{"TERSE_COMPRESSION", "gravac"},
+                  {"TERSE_GRAVAC_CANDIDATES", "none,powersgd:1"},
+                  {"TERSE_GRAVAC_EPSILON", "0.5"},
+                  {"TERSE_GRAVAC_GAIN", "window"},
+                  {"TERSE_GRAVAC_GAIN_WINDOW", "5"},
+                  {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"}});
+  auto grads = [&](int r, int s) {
+    std::mt19937 rng(5 + s);
+    std::normal_distribution<float> normal;
+    std::vector<float> g(bucket.count);
+    for (float& x : g) x = normal(rng);
+    return g;
+  };
+  std::vector<std::unique_ptr<CompressedReducer>> reducers;
+  RunResult run = RunRanks(1, config, bucket, 14, grads, &reducers);
+  size_t first = 0;
+  while (first < run.sent.size() && run.sent[first].rfind("powersgd", 0) != 0) {
+    ++first;
+  }
+  ASSERT_LT(first + 6, run.sent.size());
+  // A one-step warm-up (window 5 / 5), then one window of 5 steps.
+  std::vector<double> dev(bucket.count, 0.0), grad(bucket.count, 0.0);
+  for (size_t s = first + 1; s <= first + 5; ++s) {
+    ASSERT_EQ(run.sent[s], run.sent[first]) << s;
+    const std::vector<float> g = grads(0, static_cast<int>(s));
+    for (int64_t i = 0; i < bucket.count; ++i) {
+      grad[i] += g[i];
+      dev[i] += static_cast<double>(g[i]) - run.results[s][0][i];
+    }
+  }
+  double d2 = 0, g2 = 0;
+  for (int64_t i = 0; i < bucket.count; ++i) {
+    d2 += dev[i] * dev[i];
+    g2 += grad[i] * grad[i];
+  }
+  const std::string& line = run.policies[first + 6][0];
+  const size_t at = line.find("powersgd:1 gain=");
+  ASSERT_NE(at, std::string::npos) << line;
+  EXPECT_NEAR(std::stod(line.substr(at + 16)), 1 - d2 / g2, 1e-4) << line;
+}
+
 TEST(CompressedReducerTest, PowerSgdSavedStateContinuesIdentically) {
   Bucket bucket = MakeBucket({24 * 30, 30, 16 * 12}, "layer.");
   bucket.members[0].shape = {24, 30};
