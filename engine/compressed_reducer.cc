@@ -670,9 +670,11 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   Sent sent;
   sent.in_place = in_place;
   // This step's exchange carries the pending decision's time and this
-  // decision's norms: skipped when neither wants them.
-  sent.gather_stats =
-      decision.wants_stats || (state.has_pending && state.pending.wants_stats);
+  // decision's norms: skipped when neither wants them, except on a step
+  // that closes a window-gain window (the policy's next sample).
+  sent.gather_stats = decision.wants_stats ||
+                      (state.has_pending && state.pending.wants_stats) ||
+                      state.window_sketch_k > 0;
   std::vector<double> stats(state.window_sketch_at + 2 * state.window_sketch_k,
                             0.0);
   // A lossy window candidate's gain is its window gain: no step norms.

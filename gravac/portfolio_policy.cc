@@ -246,7 +246,12 @@ Decision PortfolioPolicy::Finish(int send) {
       if (static_cast<int>(i) != send) d.gain_probes.push_back(candidates_[i]);
     }
   }
-  const bool quiet = send == 0 && !survey && !exploring() &&
+  // Settled (dense, or in window mode the chosen lossy candidate): one
+  // throughput sample per window; in window mode the engine exchanges the
+  // statistics of every step that closes a gain window regardless.
+  const bool settled =
+      send == 0 || (window_mode_ && send == current_ && pending_send_ < 0);
+  const bool quiet = settled && !survey && !exploring() &&
                      decisions_ % options_.window != options_.window / 2;
   d.wants_stats = !quiet;
   streak_ = send == last_decided_ ? streak_ + 1 : 0;
