@@ -126,8 +126,11 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
                              options_.window / (2 * k));
   retry_every_ = std::max<int64_t>(options_.window, 4 * trial_);
   if (window_mode_) {
-    // Every candidate is tried once: its window gain needs it sent.
-    for (int i = 1; i < k; ++i) queue_.push_back(i);
+    // Every candidate is tried once: its window gain needs it sent. Dense
+    // too: its throughput is what compression must beat, and the run's
+    // first step (sent dense, not counted: MPI connects, buffers are
+    // allocated) is no measure of it.
+    for (int i = 0; i < k; ++i) queue_.push_back(i);
     last_reason_ = "start: dense, then one trial of each candidate";
   }
   gains_.assign(k, 1.0);
@@ -312,7 +315,9 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
   if (i >= 0 && stats.seconds > 0) {
     // The step that switched to a candidate pays for the switch (a new
     // compressor, a cold PowerSGD start): not counted.
-    if (i == last_sent_) {
+    // In window mode the run's first step (dense, before dense's own
+    // trial) is not counted either: it pays for starting up.
+    if (i == last_sent_ && !(window_mode_ && observed_ == 1)) {
       tc_[i].sum += stats.samples / stats.seconds;
       ++tc_[i].count;
     }
@@ -463,7 +468,7 @@ absl::Status PortfolioPolicy::RestoreState(const proto::PolicyState& state) {
     return absl::InvalidArgumentError("portfolio policy state is inconsistent");
   }
   for (int q : p.queue()) {
-    if (q < 1 || q >= k) {
+    if (q < 0 || q >= k) {
       return absl::InvalidArgumentError(
           "portfolio policy state is inconsistent (queue)");
     }

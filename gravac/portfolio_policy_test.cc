@@ -288,16 +288,18 @@ TEST(PortfolioPolicyTest, WindowGainWarmsUpAfterASwitch) {
                             /*gain_window=*/10));
   std::vector<int64_t> steps;
   std::vector<std::string> sent;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 9; ++i) {
     Decision d = p.Decide();
     steps.push_back(d.window_gain_steps);
     sent.push_back(ChoiceName(Of(d)));
   }
-  // Dense once (no window), then powersgd:4's trial: warm-up 2 (decisions 0..2
-  // of the streak ask for 2, so the engine restarts after 2 steps), then 10.
-  EXPECT_THAT(sent, ElementsAre("none", "powersgd:4", "powersgd:4",
-                                "powersgd:4", "powersgd:4", "powersgd:4"));
-  EXPECT_THAT(steps, ElementsAre(0, 2, 2, 2, 10, 10));  // Dense: none.
+  // Dense once and for its own 3-step trial (no window), then powersgd:4's
+  // trial: warm-up 2 (decisions 0..2 of the streak ask for 2, so the engine
+  // restarts after 2 steps), then 10.
+  EXPECT_THAT(sent, ElementsAre("none", "none", "none", "none", "powersgd:4",
+                                "powersgd:4", "powersgd:4", "powersgd:4",
+                                "powersgd:4"));
+  EXPECT_THAT(steps, ElementsAre(0, 0, 0, 0, 2, 2, 2, 10, 10));
 }
 
 // The throughput bound: on a fast link where every lossy candidate is
