@@ -44,8 +44,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   EXPECT_EQ(c.accordion_high_rank, 4);
   EXPECT_EQ(c.accordion_low_rank, 1);
   EXPECT_THAT(c.gravac_candidates,
-              ::testing::ElementsAre("none", "fp16", "powersgd:1",
-                                     "powersgd:4", "topk:10"));
+              ::testing::ElementsAre("none", "fp16", "powersgd:4", "topk:10"));
   EXPECT_EQ(c.backend, "auto");
   EXPECT_EQ(c.gpu_operations, "nccl");
   EXPECT_EQ(c.timeline_path, "");

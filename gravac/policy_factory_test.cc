@@ -35,7 +35,7 @@ TEST(PolicyFactoryTest, BuildsEachKindFromTheConfig) {
   c.gravac_gain = "step";
   Decision survey = CreatePolicy("gravac", 100, c, 4)->Decide();
   EXPECT_TRUE(survey.dense());
-  EXPECT_EQ(survey.gain_probes.size(), 4u);
+  EXPECT_EQ(survey.gain_probes.size(), 3u);  // fp16, powersgd:4, topk:10.
   EXPECT_EQ(survey.window_gain_steps, 0);
   // One sparsifier family: the paper's controller. With the throughput
   // guard (default) the first steps measure dense without probes; without
