@@ -70,6 +70,8 @@ std::map<std::string, std::string> ToVariables(const Config& c) {
       {"TERSE_TIMELINE", c.timeline_path},
       {"TERSE_STALL_CHECK_SECONDS", Exact(c.stall_check_seconds)},
       {"TERSE_STALL_SHUTDOWN_SECONDS", Exact(c.stall_shutdown_seconds)},
+      {"TERSE_FORGET_AFTER_STEPS", absl::StrCat(c.forget_after_steps)},
+      {"TERSE_GPU_OPERATIONS", c.gpu_operations},
       {"TERSE_LOG_LEVEL", c.log_level},
       {"TERSE_SEED", absl::StrCat(c.seed)},
   };
@@ -98,6 +100,8 @@ bool SameFields(const Config& a, const Config& b) {
          a.gravac_cf_min == b.gravac_cf_min &&
          a.gravac_cf_max == b.gravac_cf_max &&
          a.gravac_epsilon == b.gravac_epsilon &&
+         a.forget_after_steps == b.forget_after_steps &&
+         a.gpu_operations == b.gpu_operations &&
          a.gravac_omega == b.gravac_omega &&
          a.gravac_window == b.gravac_window &&
          a.gravac_policy == b.gravac_policy &&

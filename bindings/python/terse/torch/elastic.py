@@ -27,94 +27,34 @@ looping.
 """
 
 import copy
-import functools
 import math
-import os
 import random
 
 import torch
 
 from terse import basics
+from terse import elastic_common as _common
 from terse.torch import functions
 from terse.torch import ops
 
 
-class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's signal that hosts were added or removed; terse never raises
-    it (fixed ranks)."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("hosts updated")
-        self.skip_sync = skip_sync
+HostsUpdatedInterrupt = _common.HostsUpdatedInterrupt
 
 
-class State:
-    """Horovod's elastic State: commit() / restore() / sync() plus reset
-    callbacks. Subclasses implement save(), restore() and sync()."""
+class State(_common.State):
+    """Horovod's elastic State (terse.elastic_common.State) with
+    terse.torch's object broadcast and names."""
 
     def __init__(self, bcast_object=None, get_rank=None):
-        self._bcast_object = bcast_object or functions.broadcast_object
-        self._rank = get_rank or basics.rank
-        self._reset_callbacks = []
-        self._commits = 0
+        super().__init__(bcast_object or functions.broadcast_object,
+                         get_rank or basics.rank)
 
-    def register_reset_callbacks(self, callbacks):
-        """Functions called (no arguments) after every restore, before the
-        state is synced again."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        for callback in self._reset_callbacks:
-            callback()
-
-    def on_hosts_updated(self, timestamp, update_res):
-        """Horovod's listener hook; hosts never change in terse."""
-
-    def commit(self):
-        """Saves the state in memory as the point restore() returns to."""
-        self.save()
-        self._commits += 1
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Horovod raises HostsUpdatedInterrupt here when hosts changed; on
-        terse's fixed ranks nothing changes."""
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
+    def _auto_name(self, prefix):
+        return ops._table.auto_name(prefix)
 
 
-class ObjectState(State):
+class ObjectState(_common.ObjectState, State):
     """Picklable attributes (the keyword arguments) as elastic state."""
-
-    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        super().__init__(bcast_object, get_rank)
-        self._saved_state = kwargs
-        self._set_attrs()
-
-    def _set_attrs(self):
-        for name, value in self._saved_state.items():
-            setattr(self, name, value)
-
-    def save(self):
-        self._saved_state = {name: copy.deepcopy(getattr(self, name))
-                             for name in self._saved_state}
-
-    def restore(self):
-        self._set_attrs()
-
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast_object(
-                self._saved_state, root_rank=0,
-                name=ops._table.auto_name("elastic.sync"))
-            self._set_attrs()
 
 
 class TorchState(ObjectState):
@@ -244,42 +184,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.num_samples
 
 
-def _max_restores():
-    try:
-        return max(0, int(os.environ.get("TERSE_ELASTIC_MAX_RESTORES", "5")))
-    except ValueError:
-        raise ops.TerseError(
-            "TERSE_ELASTIC_MAX_RESTORES must be an integer, got "
-            f"{os.environ['TERSE_ELASTIC_MAX_RESTORES']!r}") from None
-
-
-def run(func):
-    """Horovod's elastic.run: func(state, ...) is retried from the last
-    commit whenever a collective fails (see the module docstring)."""
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        basics.check_initialized("elastic.run()")
-        limit = _max_restores()
-        failures, commits_at_failure = 0, None
-        skip_sync = False
-        while True:
-            try:
-                if not skip_sync:
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except ops.HorovodInternalError:
-                if commits_at_failure != state._commits:
-                    failures = 0
-                failures += 1
-                commits_at_failure = state._commits
-                if failures > limit:
-                    raise
-                state.restore()
-                skip_sync = False
-            except HostsUpdatedInterrupt as e:
-                skip_sync = e.skip_sync
-            state.on_reset()
-    return wrapper
+run = _common.make_run(ops.HorovodInternalError)
 
 
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
