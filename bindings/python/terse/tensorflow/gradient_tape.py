@@ -128,14 +128,22 @@ def PartialDistributedGradientTape(gradtape, device_dense="",
         op=op, gradient_predivide_factor=gradient_predivide_factor,
         groups=groups, process_set=process_set,
         scale_local_gradients=scale_local_gradients, name_prefix=name_prefix)
+    for var in local_layer_weights(local_layers):
+        tape.register_local_source(var)
+    return tape
+
+
+def local_layer_weights(local_layers):
+    """The trainable weights of `local_layers` (None, a tf.keras layer or a
+    list of them); ValueError for anything else."""
     if local_layers is None:
         local_layers = []
     elif isinstance(local_layers, tf.keras.layers.Layer):
         local_layers = [local_layers]
+    weights = []
     for layer in local_layers:
         if not isinstance(layer, tf.keras.layers.Layer):
             raise ValueError("local_layers must be tf.keras layers, not "
                              f"{layer!r}")
-        for var in layer.trainable_weights:
-            tape.register_local_source(var)
-    return tape
+        weights.extend(layer.trainable_weights)
+    return weights

@@ -16,7 +16,7 @@ the other calls only count the step in optimizer.iterations, as Horovod's.
 import tensorflow as tf
 
 from terse import basics
-from terse.tensorflow import functions, ops
+from terse.tensorflow import functions, gradient_tape, ops
 
 
 class _DistributedOptimizerMixin:
@@ -221,14 +221,6 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="",
         average_aggregated_gradients=average_aggregated_gradients,
         groups=groups, process_set=process_set,
         scale_local_gradients=scale_local_gradients, name_prefix=name_prefix)
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, tf.keras.layers.Layer):
-        local_layers = [local_layers]
-    for layer in local_layers:
-        if not isinstance(layer, tf.keras.layers.Layer):
-            raise ValueError("local_layers must be tf.keras layers, not "
-                             f"{layer!r}")
-        for var in layer.trainable_weights:
-            wrapped.register_local_var(var)
+    for var in gradient_tape.local_layer_weights(local_layers):
+        wrapped.register_local_var(var)
     return wrapped
