@@ -136,12 +136,14 @@ bool GlobMatch(absl::string_view glob, absl::string_view name) {
   size_t g = 0, n = 0;
   size_t star = absl::string_view::npos, star_n = 0;
   while (n < name.size()) {
-    if (g < glob.size() && (glob[g] == '?' || glob[g] == name[n])) {
-      ++g;
-      ++n;
-    } else if (g < glob.size() && glob[g] == '*') {
+    // A '*' in the glob is always the wildcard, also where the name has a
+    // '*' at that place (a literal match there would drop the wildcard).
+    if (g < glob.size() && glob[g] == '*') {
       star = g++;
       star_n = n;
+    } else if (g < glob.size() && (glob[g] == '?' || glob[g] == name[n])) {
+      ++g;
+      ++n;
     } else if (star != absl::string_view::npos) {
       g = star + 1;
       n = ++star_n;

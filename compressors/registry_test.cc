@@ -86,6 +86,11 @@ TEST(RegistryTest, GlobMatch) {
   EXPECT_TRUE(GlobMatch("*", "anything"));
   EXPECT_TRUE(GlobMatch("a?c", "abc"));
   EXPECT_FALSE(GlobMatch("a?c", "ac"));
+  // A glob's '*' stays a wildcard where the name holds a '*' (found by the
+  // config fuzzer: the name below has "=*.fc" after an earlier "*").
+  EXPECT_TRUE(GlobMatch("*.fc*", "a=*.bias;x=*.fc*=accordion"));
+  EXPECT_TRUE(GlobMatch("*b", "*ab"));
+  EXPECT_TRUE(GlobMatch("a*", "a*"));
   EXPECT_TRUE(GlobMatch("*.weight", "fc.weight"));
   EXPECT_FALSE(GlobMatch("*.weight", "fc.weight2"));
   EXPECT_TRUE(GlobMatch("a*b*c", "aXbYbZc"));
