@@ -31,6 +31,7 @@ std::unique_ptr<Policy> CreatePolicy(const std::string& policy, double cf,
       o.gain_window =
           config.gravac_gain == "window" ? config.gravac_gain_window : 0;
       o.throughput_bound = config.gravac_throughput_guard;
+      o.world_size = world_size;
       return std::make_unique<PortfolioPolicy>(o);
     }
     GravacOptions o;

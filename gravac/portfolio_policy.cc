@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -127,10 +128,19 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   retry_every_ = std::max<int64_t>(options_.window, 4 * trial_);
   if (window_mode_) {
     // Every candidate is tried once: its window gain needs it sent. Dense
-    // too: its throughput is what compression must beat, and the run's
-    // first step (sent dense, not counted: MPI connects, buffers are
-    // allocated) is no measure of it.
-    for (int i = 0; i < k; ++i) queue_.push_back(i);
+    // first: its throughput is what compression must beat and what bounds
+    // the others' (Ceiling), and the run's first step (sent dense, not
+    // counted: MPI connects, buffers are allocated) is no measure of it.
+    // Then by falling ceiling, fewest bytes first (list order among
+    // equals), so that a candidate that cannot beat one measured before it
+    // is skipped without being sent.
+    std::vector<int> order;
+    for (int i = 1; i < k; ++i) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [this](int a, int b) {
+      return MinBytesFraction(a) < MinBytesFraction(b);
+    });
+    queue_.push_back(0);
+    for (int i : order) queue_.push_back(i);
     last_reason_ = "start: dense, then one trial of each candidate";
   }
   gains_.assign(k, 1.0);
@@ -139,6 +149,12 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   has_gain_[0] = true;  // Dense sends everything.
   tc_.assign(k, RunningMean{});
   bytes_.assign(k, RunningMean{});
+}
+
+int64_t PortfolioPolicy::TrialLength(int i) const {
+  if (!window_mode_) return trial_;
+  if (i == 0) return kDenseTrial;
+  return Lossless(i) ? kLosslessTrial : trial_;
 }
 
 bool PortfolioPolicy::Lossless(int i) const {
@@ -152,6 +168,33 @@ int PortfolioPolicy::IndexOf(const Choice& c) const {
     if (candidates_[i] == c) return static_cast<int>(i);
   }
   return -1;
+}
+
+double PortfolioPolicy::MinBytesFraction(int i) const {
+  const Choice& c = candidates_[i];
+  if (c.compressor == "none") return 1;
+  // PowerSGD's bytes depend on the layers' shapes: no bound.
+  if (c.compressor == "powersgd") return 0;
+  // fp16/bf16 (cf 2), qsgd (32 / bits) and the sparsifiers (n / cf values,
+  // plus their indices) put at least 1 / cf of dense's bytes in a payload.
+  const double payload = c.cf > 1 ? 1 / c.cf : 1;
+  // What cannot be summed on the way (top-k style sparsifiers, QSGD) is
+  // allgathered: every rank receives the other P - 1 payloads, where a
+  // bandwidth-optimal allreduce of dense (ring, Rabenseifner: what MPI and
+  // NCCL run for large buffers) moves 2 (P - 1) / P of a buffer per rank;
+  // per payload byte that is P / 2 times the traffic. random-k shares its
+  // indices and is allreduced.
+  const bool gathered = c.compressor == "topk" || c.compressor == "dgc" ||
+                        c.compressor == "redsync" || c.compressor == "qsgd";
+  return gathered ? payload * std::max(1.0, options_.world_size / 2.0)
+                  : payload;
+}
+
+double PortfolioPolicy::Ceiling(int i) const {
+  if (tc_[i].count > 0) return tc_[i].mean();
+  const double f = MinBytesFraction(i);
+  if (tc_[0].count == 0 || f <= 0) return std::numeric_limits<double>::max();
+  return tc_[0].mean() / f;
 }
 
 bool PortfolioPolicy::Eligible(int i) const {
@@ -202,18 +245,52 @@ Decision PortfolioPolicy::Decide() {
       !exploring()) {
     MaybeRetry();
   }
-  if (trial_left_ == 0 && !queue_.empty() &&
-      !(window_mode_ && decisions_ == 0)) {  // Dense's T_c first.
+  int send = -1;
+  if (trial_left_ == 0 && !queue_.empty() && awaiting_ >= 0 &&
+      awaited_ < kGainLag) {
+    // The lossy trial just ended and its gain is on the way (one step of
+    // lag): one more step of it, so that the next trial can be skipped by
+    // its ceiling against the candidate just measured.
+    ++awaited_;
+    send = awaiting_;
+  } else if (trial_left_ == 0 && !queue_.empty() &&
+             !(window_mode_ && decisions_ == 0)) {  // Dense's T_c first.
+    awaiting_ = -1;
     trying_ = queue_.front();
     queue_.pop_front();
-    trial_left_ = window_mode_ && Lossless(trying_) ? kLosslessTrial : trial_;
-  }
-  int send;
-  if (trial_left_ > 0) {
-    send = trying_;
-    if (--trial_left_ == 0 && queue_.empty()) {
+    trial_left_ = TrialLength(trying_);
+    while (trying_ > 0 && SkipByCeiling(trying_)) {
       trying_ = -1;
-      pick_after_trials_ = true;
+      trial_left_ = 0;
+      if (queue_.empty()) {
+        pick_after_trials_ = true;
+        break;
+      }
+      trying_ = queue_.front();
+      queue_.pop_front();
+      trial_left_ = TrialLength(trying_);
+    }
+  }
+  if (window_mode_ && decisions_ == 0 && queue_.size() > 1) {
+    // The run's first step pays for starting up (MPI connects, buffers are
+    // allocated) and is not counted; it sends the candidate with the fewest
+    // bytes, first in the trial order, not dense: on a slow link a dense
+    // step is the most expensive step there is.
+    send = queue_[1];
+    last_reason_ = "start: the first step, then dense, then one trial of each";
+  } else if (send >= 0) {
+    // Set above: the last trial's candidate, while its gain is awaited.
+  } else if (trial_left_ > 0) {
+    send = trying_;
+    if (--trial_left_ == 0) {
+      if (window_mode_ && !Lossless(trying_)) {
+        awaiting_ = trying_;
+        awaited_ = 0;
+      }
+      if (queue_.empty()) {
+        trying_ = -1;
+        pick_after_trials_ = true;
+      }
     }
   } else {
     if (pick_after_trials_ || !Eligible(current_)) {
@@ -296,6 +373,7 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
       // Only full windows are samples: the warm-up window after a switch
       // (shorter, see Decide) never is.
       UpdateGain(i, 1 - stats.window_dev_norm2 / stats.window_grad_norm2);
+      if (i == awaiting_) awaiting_ = -1;
       // A fresh gain (the last trial's arrives one step after it ended):
       // choose again by the rule.
       if (!exploring()) pick_after_trials_ = true;
@@ -317,7 +395,10 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
     // compressor, a cold PowerSGD start): not counted.
     // In window mode the run's first step (dense, before dense's own
     // trial) is not counted either: it pays for starting up.
-    if (i == last_sent_ && !(window_mode_ && observed_ == 1)) {
+    // Dense has no state to start: its switch steps (a trial's first, a
+    // flush) count.
+    if ((i == last_sent_ || (window_mode_ && i == 0)) &&
+        !(window_mode_ && observed_ == 1)) {
       tc_[i].sum += stats.samples / stats.seconds;
       ++tc_[i].count;
     }
@@ -325,6 +406,25 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
   if (i >= 0) last_sent_ = i;
   if (window_mode_ && i > 0) MaybeBound(i);
   if (!taken.gain_probes.empty() && stats.norm2_ef > 0) AfterSurvey();
+}
+
+bool PortfolioPolicy::SkipByCeiling(int i) {
+  if (!window_mode_ || !options_.throughput_bound || tc_[i].count > 0) {
+    return false;
+  }
+  const int best = Best(i);
+  if (tc_[best].count == 0) return false;
+  const double ceiling = Ceiling(i);
+  const double bound = (1 - kBoundMargin) * Tc(best);
+  if (ceiling >= bound) return false;
+  bounded_[i] = true;
+  has_gain_[i] = false;
+  last_reason_ = absl::StrCat(
+      ChoiceName(candidates_[i]), " skipped: its throughput is at most ",
+      absl::SixDigits(ceiling), " (dense's / ", MinBytesFraction(i),
+      " of its bytes) < ", 1 - kBoundMargin, " x T_c ",
+      absl::SixDigits(Tc(best)), " of ", ChoiceName(candidates_[best]), "; ");
+  return true;
 }
 
 void PortfolioPolicy::MaybeBound(int i) {
@@ -352,12 +452,24 @@ void PortfolioPolicy::MaybeBound(int i) {
 void PortfolioPolicy::MaybeRetry() {
   // Gains change as training goes on: the failed candidate that would pay
   // most if it passed now (higher T_c than the choice), closest to epsilon.
+  // Dense's throughput was measured once, at the start (a cold, noisy
+  // measure), and it bounds every other candidate's: where dense could still
+  // win (within the margin of the choice's T_c) it is measured afresh, the
+  // portfolio's counterpart of GraVAC's plain-dense guard. On a slow link,
+  // where dense is far behind, it is never re-sent.
+  if (current_ != 0 && tc_[0].count > 0 &&
+      tc_[0].mean() >= (1 - kBoundMargin) * Tc(current_)) {
+    tc_[0] = RunningMean{};
+    queue_.push_back(0);
+    last_reason_ = "measuring dense again";
+    return;
+  }
   int retry = -1;
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
     if (bounded_[i]) {
-      // Its raw throughput bounds its T_c: worth a trial once it beats the
-      // choice's T_c.
-      if (tc_[i].mean() <= Tc(current_)) continue;
+      // Its raw throughput (measured, or the ceiling dense's sets) bounds
+      // its T_c: worth a trial once it beats the choice's T_c.
+      if (Ceiling(i) <= Tc(current_)) continue;
       if (retry < 0) retry = i;
       continue;
     }
@@ -396,7 +508,7 @@ std::string PortfolioPolicy::Describe() const {
     if (has_gain_[i]) {
       absl::StrAppend(&out, absl::SixDigits(gains_[i]));
     } else if (bounded_[i]) {
-      absl::StrAppend(&out, "? bounded T<=", absl::SixDigits(tc_[i].mean()));
+      absl::StrAppend(&out, "? bounded T<=", absl::SixDigits(Ceiling(i)));
     } else {
       absl::StrAppend(&out, "?");
     }

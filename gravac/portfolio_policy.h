@@ -59,11 +59,18 @@
 // steps (PowerSGD's warm start converging) and not a sample. Without the flush
 // a newcomer is charged with draining its predecessor's backlog (measured on
 // the MLP at 100 Mbit/s: rank 4 after rank 1 scored 0.77, below rank 1's 0.79).
-// In this mode there is no survey: every candidate gets one trial in the order
-// listed, lossy ones for trial = max(warm-up + gain_window, window / (2K))
-// steps (a warm-up and one sample), lossless ones (none, fp16, bf16: gain =
-// their step gain, about 1) for kLosslessTrial steps: at most K * trial steps,
-// once. The choice's gain is re-measured every gain_window steps while it is
+// In this mode there is no survey: every candidate gets one trial, lossy
+// ones for trial = max(warm-up + gain_window, window / (2K)) steps (a warm-up
+// and one sample), lossless ones (none, fp16, bf16: gain = their step gain,
+// about 1) for kLosslessTrial steps, dense for kDenseTrial: at most K * trial
+// steps, once. The order: the run's first step (not counted: it pays for
+// starting up) sends the candidate with the fewest bytes; then dense, whose
+// throughput bounds every other's (the ceiling, below); then the others by
+// falling ceiling, i.e. fewest bytes first (PowerSGD's, which depend on the
+// layers, count as fewest), in the order listed among equals. A finished
+// lossy trial with another queued behind it is extended by up to kGainLag
+// steps until its gain (one step of lag) arrives, so the next trial can be
+// judged against it. The choice's gain is re-measured every gain_window steps while it is
 // sent, and the rule is applied again at each sample. Gains change as training
 // goes on (PowerSGD rank 4 on the MLP: 0.82 in its trial at steps 70-130, 0.92
 // later), so every max(window, 4 * trial) decisions one failed candidate
@@ -80,8 +87,20 @@
 // the exploration costs about kBoundSteps + 2 steps per lossy candidate
 // instead of a whole trial. A bounded candidate has no gain and is tried
 // again only when its raw throughput beats the choice's T_c (MaybeRetry).
-// TERSE_GRAVAC_THROUGHPUT_GUARD=off turns the bound off (every trial runs
-// to its end, as before the bound existed).
+// The ceiling: before a trial, a candidate's throughput is bounded by
+// dense's. A step's time is at least its traffic's share of dense's step
+// (compression adds work, never removes it), and a candidate's traffic is
+// at least MinBytesFraction of dense's: 1 / cf, times P / 2 for allgathered
+// payloads (top-k, QSGD: every rank receives P - 1 payloads, where a ring
+// allreduce moves 2 (P - 1) / P buffers). So T <= T_dense / fraction, and a
+// candidate whose ceiling is under the bound is skipped without being sent
+// (on the experiment's MLP at 100 Mbit/s: fp16 and top-k CF 10 once
+// PowerSGD rank 4 is measured). Dense's early measure is a cold one: once
+// per re-trial period, while dense is within the margin of the choice's
+// T_c, it is measured again (never on a slow link, where it is far behind),
+// the counterpart of GraVAC's plain-dense guard.
+// TERSE_GRAVAC_THROUGHPUT_GUARD=off turns the bound and the ceiling off
+// (every trial runs to its end, as before the bound existed).
 //
 // While the choice is dense and nothing is being tried, only the survey and
 // one mid-window step want statistics (Decision::wants_stats), so a fast link
@@ -133,6 +152,9 @@ struct PortfolioOptions {
   // The throughput bound (window mode; see the header comment):
   // TERSE_GRAVAC_THROUGHPUT_GUARD, like the single-family controller's guard.
   bool throughput_bound = true;
+  // Ranks in the job: an allgathered payload costs P / 2 times an
+  // allreduced one per byte (MinBytesFraction).
+  int world_size = 1;
 };
 
 class PortfolioPolicy : public Policy {
@@ -158,15 +180,23 @@ class PortfolioPolicy : public Policy {
 
   // Steps a lossless candidate is tried for in window mode (its T_c only).
   static constexpr int64_t kLosslessTrial = 3;
+  // Steps dense is tried for in window mode (all measured: dense has no
+  // state to warm up).
+  static constexpr int64_t kDenseTrial = 2;
   // The throughput bound (see the header comment).
   static constexpr int64_t kBoundSteps = 3;
   static constexpr double kBoundMargin = 0.2;
+  // Window mode: steps a finished lossy trial is extended by while its gain
+  // (one step of lag) is awaited, when another trial is queued behind it.
+  static constexpr int64_t kGainLag = 2;
   bool bounded(int i) const { return bounded_[i]; }
 
  private:
   int IndexOf(const Choice& c) const;
   // none, fp16, bf16: their gain is their step gain (about 1) in both modes.
   bool Lossless(int i) const;
+  // Steps of candidate i's trial.
+  int64_t TrialLength(int i) const;
   bool Eligible(int i) const;
   // argmax T_c among measured eligible candidates, with omega saturation;
   // `exclude` (or -1) is left out. Dense when nothing else qualifies.
@@ -178,6 +208,16 @@ class PortfolioPolicy : public Policy {
   // Window mode: ends the trial of `i` when the throughput bound rules it
   // out (see the header comment).
   void MaybeBound(int i);
+  // A lower bound on the traffic candidate `i` causes, as a fraction of
+  // dense's: 1 / cf (times P / 2 where payloads are allgathered), 0 where
+  // unknown (PowerSGD).
+  double MinBytesFraction(int i) const;
+  // An upper bound on candidate i's raw throughput: measured, or (before its
+  // trial) dense's divided by MinBytesFraction (max() when unknown).
+  double Ceiling(int i) const;
+  // Window mode: true (and `i` marked bounded) when Ceiling(i) is under the
+  // bound, so its trial is skipped (see the header comment).
+  bool SkipByCeiling(int i);
   Decision Send(int i) const;
   // The decision that sends candidate `send` (statistics, window, streak).
   Decision Finish(int send);
@@ -203,6 +243,11 @@ class PortfolioPolicy : public Policy {
   int64_t warmup_ = 1;     // Window-gain warm-up after a switch (steps).
   int last_decided_ = 0;   // Candidate of the last decision.
   int pending_send_ = -1;  // Sent next, after a flushing dense step.
+  // A lossy trial that ended and whose window gain has not arrived yet (-1:
+  // none), and the steps it was extended by. Not checkpointed: after a
+  // restore the next trial starts without waiting.
+  int awaiting_ = -1;
+  int64_t awaited_ = 0;
   int64_t streak_ = 0;     // Decisions in a row sending it, minus one.
   std::string last_reason_ = "start: dense until the first survey";
   bool window_mode_ = false;

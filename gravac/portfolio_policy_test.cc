@@ -1,5 +1,6 @@
 #include "gravac/portfolio_policy.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -227,15 +228,21 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   // (39 decisions: the first re-trial period, below, begins at 40.)
   const std::vector<std::string> sent = dw.Run(t, 39);
 
-  // Dense first, one trial of every candidate in the order listed (a lossy
-  // one after a lossy one behind a dense step that flushes the backlog),
-  // then the best T_c among window gains >= 0.9: powersgd:4 (0.93 / 0.08).
-  EXPECT_THAT(
-      Collapse(sent),
-      ElementsAre("none", "fp16", "powersgd:1", "none", "powersgd:4", "none",
-                  "topk:10", "none", "topk:100", "none", "powersgd:4"));
-  int flushes = 0;
-  for (size_t i = 1; i + 1 < sent.size(); ++i) {
+  // The first step (not counted: start-up) sends the first candidate of the
+  // trial order; then dense, then one trial of every candidate, fewest bytes
+  // first
+  // (PowerSGD's are unknown; topk:100, topk:10, fp16 send at least 1/100,
+  // 1/10, 1/2 of dense's); a lossy one after a lossy one behind a dense step
+  // that flushes the backlog. fp16 is never sent: its throughput is at most
+  // twice dense's, under 0.8 x powersgd:4's T_c. Then the best T_c among
+  // window gains >= 0.9: powersgd:4 (0.93 / 0.08).
+  EXPECT_THAT(Collapse(sent),
+              ElementsAre("powersgd:1", "none", "powersgd:1", "none",
+                          "powersgd:4", "none", "topk:100", "none", "topk:10",
+                          "none", "powersgd:4"));
+  EXPECT_TRUE(window.bounded(1));
+  int flushes = 0;  // (The dense trial after the first step is none.)
+  for (size_t i = 3; i + 1 < sent.size(); ++i) {
     flushes += sent[i] == "none" && sent[i - 1] != "none";
   }
   EXPECT_EQ(flushes, 4);
@@ -293,13 +300,14 @@ TEST(PortfolioPolicyTest, WindowGainWarmsUpAfterASwitch) {
     steps.push_back(d.window_gain_steps);
     sent.push_back(ChoiceName(Of(d)));
   }
-  // Dense once and for its own 3-step trial (no window), then powersgd:4's
-  // trial: warm-up 2 (decisions 0..2 of the streak ask for 2, so the engine
-  // restarts after 2 steps), then 10.
-  EXPECT_THAT(sent, ElementsAre("none", "none", "none", "none", "powersgd:4",
+  // The first step (powersgd:4, the first of the trial order), dense for its
+  // own 2-step trial (no window), then powersgd:4's trial: warm-up 2
+  // (decisions 0..2 of the streak ask for 2, so the engine restarts after 2
+  // steps), then 10.
+  EXPECT_THAT(sent, ElementsAre("powersgd:4", "none", "none", "powersgd:4",
                                 "powersgd:4", "powersgd:4", "powersgd:4",
-                                "powersgd:4"));
-  EXPECT_THAT(steps, ElementsAre(0, 0, 0, 0, 2, 2, 2, 10, 10));
+                                "powersgd:4", "powersgd:4"));
+  EXPECT_THAT(steps, ElementsAre(2, 0, 0, 2, 2, 2, 10, 10, 10));
 }
 
 // The throughput bound: on a fast link where every lossy candidate is
@@ -345,6 +353,81 @@ TEST(PortfolioPolicyTest, WindowTrialsEndEarlyWhenTheyCannotWin) {
   ds.Run(st, 39);
   EXPECT_EQ(ChoiceName(slow.choice()), "powersgd:4");
   EXPECT_FALSE(slow.bounded(3));
+}
+
+// On a slow link dense's measured throughput bounds every candidate that
+// sends a known share of its bytes: T <= T_dense / (1 / cf). The default
+// portfolio, with the step times of the experiment's MLP at 100 Mbit/s
+// (docs/gravac_portfolio.md): after dense and powersgd:4, neither fp16
+// (at most 2 x dense) nor topk:10 (at most 10 x dense) can reach 0.8 x
+// powersgd:4's T_c, so neither is ever sent.
+TEST(PortfolioPolicyTest, SlowLinkSkipsWhatDenseBoundsOut) {
+  Trace t;
+  t.gain = {{"none", 1}, {"fp16", 0.9999}, {"powersgd:4", 0.1},
+            {"topk:10", 0.9}};
+  t.window_gain = {{"powersgd:4", 0.98}, {"topk:10", 0.97}};
+  t.seconds = {{"none", 1.0}, {"fp16", 0.55}, {"powersgd:4", 0.055},
+               {"topk:10", 0.5}};
+  PortfolioPolicy p(
+      Options({"none", "fp16", "powersgd:4", "topk:10"}, 50, 0.9, 50));
+  Driver driver(&p);
+  const std::vector<std::string> sent = driver.Run(t, 200);
+  // The first step (not counted), dense's 2-step trial, powersgd:4's.
+  EXPECT_THAT(Collapse(sent),
+              ElementsAre("powersgd:4", "none", "powersgd:4"));
+  int dense = 0;
+  for (const std::string& x : sent) dense += x == "none";
+  EXPECT_EQ(dense, PortfolioPolicy::kDenseTrial);
+  EXPECT_TRUE(p.bounded(1));  // fp16
+  EXPECT_TRUE(p.bounded(3));  // topk:10
+  EXPECT_EQ(ChoiceName(p.choice()), "powersgd:4");
+
+  // top-k payloads are allgathered: with 4 ranks each payload byte is twice
+  // the traffic of a ring allreduce's byte, so topk:10's ceiling is 10 / 2 x
+  // dense's. Where powersgd:4 is slower (T_c 2,788: bound 2,230), that
+  // ceiling (1,280) still skips it, the one of 1 / cf alone (2,560) does not.
+  t.seconds["powersgd:4"] = 0.09;
+  for (int world : {1, 4}) {
+    PortfolioOptions o =
+        Options({"none", "fp16", "powersgd:4", "topk:10"}, 50, 0.9, 50);
+    o.world_size = world;
+    PortfolioPolicy w(o);
+    Driver dw(&w);
+    const std::vector<std::string> s = dw.Run(t, 200);
+    const bool sent_topk = std::find(s.begin(), s.end(), "topk:10") != s.end();
+    EXPECT_EQ(sent_topk, world == 1) << world;
+    EXPECT_EQ(ChoiceName(w.choice()), "powersgd:4");
+  }
+  t.seconds["powersgd:4"] = 0.055;
+
+  // Without the bound every candidate is sent.
+  PortfolioOptions off =
+      Options({"none", "fp16", "powersgd:4", "topk:10"}, 50, 0.9, 50);
+  off.throughput_bound = false;
+  PortfolioPolicy q(off);
+  Driver dq(&q);
+  const std::vector<std::string> all = dq.Run(t, 200);
+  EXPECT_NE(std::find(all.begin(), all.end(), "fp16"), all.end());
+  EXPECT_NE(std::find(all.begin(), all.end(), "topk:10"), all.end());
+}
+
+// Where a lossy choice beats dense by less than the margin, dense is measured
+// again once per re-trial period (its first measure is a cold one), and wins
+// when it is in fact faster; on a slow link it is never re-sent (above).
+TEST(PortfolioPolicyTest, DenseIsMeasuredAgainWhereItCouldWin) {
+  Trace t;
+  t.gain = {{"none", 1}, {"fp16", 0.9999}, {"powersgd:4", 0.3}};
+  t.window_gain = {{"powersgd:4", 0.99}};
+  t.seconds = {{"none", 0.0105}, {"fp16", 0.0125}, {"powersgd:4", 0.010}};
+  PortfolioPolicy p(Options({"none", "fp16", "powersgd:4"}, 40, 0.9, 5));
+  Driver driver(&p);
+  driver.Run(t, 30);
+  EXPECT_EQ(ChoiceName(p.choice()), "powersgd:4");
+  // Dense turns out faster once warm.
+  t.seconds["none"] = 0.008;
+  const std::vector<std::string> later = driver.Run(t, 60);
+  EXPECT_EQ(ChoiceName(p.choice()), "none");
+  EXPECT_EQ(later.back(), "none");
 }
 
 TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGainWhileBytesAreUnknown) {
