@@ -236,10 +236,10 @@ TEST(PortfolioPolicyTest, WindowGainCreditsErrorFeedback) {
   // that flushes the backlog. fp16 is never sent: its throughput is at most
   // twice dense's, under 0.8 x powersgd:4's T_c. Then the best T_c among
   // window gains >= 0.9: powersgd:4 (0.93 / 0.08).
-  EXPECT_THAT(Collapse(sent),
-              ElementsAre("powersgd:1", "none", "powersgd:1", "none",
-                          "powersgd:4", "none", "topk:100", "none", "topk:10",
-                          "none", "powersgd:4"));
+  EXPECT_THAT(
+      Collapse(sent),
+      ElementsAre("powersgd:1", "none", "powersgd:1", "none", "powersgd:4",
+                  "none", "topk:100", "none", "topk:10", "none", "powersgd:4"));
   EXPECT_TRUE(window.bounded(1));
   int flushes = 0;  // (The dense trial after the first step is none.)
   for (size_t i = 3; i + 1 < sent.size(); ++i) {
@@ -363,18 +363,17 @@ TEST(PortfolioPolicyTest, WindowTrialsEndEarlyWhenTheyCannotWin) {
 // powersgd:4's T_c, so neither is ever sent.
 TEST(PortfolioPolicyTest, SlowLinkSkipsWhatDenseBoundsOut) {
   Trace t;
-  t.gain = {{"none", 1}, {"fp16", 0.9999}, {"powersgd:4", 0.1},
-            {"topk:10", 0.9}};
+  t.gain = {
+      {"none", 1}, {"fp16", 0.9999}, {"powersgd:4", 0.1}, {"topk:10", 0.9}};
   t.window_gain = {{"powersgd:4", 0.98}, {"topk:10", 0.97}};
-  t.seconds = {{"none", 1.0}, {"fp16", 0.55}, {"powersgd:4", 0.055},
-               {"topk:10", 0.5}};
+  t.seconds = {
+      {"none", 1.0}, {"fp16", 0.55}, {"powersgd:4", 0.055}, {"topk:10", 0.5}};
   PortfolioPolicy p(
       Options({"none", "fp16", "powersgd:4", "topk:10"}, 50, 0.9, 50));
   Driver driver(&p);
   const std::vector<std::string> sent = driver.Run(t, 200);
   // The first step (not counted), dense's 2-step trial, powersgd:4's.
-  EXPECT_THAT(Collapse(sent),
-              ElementsAre("powersgd:4", "none", "powersgd:4"));
+  EXPECT_THAT(Collapse(sent), ElementsAre("powersgd:4", "none", "powersgd:4"));
   int dense = 0;
   for (const std::string& x : sent) dense += x == "none";
   EXPECT_EQ(dense, PortfolioPolicy::kDenseTrial);
