@@ -267,10 +267,12 @@ def stop_timeline():
     lib().stop_timeline()
 
 
-def barrier():
-    """Blocks until every rank has called barrier()."""
+def barrier(process_set=None):
+    """Blocks until every rank (of `process_set`, terse.process_sets; None:
+    every rank) has called barrier()."""
     check_initialized("barrier()")
-    lib().barrier()
+    from terse import process_sets as _process_sets
+    lib().barrier(_process_sets.resolve(process_set, "barrier()"))
 
 
 def join():

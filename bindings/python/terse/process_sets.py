@@ -192,6 +192,16 @@ def rank_in(process_set_id):
     return ranks.index(basics.rank())
 
 
+def registered(process_set_id):
+    """The registered ProcessSet of id `process_set_id`; ValueError when
+    there is none (it was removed)."""
+    with _lock:
+        ps = _registered.get(process_set_id)
+    if ps is None:
+        raise ValueError(f"process set {process_set_id} is not registered")
+    return ps
+
+
 def static_sets(process_sets):
     """init(process_sets=...): (list of ProcessSet to register, dynamic).
     None, [] or a list of ProcessSet / rank lists (global_process_set is
