@@ -2,6 +2,8 @@
 // enqueue, adding and removing sets (a global barrier carries the change,
 // so every rank applies it at the same point of the same cycle), and
 // serving the non-global sets each cycle.
+#include "engine/engine.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -10,7 +12,6 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "engine/engine.h"
 
 namespace terse {
 namespace {
