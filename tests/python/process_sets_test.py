@@ -47,6 +47,8 @@ def test_a_static_sets(s):
     expect(s.mine.rank() == s.mine.ranks.index(rank), "rank() in the set")
     expect_raises(ValueError, ["not part of process set"], s.other.rank)
     expect(hvd.global_process_set.process_set_id == 0, "global id")
+    expect(hvd.global_process_set.ranks == list(range(hvd.size())),
+           "global ranks")
 
 
 def test_allreduce(s):

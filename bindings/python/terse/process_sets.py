@@ -59,7 +59,8 @@ class ProcessSet:
 
     ProcessSet(ranks): ranks is a list of world ranks (sorted here).
     process_set_id is None until the set is registered (init or
-    add_process_set), 0 for global_process_set."""
+    add_process_set), 0 for global_process_set (whose ranks are every rank
+    while terse runs)."""
 
     def __init__(self, ranks_or_comm=None):
         if ranks_or_comm is not None and not isinstance(
@@ -230,9 +231,11 @@ def static_sets(process_sets):
 
 def on_init(sets, dynamic):
     """The engine started with `sets` as ids 1, 2, ...: registers them."""
+    from terse import basics
     with _lock:
         _registered.clear()
         _dynamic[0] = bool(dynamic)
+        global_process_set.ranks = list(range(basics.size()))
         for i, ps in enumerate(sets):
             ps.process_set_id = i + 1
             _registered[i + 1] = ps
@@ -244,6 +247,7 @@ def on_shutdown():
         for ps in _registered.values():
             ps.process_set_id = None
         _registered.clear()
+        global_process_set.ranks = None
         _dynamic[0] = False
 
 
