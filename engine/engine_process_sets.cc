@@ -202,6 +202,8 @@ void Engine::ProcessSetChange(const proto::Response& response) {
     outcome = absl::InvalidArgumentError(
         absl::StrCat("malformed process set change '", name, "'"));
   }
+  // Read by the thread waiting in ChangeProcessSets: detached (types.h).
+  if (!outcome.ok()) outcome = Detached(outcome.status());
   absl::MutexLock lock(&mu_);
   set_changes_.insert_or_assign(name, std::move(outcome));
 }
