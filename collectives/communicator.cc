@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 
 namespace terse {
@@ -42,6 +44,33 @@ absl::Status Communicator::AllgathervUnknownSizes(
       std::accumulate(recv_bytes->begin(), recv_bytes->end(), int64_t{0});
   recv->resize(total);
   return Allgatherv(send, recv->data(), *recv_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateSubgroup(
+    const std::vector<int>& ranks) {
+  TERSE_RETURN_IF_ERROR(CheckSubgroupRanks(ranks, size()));
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", backend(), " communicator cannot create sub-groups (process ",
+      "sets need the mpi or loopback backend for CPU tensors)"));
+}
+
+absl::Status CheckSubgroupRanks(const std::vector<int>& ranks, int size) {
+  if (ranks.empty()) {
+    return absl::InvalidArgumentError("a sub-group needs at least one rank");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sub-group rank ", ranks[i], " outside [0, ", size,
+                       ") in [", absl::StrJoin(ranks, ","), "]"));
+    }
+    if (i > 0 && ranks[i] <= ranks[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sub-group ranks must be sorted and distinct, not [",
+                       absl::StrJoin(ranks, ","), "]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace terse

@@ -22,10 +22,12 @@
 #define TERSE_COLLECTIVES_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/data_type.h"
 
@@ -95,6 +97,18 @@ class Communicator {
   // NCCL waits for its stream (nccl/nccl_communicator.h).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
+  // A communicator over the sorted, distinct ranks `ranks` of this one (its
+  // rank i is this communicator's rank ranks[i]), for process sets.
+  // Collective over ALL ranks of this communicator, members or not, with
+  // equal `ranks` everywhere. Members get the new communicator (owned by
+  // the caller; it may outlive this one only where the backend says so:
+  // loopback and MPI allow it); non-members get null. Bad `ranks` (empty,
+  // unsorted, repeated, out of range) are InvalidArgument before any
+  // message. Backends without sub-groups (NCCL, the simulated device)
+  // return Unimplemented.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
+      const std::vector<int>& ranks);
+
   // Allgatherv when the caller does not know the other ranks' sizes: gathers
   // the sizes first (one Allgather of int64), then the data. On return
   // `recv_bytes` has one entry per rank and `recv` holds the packed data.
@@ -102,6 +116,10 @@ class Communicator {
                                       std::vector<uint8_t>* recv,
                                       std::vector<int64_t>* recv_bytes);
 };
+
+// The local check of CreateSubgroup's `ranks` for a communicator of `size`
+// ranks: InvalidArgument naming the problem.
+absl::Status CheckSubgroupRanks(const std::vector<int>& ranks, int size);
 
 }  // namespace terse
 

@@ -55,6 +55,10 @@ class BorrowedCommunicator : public Communicator {
     return target_->BitwiseOr(words, count);
   }
   absl::Status Synchronize() override { return target_->Synchronize(); }
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
+      const std::vector<int>& ranks) override {
+    return target_->CreateSubgroup(ranks);
+  }
 
  private:
   Communicator* const target_;

@@ -175,6 +175,12 @@ proto::Response BuildResponse(
         check("dimensions after the first",
               [](const proto::Request& r) { return Dims(r, 1); });
         break;
+      case proto::BARRIER:
+        // A barrier's shape is empty, except the engine's process-set
+        // changes, which carry the set's ranks (or id) there.
+        check("process set ranks",
+              [](const proto::Request& r) { return Dims(r, 0); });
+        break;
       default:
         break;
     }

@@ -41,7 +41,8 @@ absl::StatusOr<std::shared_ptr<Engine>> Current() {
 
 }  // namespace
 
-absl::Status Init(const Config& config) {
+absl::Status Init(const Config& config,
+                  const std::vector<std::vector<int>>& process_sets) {
   Instance& instance = TheInstance();
   absl::MutexLock lock(&instance.mu);
   if (instance.engine != nullptr) {
@@ -52,8 +53,10 @@ absl::Status Init(const Config& config) {
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> registry,
                          CommunicatorRegistry::Create(config));
   SetLogRank(registry->control()->rank());
+  EngineOptions options;
+  options.process_sets = process_sets;
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                         Engine::Create(config, registry.get()));
+                         Engine::Create(config, registry.get(), options));
   if (engine->rank() == 0) {
     TERSE_LOG(Debug) << "terse initialised on " << engine->size() << " ranks:\n"
                      << config.Describe();
@@ -68,7 +71,7 @@ absl::Status Init(const Config& config) {
 
 absl::Status InitFromEnvironment() {
   TERSE_ASSIGN_OR_RETURN(Config config, Config::FromEnvironment());
-  return Init(config);
+  return Init(config, {});
 }
 
 absl::Status Shutdown() {
@@ -115,29 +118,33 @@ absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                       ReduceOp op, double prescale,
                                       double postscale, DoneCallback callback,
                                       const std::string& compression,
-                                      std::shared_ptr<Event> ready) {
+                                      std::shared_ptr<Event> ready,
+                                      int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->AllreduceAsync(name, in, out, shape, op, prescale, postscale,
-                           std::move(callback), compression, std::move(ready));
+                           std::move(callback), compression, std::move(ready),
+                           process_set);
 }
 
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
                                       DoneCallback callback,
-                                      std::shared_ptr<Event> ready) {
+                                      std::shared_ptr<Event> ready,
+                                      int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->AllgatherAsync(name, in, shape, std::move(callback),
-                           std::move(ready));
+                           std::move(ready), process_set);
 }
 
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,
                                       const std::vector<int64_t>& shape,
                                       int root_rank, DoneCallback callback,
-                                      std::shared_ptr<Event> ready) {
+                                      std::shared_ptr<Event> ready,
+                                      int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->BroadcastAsync(name, buffer, shape, root_rank, std::move(callback),
-                           std::move(ready));
+                           std::move(ready), process_set);
 }
 
 absl::StatusOr<bool> Poll(Handle handle) {
@@ -160,9 +167,29 @@ absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle) {
   return e->TakeAllgatherResult(handle);
 }
 
-absl::Status Barrier() {
+absl::Status Barrier(int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
-  return e->Barrier();
+  return e->Barrier(process_set);
+}
+
+absl::StatusOr<int32_t> AddProcessSet(const std::vector<int>& ranks) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->AddProcessSet(ranks);
+}
+
+absl::Status RemoveProcessSet(int32_t id) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->RemoveProcessSet(id);
+}
+
+absl::StatusOr<std::vector<int>> ProcessSetRanks(int32_t id) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->ProcessSetRanks(id);
+}
+
+absl::StatusOr<std::vector<int32_t>> ProcessSetIds() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->ProcessSetIds();
 }
 
 absl::StatusOr<int> Join() {

@@ -32,8 +32,10 @@ namespace terse {
 // Starts terse: communicators and background thread; sets the log level
 // and log rank. FailedPrecondition if already initialised; the registry's or
 // engine's error otherwise (e.g. a bad TERSE_BACKEND, an unwritable
-// TERSE_TIMELINE).
-absl::Status Init(const Config& config);
+// TERSE_TIMELINE, bad static process sets). `process_sets`: Horovod's
+// static sets (EngineOptions::process_sets), ids 1, 2, ... in this order.
+absl::Status Init(const Config& config,
+                  const std::vector<std::vector<int>>& process_sets = {});
 // Init(Config::FromEnvironment()): the error names the bad TERSE_* variable.
 absl::Status InitFromEnvironment();
 // Fails pending handles with "terse was shut down" (or the root-cause error
@@ -59,17 +61,21 @@ absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
                                       double postscale = 1.0,
                                       DoneCallback callback = nullptr,
                                       const std::string& compression = "",
-                                      std::shared_ptr<Event> ready = nullptr);
+                                      std::shared_ptr<Event> ready = nullptr,
+                                      int32_t process_set = 0);
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
                                       DoneCallback callback = nullptr,
-                                      std::shared_ptr<Event> ready = nullptr);
+                                      std::shared_ptr<Event> ready = nullptr,
+                                      int32_t process_set = 0);
+// root_rank is a world rank (in the process set).
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,
                                       const std::vector<int64_t>& shape,
                                       int root_rank,
                                       DoneCallback callback = nullptr,
-                                      std::shared_ptr<Event> ready = nullptr);
+                                      std::shared_ptr<Event> ready = nullptr,
+                                      int32_t process_set = 0);
 
 // true when the op has completed (successfully or not). NotFound for an
 // unknown handle.
@@ -83,8 +89,14 @@ absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle);
 // After Wait(handle) returned OK for an allgather handle; releases it.
 absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
 
-// Collective barrier of all ranks (through the background thread).
-absl::Status Barrier();
+// Collective barrier of the process set's ranks (0: all ranks).
+absl::Status Barrier(int32_t process_set = 0);
+// Process sets (Engine::AddProcessSet etc.): add/remove are collective over
+// every rank.
+absl::StatusOr<int32_t> AddProcessSet(const std::vector<int>& ranks);
+absl::Status RemoveProcessSet(int32_t id);
+absl::StatusOr<std::vector<int>> ProcessSetRanks(int32_t id);
+absl::StatusOr<std::vector<int32_t>> ProcessSetIds();
 // This rank has no more data: it contributes zeros to allreduces of other
 // ranks until every rank has called Join. Blocks until all ranks joined.
 // Returns the last rank that joined.

@@ -167,6 +167,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
     std::unique_ptr<CommunicatorRegistry> owned_registry,
     const EngineOptions& options) {
   const int rank = registry->control()->rank();
+  TERSE_RETURN_IF_ERROR(
+      CheckProcessSets(options.process_sets, registry->control()->size()));
   // Always a Timeline (stopped without TERSE_TIMELINE), so one can be
   // started at runtime (StartTimeline).
   std::unique_ptr<Timeline> timeline = Timeline::Stopped(rank);
@@ -202,41 +204,38 @@ Engine::Engine(const Config& config, const EngineOptions& options,
       runtimes_(
           ChooseRuntimes(options.devices, owned_cuda_.get(), &owned_runtimes_)),
       timeline_(std::move(timeline)),
-      negotiator_(comm_, NegotiatorOptions{config.cache_capacity,
-                                           config.stall_check_seconds,
-                                           config.stall_shutdown_seconds}),
-      buckets_(
-          config.fusion_threshold_bytes, options.solo_bytes,
-          [config](const std::string& name, const std::string& spec) {
-            // Tensors under different compression policies never share a
-            // bucket, so each bucket has one policy (the per-call spec, when
-            // given, else the name rules).
-            const CompressionChoice c =
-                ChooseCompressionFor(name, spec, config);
-            return absl::StrCat(c.name, ":", c.cf);
-          },
-          [config](const std::string& name, const std::string& spec) {
-            // Only dense tensors are reduced alone in place; a compressed
-            // bucket copies into its buffer anyway.
-            return ChooseCompressionFor(name, spec, config).name == "none";
-          },
-          config.forget_after_steps),
-      reducer_(config, rank_, size_),
-      executor_(comm_, &reducer_, timeline_.get()),
-      device_(config, registry, runtimes_, &reducer_,
+      static_sets_(options.process_sets),
+      context_{&config_, timeline_.get(), nullptr, stuck_limit_,
+               options.solo_bytes},
+      global_(std::make_unique<ProcessSetRunner>(
+          0, AllRanks(size_), comm_, nullptr, &context_,
+          static_cast<ProcessSetHost*>(this))),
+      device_(config, registry, runtimes_, &global_->reducer(),
               [config](const Bucket& bucket) {
                 // Compression or momentum correction: the reducer's work.
                 return config.momentum_correction > 0 ||
                        ChooseCompressionFor(bucket.members.front().name,
                                             bucket.compression, config)
                                .name != "none";
-              }) {}
+              }) {
+  global_->set_device(&device_);
+  {
+    absl::MutexLock lock(&mu_);
+    set_ranks_[0] = AllRanks(size_);
+  }
+  // Ids 1, 2, ... now, so ops may be enqueued on them at once; the
+  // background thread builds their communicators before its first cycle.
+  for (const std::vector<int>& ranks : static_sets_) {
+    ReserveSet(ranks).IgnoreError();  // Checked by Start: no duplicates.
+  }
+}
 
 Engine::~Engine() { Shutdown().IgnoreError(); }
 
 absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   TERSE_RETURN_IF_ERROR(queue_.closed_status());
-  TERSE_RETURN_IF_ERROR(CheckEntry(entry, size_));
+  TERSE_ASSIGN_OR_RETURN(const int set_size, ResolveProcessSet(entry));
+  TERSE_RETURN_IF_ERROR(CheckEntry(entry, set_size));
   TERSE_RETURN_IF_ERROR(device_.CheckEntry(entry));
   entry.handle = handles_.Allocate(entry.op == proto::ALLGATHER);
   entry.enqueued = Clock::now();
@@ -253,8 +252,9 @@ absl::StatusOr<Handle> Engine::AllreduceAsync(
     const std::string& name, TensorView in, TensorView out,
     const std::vector<int64_t>& shape, ReduceOp op, double prescale,
     double postscale, DoneCallback callback, const std::string& compression,
-    std::shared_ptr<Event> ready) {
+    std::shared_ptr<Event> ready, int32_t process_set) {
   TensorEntry e;
+  e.process_set = process_set;
   if (!compression.empty()) {
     absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(compression);
     if (!spec.ok()) {
@@ -280,8 +280,10 @@ absl::StatusOr<Handle> Engine::AllgatherAsync(const std::string& name,
                                               TensorView in,
                                               const std::vector<int64_t>& shape,
                                               DoneCallback callback,
-                                              std::shared_ptr<Event> ready) {
+                                              std::shared_ptr<Event> ready,
+                                              int32_t process_set) {
   TensorEntry e;
+  e.process_set = process_set;
   e.name = name;
   e.op = proto::ALLGATHER;
   e.input = in;
@@ -296,8 +298,10 @@ absl::StatusOr<Handle> Engine::BroadcastAsync(const std::string& name,
                                               const std::vector<int64_t>& shape,
                                               int root_rank,
                                               DoneCallback callback,
-                                              std::shared_ptr<Event> ready) {
+                                              std::shared_ptr<Event> ready,
+                                              int32_t process_set) {
   TensorEntry e;
+  e.process_set = process_set;
   e.name = name;
   e.op = proto::BROADCAST;
   e.input = buffer;
@@ -345,9 +349,13 @@ absl::StatusOr<AllgatherResult> Engine::TakeAllgatherResult(Handle handle) {
   return handles_.TakeAllgatherResult(handle);
 }
 
-absl::Status Engine::Barrier() {
+absl::Status Engine::Barrier(int32_t process_set) {
   TensorEntry e;
-  e.name = absl::StrCat("__terse.barrier.", barrier_seq_++);
+  {
+    absl::MutexLock lock(&mu_);
+    e.name = absl::StrCat("__terse.barrier.", barrier_seq_[process_set]++);
+  }
+  e.process_set = process_set;
   e.op = proto::BARRIER;
   TERSE_ASSIGN_OR_RETURN(Handle handle, Enqueue(std::move(e)));
   return Wait(handle);
@@ -401,6 +409,8 @@ void Engine::Loop() {
   // Collective (heartbeat addresses), on the thread of every collective.
   stall_guard_ = StallGuard::Start(comm_, rank_, config_.stall_shutdown_seconds,
                                    [this] { return queue_.InFlightNames(); });
+  context_.stall_guard = stall_guard_.get();
+  CreateStaticSets();
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   Clock::time_point next = Clock::now();
@@ -415,299 +425,65 @@ void Engine::Loop() {
     std::vector<TensorEntry> fresh;
     queue_.Drain(&fresh);
     for (TensorEntry& e : fresh) {
-      absl::Status submitted =
-          negotiator_.Submit(MakeRequest(e, rank_), e.enqueued);
-      const std::string name = e.name;
-      in_flight_[name] = std::move(e);
-      if (!submitted.ok()) Finish(name, submitted);
+      if (e.process_set == 0) {
+        global_->Submit(std::move(e));
+        continue;
+      }
+      auto it = sets_.find(e.process_set);
+      if (it != sets_.end()) {
+        it->second->Submit(std::move(e));
+        continue;
+      }
+      // Removed between enqueue and now.
+      const int32_t set = e.process_set;
+      const absl::Status removed = absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", e.name, "': process set ", set, " was removed"));
+      std::vector<TensorEntry> gone;
+      gone.push_back(std::move(e));
+      Complete(set, std::move(gone), removed, {}, nullptr);
     }
-    absl::StatusOr<CycleOutcome> outcome = [&] {
-      StallGuard::Phase phase(stall_guard_.get(), "negotiation");
-      return negotiator_.RunCycle(queue_.shutdown_requested(), local_error_);
-    }();
-    if (!outcome.ok()) {
-      Stop(outcome.status(), /*fatal=*/true);
+    CycleOutcome outcome;
+    absl::Status negotiated =
+        global_->Cycle(queue_.shutdown_requested(), local_error_, &outcome);
+    if (!negotiated.ok()) {
+      Stop(negotiated, /*fatal=*/true);
       return;
     }
-    if (!outcome->stall_warning.empty()) {
-      TERSE_LOG(Warning) << outcome->stall_warning;
+    if (!outcome.stall_warning.empty()) {
+      TERSE_LOG(Warning) << outcome.stall_warning;
       absl::MutexLock lock(&mu_);
-      stall_warning_ = outcome->stall_warning;
+      stall_warning_ = outcome.stall_warning;
     }
-    Execute(outcome->responses);
-    if (!outcome->error.ok()) {
-      Stop(outcome->error, /*fatal=*/true);
+    NoteLocalError(global_->TakeLocalError());
+    if (!outcome.error.ok()) {
+      Stop(outcome.error, /*fatal=*/true);
       return;
     }
-    if (outcome->shutdown) {
+    if (outcome.shutdown) {
       Stop(ShutDownError(), /*fatal=*/false);
       return;
     }
+    CycleSets();
   }
 }
 
-void Engine::Execute(const std::vector<proto::Response>& responses) {
-  const Clock::time_point ready_at = Clock::now();
-  std::vector<const proto::Response*> ready;
-  std::vector<const proto::Response*> others;
-  std::vector<int> complete;
-  for (const proto::Response& r : responses) {
-    if (r.op() != proto::JOIN && r.names_size() != 1) {
-      // Every response this engine's coordinator builds names one op.
-      if (local_error_.ok()) {
-        local_error_ = absl::DataLossError(
-            "negotiation: a response from rank 0 does not name one op");
-      }
-      continue;
-    }
-    if (r.kind() == proto::Response::ERROR) {
-      for (const std::string& name : r.names()) {
-        Finish(name, absl::InvalidArgumentError(r.error()));
-        for (int id : buckets_.Remove(name)) complete.push_back(id);
-      }
-    } else if (r.op() == proto::ALLREDUCE) {
-      std::vector<int64_t> shape(r.shape().begin(), r.shape().end());
-      if (ShapeElements(shape) < 0 || !IsValidDataType(r.dtype())) {
-        if (local_error_.ok()) {
-          local_error_ = absl::DataLossError(
-              "negotiation: malformed allreduce response from rank 0");
-        }
-        continue;
-      }
-      ready.push_back(&r);
-    } else {
-      others.push_back(&r);
-    }
-  }
-  for (int id : buckets_.OnReady(ready)) complete.push_back(id);
-  for (int id : buckets_.Tick(stuck_limit_)) complete.push_back(id);
-  for (int id : buckets_.TakeChanged()) {
-    executor_.Forget(id);
-    device_.Forget(id);
-  }
-  executor_.ForgetTensors(buckets_.TakeForgotten());
-  {
-    // Before any op of this cycle completes, so a waiter sees fresh stats.
-    absl::MutexLock lock(&mu_);
-    stats_.cycles = negotiator_.cycles();
-    stats_.coordinator_rounds = negotiator_.coordinator_rounds();
-    stats_.requests_sent = negotiator_.requests_sent();
-    stats_.buckets = buckets_.num_buckets();
-    stats_.cache_entries = negotiator_.cache().size();
-  }
-  std::vector<int> seen;
-  for (int id : complete) {
-    // A bucket may be reported twice (a member failed, then the rest became
-    // ready) or have changed since; run each complete bucket once.
-    if (std::find(seen.begin(), seen.end(), id) != seen.end() ||
-        !buckets_.exists(id) || !buckets_.bucket(id).complete()) {
-      continue;
-    }
-    seen.push_back(id);
-    RunBucket(id, ready_at);
-  }
-  for (const proto::Response* r : others) {
-    switch (r->op()) {
-      case proto::BROADCAST:
-        RunBroadcast(*r, ready_at);
-        break;
-      case proto::ALLGATHER:
-        RunAllgather(*r, ready_at);
-        break;
-      case proto::BARRIER:
-        Finish(r->names(0), absl::OkStatus());
-        break;
-      case proto::JOIN: {
-        {
-          absl::MutexLock lock(&mu_);
-          last_joined_ = r->last_joined_rank();
-        }
-        Finish(kJoinName, absl::OkStatus());
-        break;
-      }
-      default:
-        break;
-    }
-  }
-}
-
-void Engine::RunBucket(int id, Clock::time_point ready_at) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++stats_.bucket_runs;  // Before the ops complete (see Execute).
-  }
-  const Bucket& bucket = buckets_.bucket(id);
-  std::vector<const TensorEntry*> entries(bucket.members.size(), nullptr);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    auto it = in_flight_.find(bucket.members[i].name);
-    if (it != in_flight_.end() && it->second.op == proto::ALLREDUCE &&
-        it->second.input.count == bucket.members[i].count &&
-        it->second.input.dtype == bucket.dtype) {
-      entries[i] = &it->second;
-    }
-  }
-  // Even after a local error this rank takes part, so that no peer blocks in
-  // the collective; the error reaches every rank in the next cycle.
-  std::shared_ptr<Event> done;
-  absl::Status status = [&] {
-    StallGuard::Phase phase(stall_guard_.get(), "allreduce of bucket ",
-                            std::to_string(id));
-    return bucket.device_kind == static_cast<int32_t>(Device::Kind::kCpu)
-               ? executor_.Run(bucket, entries, ready_at)
-               : device_.RunBucket(bucket, entries, &done);
-  }();
+void Engine::NoteLocalError(const absl::Status& status) {
   if (!status.ok() && local_error_.ok()) local_error_ = status;
+}
+
+void Engine::Complete(int32_t set, std::vector<TensorEntry> entries,
+                      const absl::Status& status,
+                      std::vector<AllgatherResult> results,
+                      std::shared_ptr<Event> done) {
   std::vector<std::string> names;
-  names.reserve(bucket.members.size());
-  for (const BucketMember& m : bucket.members) names.push_back(m.name);
-  buckets_.Reset(id);
-  FinishAll(names, status, std::move(done));
-}
-
-void Engine::RunBroadcast(const proto::Response& r,
-                          Clock::time_point ready_at) {
-  const std::string& name = r.names(0);
-  StallGuard::Phase phase(stall_guard_.get(), "broadcast of ", name);
-  const Clock::time_point start = Clock::now();
-  std::vector<int64_t> shape(r.shape().begin(), r.shape().end());
-  const int64_t count = ShapeElements(shape);
-  if (count < 0 || !IsValidDataType(r.dtype())) {
-    Finish(name, absl::DataLossError(absl::StrCat(
-                     "tensor '", name, "': malformed broadcast response")));
-    return;
-  }
-  const int64_t bytes =
-      count *
-      static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r.dtype())));
-  auto it = in_flight_.find(name);
-  const bool local = it != in_flight_.end() &&
-                     it->second.input.bytes() == bytes &&
-                     it->second.op == proto::BROADCAST;
-  if (r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)) {
-    std::shared_ptr<Event> done;
-    absl::Status status = device_.RunBroadcast(
-        static_cast<Device::Kind>(r.device_kind()),
-        local ? &it->second : nullptr, bytes, r.root_rank(), &done);
-    if (!status.ok() && local_error_.ok()) local_error_ = status;
-    Finish(name, status, {}, std::move(done));
-    return;
-  }
-  std::vector<uint8_t> scratch;
-  void* buffer = nullptr;
-  if (it != in_flight_.end() && it->second.input.bytes() == bytes) {
-    buffer = it->second.input.data;
-  } else {
-    scratch.resize(bytes);  // No local op: take part without one.
-    buffer = scratch.data();
-  }
-  absl::Status status = comm_->Broadcast(buffer, bytes, r.root_rank());
-  if (!status.ok() && local_error_.ok()) local_error_ = status;
-  if (timeline_ != nullptr) {
-    const std::string track = absl::StrCat("broadcast ", name);
-    const Clock::time_point enqueued =
-        it != in_flight_.end() ? it->second.enqueued : ready_at;
-    timeline_->Record(track, "NEGOTIATE", enqueued, ready_at);
-    timeline_->Record(track, "QUEUE", ready_at, start);
-    timeline_->Record(track, "COMMUNICATE", start, Clock::now(),
-                      {{"bytes", absl::StrCat(bytes)},
-                       {"root", absl::StrCat(r.root_rank())}});
-  }
-  Finish(name, status);
-}
-
-void Engine::RunAllgather(const proto::Response& r,
-                          Clock::time_point ready_at) {
-  const std::string& name = r.names(0);
-  StallGuard::Phase phase(stall_guard_.get(), "allgather of ", name);
-  const Clock::time_point start = Clock::now();
-  auto malformed = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(
-        "tensor '", name, "': malformed allgather response: ", why));
-  };
-  if (r.tensor_sizes_size() != size_ || r.shape_size() == 0 ||
-      !IsValidDataType(r.dtype())) {
-    Finish(name, malformed("sizes"));
-    return;
-  }
-  std::vector<int64_t> row_shape(r.shape().begin() + 1, r.shape().end());
-  const int64_t row = ShapeElements(row_shape);
-  const DataType dtype = static_cast<DataType>(r.dtype());
-  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
-  std::vector<int64_t> recv_bytes(size_);
-  int64_t total = 0;
-  for (int i = 0; i < size_; ++i) {
-    const int64_t d = r.tensor_sizes(i);
-    if (row < 0 || d < 0 || (row > 0 && d > (int64_t{1} << 40) / row / elem)) {
-      Finish(name, malformed("first dimensions"));
-      return;
-    }
-    recv_bytes[i] = d * row * elem;
-    total += recv_bytes[i];
-  }
-  AllgatherResult result;
-  result.data.resize(total);
-  result.dtype = dtype;
-  result.shape.assign(r.shape().begin(), r.shape().end());
-  result.first_dims.assign(r.tensor_sizes().begin(), r.tensor_sizes().end());
-  auto it = in_flight_.find(name);
-  std::vector<uint8_t> scratch;
-  const void* send = nullptr;
-  const bool local =
-      it != in_flight_.end() && it->second.input.bytes() == recv_bytes[rank_];
-  if (local) {
-    send = it->second.input.data;
-  } else {
-    scratch.resize(recv_bytes[rank_]);  // Take part without a local op.
-    send = scratch.data();
-  }
-  absl::Status status =
-      r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)
-          ? device_.RunAllgather(static_cast<Device::Kind>(r.device_kind()),
-                                 local ? &it->second : nullptr, recv_bytes,
-                                 result.data.data())
-          : comm_->Allgatherv(send, result.data.data(), recv_bytes);
-  if (!status.ok() && local_error_.ok()) local_error_ = status;
-  if (timeline_ != nullptr) {
-    const std::string track = absl::StrCat("allgather ", name);
-    const Clock::time_point enqueued =
-        it != in_flight_.end() ? it->second.enqueued : ready_at;
-    timeline_->Record(track, "NEGOTIATE", enqueued, ready_at);
-    timeline_->Record(track, "QUEUE", ready_at, start);
-    timeline_->Record(track, "COMMUNICATE", start, Clock::now(),
-                      {{"bytes", absl::StrCat(total)}});
-  }
-  Finish(name, status, std::move(result));
-}
-
-void Engine::Finish(const std::string& name, const absl::Status& status,
-                    AllgatherResult result, std::shared_ptr<Event> done) {
-  auto node = in_flight_.extract(name);
-  if (node.empty()) return;
-  TensorEntry entry = std::move(node.mapped());
-  queue_.Release(name);
-  if (done != nullptr && status.ok()) {
-    absl::MutexLock lock(&mu_);
-    done_[entry.handle] = std::move(done);
-  }
-  if (entry.callback) entry.callback(status);
-  handles_.Complete(entry.handle, status, std::move(result));
-}
-
-void Engine::FinishAll(const std::vector<std::string>& names,
-                       const absl::Status& status,
-                       std::shared_ptr<Event> done) {
-  std::vector<TensorEntry> entries;
-  std::vector<std::string> released;
   std::vector<Handle> handles;
-  entries.reserve(names.size());
-  for (const std::string& name : names) {
-    auto node = in_flight_.extract(name);
-    if (node.empty()) continue;
-    released.push_back(name);
-    handles.push_back(node.mapped().handle);
-    entries.push_back(std::move(node.mapped()));
+  names.reserve(entries.size());
+  handles.reserve(entries.size());
+  for (const TensorEntry& e : entries) {
+    names.push_back(e.name);
+    handles.push_back(e.handle);
   }
-  queue_.ReleaseAll(released);
+  queue_.ReleaseAll(set, names);
   if (done != nullptr && status.ok()) {
     absl::MutexLock lock(&mu_);
     for (Handle h : handles) done_[h] = done;
@@ -715,7 +491,31 @@ void Engine::FinishAll(const std::vector<std::string>& names,
   for (TensorEntry& e : entries) {
     if (e.callback) e.callback(status);
   }
-  handles_.CompleteAll(handles, status);
+  if (entries.size() == 1 && results.size() == 1) {
+    handles_.Complete(handles[0], status, std::move(results[0]));
+  } else {
+    handles_.CompleteAll(handles, status);
+  }
+}
+
+void Engine::BeforeCompletions(const ProcessSetRunner& runner) {
+  // Before any op of this cycle completes, so a waiter sees fresh stats.
+  absl::MutexLock lock(&mu_);
+  stats_.cycles = runner.negotiator().cycles();
+  stats_.coordinator_rounds = runner.negotiator().coordinator_rounds();
+  stats_.requests_sent = runner.negotiator().requests_sent();
+  stats_.buckets = runner.buckets().num_buckets();
+  stats_.cache_entries = runner.negotiator().cache().size();
+}
+
+void Engine::CountBucketRun() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.bucket_runs;
+}
+
+void Engine::Joined(int last_joined_rank) {
+  absl::MutexLock lock(&mu_);
+  last_joined_ = last_joined_rank;
 }
 
 void Engine::Stop(const absl::Status& cause, bool fatal) {
@@ -737,12 +537,14 @@ void Engine::Stop(const absl::Status& cause, bool fatal) {
   std::vector<TensorEntry> queued;
   queue_.Drain(&queued);
   for (TensorEntry& e : queued) {
-    const std::string name = e.name;
-    in_flight_[name] = std::move(e);
+    const int32_t set = e.process_set;
+    std::vector<TensorEntry> one;
+    one.push_back(std::move(e));
+    Complete(set, std::move(one), pending_error, {}, nullptr);
   }
-  std::vector<std::string> names;
-  for (const auto& [name, entry] : in_flight_) names.push_back(name);
-  for (const std::string& name : names) Finish(name, pending_error);
+  global_->FailAll(pending_error);
+  for (auto& [id, runner] : sets_) runner->FailAll(pending_error);
+  sets_.clear();
   absl::MutexLock lock(&mu_);
   stopped_ = true;
 }

@@ -27,6 +27,16 @@
 // on CUDA they are not implemented yet and such an allreduce fails at
 // enqueue with Unimplemented.
 //
+// Process sets (engine/process_set_runner.h): every op names a process set,
+// 0 (every rank, the default) or one registered at Create
+// (EngineOptions::process_sets, ids 1, 2, ... in that order) or by
+// AddProcessSet. Each set negotiates and fuses on its own; names are
+// unique per set; a broadcast's root is a world rank in the set. Enqueueing
+// on a set this rank is not in, or on an unknown one, is InvalidArgument.
+// Compression works per set (each set has its own compression state);
+// compression() (reports, checkpoints) covers the global set only. Device
+// tensors run on the global set only (Unimplemented at enqueue otherwise).
+//
 // Errors: a bad argument is an error at enqueue. A disagreement between
 // ranks (dtype, shape, op, root, scales, compression) fails that op on every
 // rank with a message naming the tensor and the ranks on each side. A fatal
@@ -39,6 +49,7 @@
 #define TERSE_ENGINE_ENGINE_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,6 +73,7 @@
 #include "engine/device_executor.h"
 #include "engine/handle_table.h"
 #include "engine/negotiator.h"
+#include "engine/process_set_runner.h"
 #include "engine/stall_guard.h"
 #include "engine/tensor_queue.h"
 #include "engine/timeline.h"
@@ -93,9 +105,14 @@ struct EngineOptions {
   // SimRuntime here; Create(config, comm, ...) then also moves simulated
   // buffers over `comm` (the "sim" backend, collectives/sim_communicator.h).
   const DeviceRuntimes* devices = nullptr;
+  // Static process sets (Horovod's init(process_sets=...)): sorted,
+  // distinct world ranks each, no set twice and none of every rank (that is
+  // the global set, 0); they get ids 1, 2, ... in this order, on every rank
+  // alike. A bad list fails Create with InvalidArgument naming the set.
+  std::vector<std::vector<int>> process_sets;
 };
 
-class Engine {
+class Engine : private ProcessSetHost {
  public:
   // Starts an engine for rank control()->rank() of control()->size() of
   // `registry` (not owned; it must outlive the engine). The control
@@ -113,7 +130,7 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       const Config& config, Communicator* comm,
       const EngineOptions& options = EngineOptions());
-  ~Engine();  // Shutdown().
+  ~Engine() override;  // Shutdown().
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -138,7 +155,8 @@ class Engine {
                                         double postscale = 1.0,
                                         DoneCallback callback = nullptr,
                                         const std::string& compression = "",
-                                        std::shared_ptr<Event> ready = nullptr);
+                                        std::shared_ptr<Event> ready = nullptr,
+                                        int32_t process_set = 0);
   // Concatenation of every rank's tensor along dimension 0 (first dims may
   // differ, the rest must agree); fetched with TakeAllgatherResult.
   // A device input's result is host memory too (staged; see
@@ -146,14 +164,17 @@ class Engine {
   absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                         const std::vector<int64_t>& shape,
                                         DoneCallback callback = nullptr,
-                                        std::shared_ptr<Event> ready = nullptr);
-  // `buffer` of root_rank into every rank's `buffer`.
+                                        std::shared_ptr<Event> ready = nullptr,
+                                        int32_t process_set = 0);
+  // `buffer` of root_rank (a world rank, in the process set) into every
+  // member's `buffer`.
   absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                         TensorView buffer,
                                         const std::vector<int64_t>& shape,
                                         int root_rank,
                                         DoneCallback callback = nullptr,
-                                        std::shared_ptr<Event> ready = nullptr);
+                                        std::shared_ptr<Event> ready = nullptr,
+                                        int32_t process_set = 0);
 
   absl::StatusOr<bool> Poll(Handle handle) const;
   absl::Status Wait(Handle handle);
@@ -164,8 +185,26 @@ class Engine {
   absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle);
   absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
 
-  // Blocks until every rank has called Barrier.
-  absl::Status Barrier();
+  // Blocks until every rank of the process set has called Barrier.
+  absl::Status Barrier(int32_t process_set = 0);
+
+  // Registers a process set over the sorted, distinct world ranks `ranks`
+  // and returns its id. Collective over EVERY rank (members or not), which
+  // must call it with the same ranks in the same order relative to other
+  // AddProcessSet/RemoveProcessSet calls; blocks until the set exists
+  // everywhere. Errors: InvalidArgument for bad ranks (locally) or ranks
+  // that differ between ranks (on every rank, naming them); AlreadyExists
+  // (on every rank) when a set of these ranks exists (the global set
+  // included).
+  absl::StatusOr<int32_t> AddProcessSet(const std::vector<int>& ranks);
+  // Unregisters set `id`: collective over every rank as AddProcessSet. Its
+  // pending ops fail ("process set N was removed"). InvalidArgument for id
+  // 0; NotFound (on every rank) for an unknown id.
+  absl::Status RemoveProcessSet(int32_t id);
+  // The world ranks of a registered set (0: every rank); NotFound else.
+  absl::StatusOr<std::vector<int>> ProcessSetRanks(int32_t id) const;
+  // The ids of the registered sets, ascending (0 first).
+  std::vector<int32_t> ProcessSetIds() const;
   // This rank has no more data: it contributes zeros to the other ranks'
   // allreduces until every rank has joined. Blocks until then; returns the
   // last rank that joined. Allgather/broadcast/barrier fail while a rank is
@@ -191,9 +230,9 @@ class Engine {
   // Rank 0: the last stall warning logged (empty if none).
   std::string last_stall_warning() const;
   EngineStats stats() const;
-  // The compression state of the buckets (reports, checkpoints); the
-  // reducer is thread-safe for these calls.
-  CompressedReducer& compression() { return reducer_; }
+  // The compression state of the global set's buckets (reports,
+  // checkpoints); the reducer is thread-safe for these calls.
+  CompressedReducer& compression() { return global_->reducer(); }
 
  private:
   static absl::StatusOr<std::unique_ptr<Engine>> Start(
@@ -206,27 +245,37 @@ class Engine {
          std::unique_ptr<Timeline> timeline);
 
   absl::StatusOr<Handle> Enqueue(TensorEntry entry);
+  // Enqueue's process-set part: the set exists and holds this rank; a
+  // broadcast's root becomes its rank in the set. Returns the set's size.
+  absl::StatusOr<int> ResolveProcessSet(TensorEntry& entry) const;
+  // Enqueues a change of the process sets ({0, ranks...}: add; {1, id}:
+  // remove) as a global barrier and waits for it; returns its outcome.
+  absl::StatusOr<int32_t> ChangeProcessSets(std::vector<int64_t> change);
 
   // Background thread.
   void Loop();
-  void Execute(const std::vector<proto::Response>& responses);
-  void RunBucket(int id, Clock::time_point ready_at);
-  void RunBroadcast(const proto::Response& response,
-                    Clock::time_point ready_at);
-  void RunAllgather(const proto::Response& response,
-                    Clock::time_point ready_at);
-  // Completes and forgets the in-flight op `name` (if this rank has it).
-  // `done`: its device completion event (null: none).
-  void Finish(const std::string& name, const absl::Status& status,
-              AllgatherResult result = {},
-              std::shared_ptr<Event> done = nullptr);
-  // Finish() for several ops with one status: one lock each for the queue
-  // and the handles, so waiters wake up once.
-  void FinishAll(const std::vector<std::string>& names,
-                 const absl::Status& status,
-                 std::shared_ptr<Event> done = nullptr);
+  // Creates the static sets (collective); an error becomes local_error_.
+  void CreateStaticSets();
+  // Gives `ranks` the next id (AlreadyExists when a set holds them).
+  absl::StatusOr<int32_t> ReserveSet(const std::vector<int>& ranks);
+  // Background thread: the reserved set's communicator (collective over
+  // every rank) and, on members, its runner.
+  absl::Status BuildSet(int32_t id, const std::vector<int>& ranks);
+  // Every non-global set's cycle, in increasing id.
+  void CycleSets();
+  void NoteLocalError(const absl::Status& status);
   std::shared_ptr<Event> TakeDone(Handle handle);
   void Stop(const absl::Status& cause, bool fatal);
+
+  // ProcessSetHost.
+  void Complete(int32_t set, std::vector<TensorEntry> entries,
+                const absl::Status& status,
+                std::vector<AllgatherResult> results,
+                std::shared_ptr<Event> done) override;
+  void BeforeCompletions(const ProcessSetRunner& runner) override;
+  void CountBucketRun() override;
+  void Joined(int last_joined_rank) override;
+  void ProcessSetChange(const proto::Response& response) override;
 
   const Config config_;
   std::unique_ptr<CommunicatorRegistry> owned_registry_;
@@ -246,15 +295,14 @@ class Engine {
   TensorQueue queue_;
   HandleTable handles_;
   std::unique_ptr<Timeline> timeline_;
-  std::atomic<int64_t> barrier_seq_{0};
+  const std::vector<std::vector<int>> static_sets_;
 
-  // Background thread only.
-  Negotiator negotiator_;
-  BucketAssigner buckets_;
-  CompressedReducer reducer_;  // Dense where nothing is to be compressed.
-  BucketExecutor executor_;
-  DeviceExecutor device_;
-  absl::flat_hash_map<std::string, TensorEntry> in_flight_;
+  // Background thread only (context_.stall_guard is set in Loop).
+  RunnerContext context_;
+  std::unique_ptr<ProcessSetRunner> global_;
+  DeviceExecutor device_;  // The global set's device tensors.
+  // The non-global sets this rank is in, by id (served in this order).
+  std::map<int32_t, std::unique_ptr<ProcessSetRunner>> sets_;
   absl::Status local_error_;
   // TERSE_STALL_SHUTDOWN_SECONDS inside a blocking collective (null when
   // off); set at the start of Loop.
@@ -266,6 +314,15 @@ class Engine {
   int last_joined_ ABSL_GUARDED_BY(mu_) = -1;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Every registered set's world ranks (0: every rank), members or not.
+  std::map<int32_t, std::vector<int>> set_ranks_ ABSL_GUARDED_BY(mu_);
+  int32_t next_set_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Per set: the next barrier's number (names are per set).
+  std::map<int32_t, int64_t> barrier_seq_ ABSL_GUARDED_BY(mu_);
+  int64_t set_change_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Outcomes of process-set changes, by barrier name, until taken.
+  absl::flat_hash_map<std::string, absl::StatusOr<int32_t>> set_changes_
+      ABSL_GUARDED_BY(mu_);
   // Completion events of device ops whose handles completed and were not
   // yet waited for.
   absl::flat_hash_map<Handle, std::shared_ptr<Event>> done_

@@ -29,7 +29,11 @@ struct TensorEntry {
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
+  // Broadcast: the root's rank within the process set (the engine
+  // translates the caller's world rank at enqueue).
   int root_rank = 0;
+  // The process set (0: every rank). Names are unique per set.
+  int32_t process_set = 0;
   // Allreduce: canonical compression spec; empty = the engine's policy.
   std::string compression;
   DoneCallback callback;

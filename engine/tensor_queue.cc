@@ -9,10 +9,13 @@ namespace terse {
 absl::Status TensorQueue::Push(TensorEntry& entry) {
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return Detached(closed_);
-  if (!in_flight_.insert(entry.name).second) {
+  if (!in_flight_.insert({entry.process_set, entry.name}).second) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "an operation named '", entry.name,
-        "' is already in flight; names must be unique among pending ops"));
+        "an operation named '", entry.name, "' is already in flight",
+        entry.process_set == 0
+            ? std::string()
+            : absl::StrCat(" on process set ", entry.process_set),
+        "; names must be unique among pending ops"));
   }
   queued_.push_back(std::move(entry));
   return absl::OkStatus();
@@ -24,14 +27,17 @@ void TensorQueue::Drain(std::vector<TensorEntry>* out) {
   queued_.clear();
 }
 
-void TensorQueue::Release(const std::string& name) {
+void TensorQueue::Release(int32_t set, const std::string& name) {
   absl::MutexLock lock(&mu_);
-  in_flight_.erase(name);
+  in_flight_.erase(std::make_pair(set, name));
 }
 
-void TensorQueue::ReleaseAll(const std::vector<std::string>& names) {
+void TensorQueue::ReleaseAll(int32_t set,
+                             const std::vector<std::string>& names) {
   absl::MutexLock lock(&mu_);
-  for (const std::string& name : names) in_flight_.erase(name);
+  for (const std::string& name : names) {
+    in_flight_.erase(std::make_pair(set, name));
+  }
 }
 
 void TensorQueue::Close(absl::Status status) {
@@ -46,7 +52,13 @@ absl::Status TensorQueue::closed_status() const {
 
 std::vector<std::string> TensorQueue::InFlightNames() const {
   absl::MutexLock lock(&mu_);
-  return std::vector<std::string>(in_flight_.begin(), in_flight_.end());
+  std::vector<std::string> names;
+  names.reserve(in_flight_.size());
+  for (const auto& [set, name] : in_flight_) {
+    names.push_back(set == 0 ? name
+                             : absl::StrCat(name, " (process set ", set, ")"));
+  }
+  return names;
 }
 
 void TensorQueue::RequestShutdown() {

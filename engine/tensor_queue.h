@@ -2,13 +2,16 @@
 // background thread.
 //
 // Thread-safe: any thread pushes; the background thread drains. The queue
-// also owns the set of names in flight (pushed and not yet released), so a
-// second op with the same name is refused at once. Once closed (shutdown or
+// also owns the set of names in flight (pushed and not yet released), per
+// process set, so a second op with the same name on the same set is refused
+// at once. Once closed (shutdown or
 // fatal error), every push fails with the closing status.
 #ifndef TERSE_ENGINE_TENSOR_QUEUE_H_
 #define TERSE_ENGINE_TENSOR_QUEUE_H_
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -25,24 +28,27 @@ class TensorQueue {
   TensorQueue(const TensorQueue&) = delete;
   TensorQueue& operator=(const TensorQueue&) = delete;
 
-  // Queues `entry`. InvalidArgument if an op of the same name is in flight;
+  // Queues `entry`. InvalidArgument if an op of the same name is in flight
+  // on the same process set;
   // the closing status once closed. On error `entry` is left untouched.
   absl::Status Push(TensorEntry& entry);
 
   // Appends every queued entry to `out` in push order (background thread).
   void Drain(std::vector<TensorEntry>* out);
 
-  // The op named `name` completed: the name may be used again.
-  void Release(const std::string& name);
-  // Release() for several names under one lock.
-  void ReleaseAll(const std::vector<std::string>& names);
+  // The op named `name` of process set `set` completed: the name may be
+  // used again.
+  void Release(int32_t set, const std::string& name);
+  // Release() for several names of one set under one lock.
+  void ReleaseAll(int32_t set, const std::vector<std::string>& names);
 
   // Refuses later pushes with `status` (the first Close wins).
   void Close(absl::Status status);
   // OK while open.
   absl::Status closed_status() const;
 
-  // The names in flight (pushed and not yet released), in no order. Any
+  // The names in flight (pushed and not yet released), in no order; a
+  // non-global set's carry " (process set N)". Any
   // thread (the collective watchdog reads it while the background thread
   // is blocked).
   std::vector<std::string> InFlightNames() const;
@@ -54,7 +60,8 @@ class TensorQueue {
  private:
   mutable absl::Mutex mu_;
   std::vector<TensorEntry> queued_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<std::string> in_flight_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::pair<int32_t, std::string>> in_flight_
+      ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -27,7 +27,7 @@ TEST(TensorQueueTest, NamesAreUniqueWhileInFlight) {
   ASSERT_EQ(drained.size(), 1u);
   TensorEntry still = Entry("a");
   EXPECT_FALSE(q.Push(still).ok());  // Drained but not released.
-  q.Release("a");
+  q.Release(0, "a");
   EXPECT_TRUE(q.Push(still).ok());
 }
 
@@ -39,10 +39,29 @@ TEST(TensorQueueTest, InFlightNamesAreThosePushedAndNotReleased) {
   }
   std::vector<TensorEntry> drained;
   q.Drain(&drained);  // Drained ops are still in flight.
-  q.Release("b");
+  q.Release(0, "b");
   std::vector<std::string> names = q.InFlightNames();
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"a", "c"}));
+}
+
+TEST(TensorQueueTest, NamesArePerProcessSet) {
+  TensorQueue q;
+  TensorEntry global = Entry("w");
+  ASSERT_TRUE(q.Push(global).ok());
+  TensorEntry on_set = Entry("w");
+  on_set.process_set = 2;
+  ASSERT_TRUE(q.Push(on_set).ok());  // Another set: another name space.
+  TensorEntry again = Entry("w");
+  again.process_set = 2;
+  absl::Status refused = q.Push(again);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("on process set 2"), std::string::npos);
+  std::vector<std::string> names = q.InFlightNames();
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"w", "w (process set 2)"}));
+  q.Release(2, "w");
+  EXPECT_TRUE(q.Push(again).ok());
 }
 
 TEST(TensorQueueTest, ClosedQueueRefusesWithTheFirstCause) {

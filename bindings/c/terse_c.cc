@@ -1,6 +1,7 @@
 // The C ABI over engine/api.h. See terse_c.h for the contract.
 #include "bindings/c/terse_c.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -230,14 +231,15 @@ terse_error* Enqueue(const EnqueueFn& enqueue, bool is_allgather,
   return nullptr;
 }
 
-absl::Status InitWith(const Config& config) {
+absl::Status InitWith(const Config& config,
+                      const std::vector<std::vector<int>>& process_sets = {}) {
   CState& state = TheState();
   absl::MutexLock serial(&state.serial);
   absl::MutexLock lock(&state.lifecycle);
   if (state.completions != nullptr || IsInitialized()) {
     return absl::FailedPreconditionError("terse is already initialised");
   }
-  TERSE_RETURN_IF_ERROR(Init(config));
+  TERSE_RETURN_IF_ERROR(Init(config, process_sets));
   state.completions = std::make_shared<CompletionThread>();
   return absl::OkStatus();
 }
@@ -386,6 +388,16 @@ terse_error* terse_allreduce_compressed_async(
     int device, const int64_t* shape, int ndim, int op, double prescale,
     double postscale, const char* compression, terse_done_fn done,
     void* user_data, int64_t* handle) {
+  return terse_allreduce_set_async(name, in, out, count, dtype, device, shape,
+                                   ndim, op, prescale, postscale, compression,
+                                   0, done, user_data, handle);
+}
+
+terse_error* terse_allreduce_set_async(
+    const char* name, const void* in, void* out, int64_t count, int dtype,
+    int device, const int64_t* shape, int ndim, int op, double prescale,
+    double postscale, const char* compression, int process_set,
+    terse_done_fn done, void* user_data, int64_t* handle) {
   const std::string spec = compression == nullptr ? "" : compression;
   absl::StatusOr<terse::Op> made =
       terse::MakeOp(name, in, out, count, dtype, device, shape, ndim);
@@ -397,7 +409,7 @@ terse_error* terse_allreduce_compressed_async(
       [&](terse::DoneCallback callback) {
         return terse::AllreduceAsync(o.name, o.in, o.out, o.shape, *reduce_op,
                                      prescale, postscale, std::move(callback),
-                                     spec);
+                                     spec, nullptr, process_set);
       },
       /*is_allgather=*/false, done, user_data, handle);
 }
@@ -407,6 +419,15 @@ terse_error* terse_allgather_async(const char* name, const void* in,
                                    const int64_t* shape, int ndim,
                                    terse_done_fn done, void* user_data,
                                    int64_t* handle) {
+  return terse_allgather_set_async(name, in, count, dtype, device, shape, ndim,
+                                   0, done, user_data, handle);
+}
+
+terse_error* terse_allgather_set_async(const char* name, const void* in,
+                                       int64_t count, int dtype, int device,
+                                       const int64_t* shape, int ndim,
+                                       int process_set, terse_done_fn done,
+                                       void* user_data, int64_t* handle) {
   absl::StatusOr<terse::Op> made = terse::MakeOp(
       name, in, const_cast<void*>(in), count, dtype, device, shape, ndim);
   if (!made.ok()) return terse::ToError(made.status());
@@ -414,7 +435,8 @@ terse_error* terse_allgather_async(const char* name, const void* in,
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
         return terse::AllgatherAsync(o.name, o.in, o.shape,
-                                     std::move(callback));
+                                     std::move(callback), nullptr,
+                                     process_set);
       },
       /*is_allgather=*/true, done, user_data, handle);
 }
@@ -424,6 +446,17 @@ terse_error* terse_broadcast_async(const char* name, void* buffer,
                                    const int64_t* shape, int ndim,
                                    int root_rank, terse_done_fn done,
                                    void* user_data, int64_t* handle) {
+  return terse_broadcast_set_async(name, buffer, count, dtype, device, shape,
+                                   ndim, root_rank, 0, done, user_data,
+                                   handle);
+}
+
+terse_error* terse_broadcast_set_async(const char* name, void* buffer,
+                                       int64_t count, int dtype, int device,
+                                       const int64_t* shape, int ndim,
+                                       int root_rank, int process_set,
+                                       terse_done_fn done, void* user_data,
+                                       int64_t* handle) {
   absl::StatusOr<terse::Op> made =
       terse::MakeOp(name, buffer, buffer, count, dtype, device, shape, ndim);
   if (!made.ok()) return terse::ToError(made.status());
@@ -431,7 +464,8 @@ terse_error* terse_broadcast_async(const char* name, void* buffer,
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
         return terse::BroadcastAsync(o.name, o.out, o.shape, root_rank,
-                                     std::move(callback));
+                                     std::move(callback), nullptr,
+                                     process_set);
       },
       /*is_allgather=*/false, done, user_data, handle);
 }
@@ -459,6 +493,83 @@ terse_error* terse_take_allgather(int64_t handle,
 }
 
 terse_error* terse_barrier(void) { return terse::ToError(terse::Barrier()); }
+
+terse_error* terse_barrier_set(int process_set) {
+  return terse::ToError(terse::Barrier(process_set));
+}
+
+terse_error* terse_init_with_process_sets(const char* const* names,
+                                          const char* const* values,
+                                          size_t count, const int* ranks,
+                                          const int* set_sizes,
+                                          int num_sets) {
+  std::map<std::string, std::string> variables;
+  for (size_t i = 0; i < count; ++i) {
+    if (names == nullptr || values == nullptr || names[i] == nullptr ||
+        values[i] == nullptr) {
+      return terse::ToError(absl::InvalidArgumentError(
+          absl::StrCat("configuration entry ", i, " is NULL")));
+    }
+    variables[names[i]] = values[i];
+  }
+  if (num_sets < 0 || (num_sets > 0 && set_sizes == nullptr)) {
+    return terse::ToError(
+        absl::InvalidArgumentError("process sets: bad set_sizes"));
+  }
+  std::vector<std::vector<int>> sets;
+  int64_t offset = 0;
+  for (int i = 0; i < num_sets; ++i) {
+    if (set_sizes[i] < 0 || (set_sizes[i] > 0 && ranks == nullptr)) {
+      return terse::ToError(absl::InvalidArgumentError(
+          absl::StrCat("process set ", i, ": bad size ", set_sizes[i])));
+    }
+    sets.emplace_back(ranks + offset, ranks + offset + set_sizes[i]);
+    offset += set_sizes[i];
+  }
+  absl::StatusOr<terse::Config> config = terse::Config::FromMap(variables);
+  if (!config.ok()) return terse::ToError(config.status());
+  return terse::ToError(terse::InitWith(*config, sets));
+}
+
+terse_error* terse_add_process_set(const int* ranks, int n, int* id) {
+  if (!id) return terse::ToError(terse::CheckOut(id, "id"));
+  if (n < 0 || (n > 0 && ranks == nullptr)) {
+    return terse::ToError(absl::InvalidArgumentError(
+        absl::StrCat("add_process_set: bad rank list of ", n)));
+  }
+  absl::StatusOr<int32_t> added =
+      terse::AddProcessSet(std::vector<int>(ranks, ranks + n));
+  if (!added.ok()) return terse::ToError(added.status());
+  *id = *added;
+  return nullptr;
+}
+
+terse_error* terse_remove_process_set(int id) {
+  return terse::ToError(terse::RemoveProcessSet(id));
+}
+
+terse_error* terse_process_set_size(int id, int* size) {
+  if (!size) return terse::ToError(terse::CheckOut(size, "size"));
+  absl::StatusOr<std::vector<int>> ranks = terse::ProcessSetRanks(id);
+  if (!ranks.ok()) return terse::ToError(ranks.status());
+  *size = static_cast<int>(ranks->size());
+  return nullptr;
+}
+
+terse_error* terse_process_set_ranks(int id, int* ranks, int capacity) {
+  if (!ranks && capacity > 0) {
+    return terse::ToError(terse::CheckOut(ranks, "ranks"));
+  }
+  absl::StatusOr<std::vector<int>> got = terse::ProcessSetRanks(id);
+  if (!got.ok()) return terse::ToError(got.status());
+  if (static_cast<int>(got->size()) > capacity) {
+    return terse::ToError(absl::InvalidArgumentError(
+        absl::StrCat("process set ", id, " has ", got->size(),
+                     " ranks; capacity ", capacity)));
+  }
+  std::copy(got->begin(), got->end(), ranks);
+  return nullptr;
+}
 
 terse_error* terse_join(int* last_rank) {
   if (!last_rank)

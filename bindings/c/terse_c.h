@@ -150,6 +150,46 @@ terse_error* terse_broadcast_async(const char* name, void* buffer,
                                    int root_rank, terse_done_fn done,
                                    void* user_data, int64_t* handle);
 
+/* Process sets (engine/engine.h): a set is a sorted list of world ranks
+ * with an id, 0 for every rank. The *_set_async variants take the set's id
+ * (the plain ones use 0); the caller must be in the set; a broadcast's
+ * root_rank is a world rank in the set. Names are unique per set. */
+terse_error* terse_allreduce_set_async(
+    const char* name, const void* in, void* out, int64_t count, int dtype,
+    int device, const int64_t* shape, int ndim, int op, double prescale,
+    double postscale, const char* compression, int process_set,
+    terse_done_fn done, void* user_data, int64_t* handle);
+terse_error* terse_allgather_set_async(const char* name, const void* in,
+                                       int64_t count, int dtype, int device,
+                                       const int64_t* shape, int ndim,
+                                       int process_set, terse_done_fn done,
+                                       void* user_data, int64_t* handle);
+terse_error* terse_broadcast_set_async(const char* name, void* buffer,
+                                       int64_t count, int dtype, int device,
+                                       const int64_t* shape, int ndim,
+                                       int root_rank, int process_set,
+                                       terse_done_fn done, void* user_data,
+                                       int64_t* handle);
+/* terse_init with static process sets: set i holds set_sizes[i] ranks,
+ * taken in order from `ranks`; they get ids 1, 2, ... Each sorted and
+ * distinct, none of every rank, none twice (else InvalidArgument). */
+terse_error* terse_init_with_process_sets(const char* const* names,
+                                          const char* const* values,
+                                          size_t count, const int* ranks,
+                                          const int* set_sizes, int num_sets);
+/* Collective over EVERY rank, in the same order everywhere: registers the
+ * set of `n` sorted ranks; *id receives its id. AlreadyExists when a set of
+ * these ranks exists; InvalidArgument when ranks differ between callers. */
+terse_error* terse_add_process_set(const int* ranks, int n, int* id);
+/* Collective over every rank: unregisters set `id` (its pending ops fail).
+ * NotFound for an unknown id; InvalidArgument for 0. */
+terse_error* terse_remove_process_set(int id);
+/* The number of ranks of set `id`, and its ranks (capacity >= that). */
+terse_error* terse_process_set_size(int id, int* size);
+terse_error* terse_process_set_ranks(int id, int* ranks, int capacity);
+/* terse_barrier over the ranks of set `process_set`. */
+terse_error* terse_barrier_set(int process_set);
+
 /* *done = 1 once the operation completed. NotFound for an unknown handle. */
 terse_error* terse_poll(int64_t handle, int* done);
 /* Blocks until the operation completes; returns its error. Releases the

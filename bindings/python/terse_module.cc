@@ -91,40 +91,44 @@ int64_t EnqueueAllreduce(const std::string& name, uintptr_t in_data,
                          uintptr_t out_data, int64_t count, int32_t dtype,
                          int device, const std::vector<int64_t>& shape,
                          int32_t op, double prescale, double postscale,
-                         uintptr_t stream, const std::string& compression) {
+                         uintptr_t stream, const std::string& compression,
+                         int process_set) {
   // `compression`: this op's spec ("fp16", "topk:100"); empty: the engine's
-  // policy (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES).
+  // policy (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES). `process_set`:
+  // the set's id (0: every rank).
   OrderStream(device, stream);
   int64_t handle = 0;
-  ThrowIfError(terse_allreduce_compressed_async(
+  ThrowIfError(terse_allreduce_set_async(
       name.c_str(), reinterpret_cast<const void*>(in_data),
       reinterpret_cast<void*>(out_data), count, dtype, device, shape.data(),
       static_cast<int>(shape.size()), op, prescale, postscale,
-      compression.c_str(), nullptr, nullptr, &handle));
+      compression.c_str(), process_set, nullptr, nullptr, &handle));
   return handle;
 }
 
 int64_t EnqueueAllgather(const std::string& name, uintptr_t data, int64_t count,
                          int32_t dtype, int device,
-                         const std::vector<int64_t>& shape, uintptr_t stream) {
+                         const std::vector<int64_t>& shape, uintptr_t stream,
+                         int process_set) {
   OrderStream(device, stream);
   int64_t handle = 0;
-  ThrowIfError(terse_allgather_async(
+  ThrowIfError(terse_allgather_set_async(
       name.c_str(), reinterpret_cast<const void*>(data), count, dtype, device,
-      shape.data(), static_cast<int>(shape.size()), nullptr, nullptr, &handle));
+      shape.data(), static_cast<int>(shape.size()), process_set, nullptr,
+      nullptr, &handle));
   return handle;
 }
 
 int64_t EnqueueBroadcast(const std::string& name, uintptr_t data, int64_t count,
                          int32_t dtype, int device,
                          const std::vector<int64_t>& shape, int root_rank,
-                         uintptr_t stream) {
+                         uintptr_t stream, int process_set) {
   OrderStream(device, stream);
   int64_t handle = 0;
-  ThrowIfError(terse_broadcast_async(
+  ThrowIfError(terse_broadcast_set_async(
       name.c_str(), reinterpret_cast<void*>(data), count, dtype, device,
-      shape.data(), static_cast<int>(shape.size()), root_rank, nullptr, nullptr,
-      &handle));
+      shape.data(), static_cast<int>(shape.size()), root_rank, process_set,
+      nullptr, nullptr, &handle));
   return handle;
 }
 
@@ -133,7 +137,8 @@ absl::StatusOr<Config> ConfigFromMap(
   return Config::FromMap(variables);
 }
 
-void Init(const std::map<std::string, std::string>& variables) {
+void Init(const std::map<std::string, std::string>& variables,
+          const std::vector<std::vector<int>>& process_sets) {
   // Parsed here too, so a bad value fails before anything starts.
   ValueOrThrow(ConfigFromMap(variables));
   std::vector<const char*> names;
@@ -142,7 +147,25 @@ void Init(const std::map<std::string, std::string>& variables) {
     names.push_back(name.c_str());
     values.push_back(value.c_str());
   }
-  ThrowIfError(terse_init(names.data(), values.data(), names.size()));
+  // Static process sets: flattened, with their sizes.
+  std::vector<int> ranks;
+  std::vector<int> sizes;
+  for (const std::vector<int>& set : process_sets) {
+    ranks.insert(ranks.end(), set.begin(), set.end());
+    sizes.push_back(static_cast<int>(set.size()));
+  }
+  ThrowIfError(terse_init_with_process_sets(
+      names.data(), values.data(), names.size(), ranks.data(), sizes.data(),
+      static_cast<int>(sizes.size())));
+}
+
+// The world ranks of registered process set `id` (0: every rank).
+std::vector<int> ProcessSetRanks(int id) {
+  int size = 0;
+  ThrowIfError(terse_process_set_size(id, &size));
+  std::vector<int> ranks(size);
+  ThrowIfError(terse_process_set_ranks(id, ranks.data(), size));
+  return ranks;
 }
 
 // An allgather's result, owned by Python once taken.
@@ -225,8 +248,10 @@ PYBIND11_MODULE(_terse, m) {
   m.attr("OP_ADASUM") = static_cast<int>(TERSE_OP_ADASUM);
 
   m.def("init", &terse::Init, Release(), py::arg("variables"),
+        py::arg("process_sets") = std::vector<std::vector<int>>(),
         "Starts the engine with the configuration parsed from `variables` "
-        "(TERSE_* name -> value, e.g. the environment's).");
+        "(TERSE_* name -> value, e.g. the environment's) and the static "
+        "process sets (sorted rank lists; ids 1, 2, ...).");
   m.def(
       "shutdown", [] { ThrowIfError(terse_shutdown()); }, Release(),
       "Stops the engine; pending handles fail. Idempotent.");
@@ -247,14 +272,17 @@ PYBIND11_MODULE(_terse, m) {
         py::arg("dtype"), py::arg("device"), py::arg("shape"), py::arg("op"),
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
         py::arg("stream") = 0, py::arg("compression") = "",
+        py::arg("process_set") = 0,
         "Enqueues an allreduce of `count` elements from in_data into out_data "
         "(may be equal); returns the handle.");
   m.def("allgather_async", &terse::EnqueueAllgather, Release(), py::arg("name"),
         py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
-        py::arg("shape"), py::arg("stream") = 0);
+        py::arg("shape"), py::arg("stream") = 0, py::arg("process_set") = 0);
   m.def("broadcast_async", &terse::EnqueueBroadcast, Release(), py::arg("name"),
         py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
-        py::arg("shape"), py::arg("root_rank"), py::arg("stream") = 0);
+        py::arg("shape"), py::arg("root_rank"), py::arg("stream") = 0,
+        py::arg("process_set") = 0,
+        "root_rank is a world rank in the process set.");
 
   m.def(
       "poll",
@@ -281,7 +309,25 @@ PYBIND11_MODULE(_terse, m) {
         "After wait(handle): the allgather's result; releases the handle.");
 
   m.def(
-      "barrier", [] { ThrowIfError(terse_barrier()); }, Release());
+      "barrier",
+      [](int process_set) { ThrowIfError(terse_barrier_set(process_set)); },
+      Release(), py::arg("process_set") = 0);
+  m.def(
+      "add_process_set",
+      [](const std::vector<int>& ranks) {
+        int id = -1;
+        ThrowIfError(terse_add_process_set(
+            ranks.data(), static_cast<int>(ranks.size()), &id));
+        return id;
+      },
+      Release(), py::arg("ranks"),
+      "Collective over every rank: registers a process set; its id.");
+  m.def(
+      "remove_process_set",
+      [](int id) { ThrowIfError(terse_remove_process_set(id)); }, Release(),
+      py::arg("id"), "Collective over every rank: unregisters set `id`.");
+  m.def("process_set_ranks", &terse::ProcessSetRanks, Release(),
+        py::arg("id"), "The world ranks of registered set `id`.");
   m.def(
       "join",
       [] {

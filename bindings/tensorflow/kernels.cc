@@ -100,6 +100,7 @@ class TerseAllreduceOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
     OP_REQUIRES_OK(c, c->GetAttr("compression", &compression_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
@@ -113,10 +114,10 @@ class TerseAllreduceOp : public AsyncOpKernel {
                          done);
     const std::vector<int64_t> dims = Dims(input.shape());
     auto* pending = new Pending(context, std::move(done));
-    terse_error* error = terse_allreduce_compressed_async(
+    terse_error* error = terse_allreduce_set_async(
         name_.c_str(), input.data(), output->data(), input.NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        reduce_op_, prescale_, postscale_, compression_.c_str(),
+        reduce_op_, prescale_, postscale_, compression_.c_str(), process_set_,
         &Pending::OnDone, pending, nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
@@ -127,12 +128,15 @@ class TerseAllreduceOp : public AsyncOpKernel {
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
   std::string compression_;
+  int process_set_ = 0;
 };
 
 class TerseAllgatherOp : public AsyncOpKernel {
  public:
   explicit TerseAllgatherOp(OpKernelConstruction* c)
-      : AsyncOpKernel(c), name_(OpName(c)) {}
+      : AsyncOpKernel(c), name_(OpName(c)) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  }
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
@@ -145,15 +149,16 @@ class TerseAllgatherOp : public AsyncOpKernel {
     OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
     const std::vector<int64_t> dims = Dims(input.shape());
     auto* pending = new Pending(context, std::move(done));
-    terse_error* error = terse_allgather_async(
+    terse_error* error = terse_allgather_set_async(
         name_.c_str(), input.data(), input.NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        &Pending::OnGathered, pending, nullptr);
+        process_set_, &Pending::OnGathered, pending, nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
  private:
   const std::string name_;
+  int process_set_ = 0;
 };
 
 class TerseBroadcastOp : public AsyncOpKernel {
@@ -161,6 +166,7 @@ class TerseBroadcastOp : public AsyncOpKernel {
   explicit TerseBroadcastOp(OpKernelConstruction* c)
       : AsyncOpKernel(c), name_(OpName(c)) {
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
@@ -178,16 +184,17 @@ class TerseBroadcastOp : public AsyncOpKernel {
     }
     const std::vector<int64_t> dims = Dims(input.shape());
     auto* pending = new Pending(context, std::move(done));
-    terse_error* error = terse_broadcast_async(
+    terse_error* error = terse_broadcast_set_async(
         name_.c_str(), output->data(), output->NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        root_rank_, &Pending::OnDone, pending, nullptr);
+        root_rank_, process_set_, &Pending::OnDone, pending, nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
  private:
   const std::string name_;
   int root_rank_ = 0;
+  int process_set_ = 0;
 };
 
 // A synchronous kernel: the engine answers from its configuration.
@@ -195,12 +202,18 @@ class TerseProcessInfoOp : public tensorflow::OpKernel {
  public:
   explicit TerseProcessInfoOp(OpKernelConstruction* c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("what", &what_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
   }
 
   void Compute(OpKernelContext* context) override {
     int value = 0;
     terse_error* error = nullptr;
-    if (what_ == "rank") {
+    if (process_set_ != 0 && what_ != "local_rank" &&
+        what_ != "local_size") {
+      error = SetInfo(&value);
+    } else if (what_ == "included") {
+      value = 1;  // Every process is in the global set.
+    } else if (what_ == "rank") {
       error = terse_rank(&value);
     } else if (what_ == "size") {
       error = terse_size(&value);
@@ -220,7 +233,31 @@ class TerseProcessInfoOp : public tensorflow::OpKernel {
   }
 
  private:
+  // size, rank (-1 off the set) or included (1/0) of process_set_.
+  terse_error* SetInfo(int* value) {
+    int size = 0;
+    terse_error* error = terse_process_set_size(process_set_, &size);
+    if (error != nullptr) return error;
+    if (what_ == "size") {
+      *value = size;
+      return nullptr;
+    }
+    std::vector<int> ranks(size);
+    error = terse_process_set_ranks(process_set_, ranks.data(), size);
+    if (error != nullptr) return error;
+    int me = 0;
+    error = terse_rank(&me);
+    if (error != nullptr) return error;
+    int index = -1;
+    for (int i = 0; i < size; ++i) {
+      if (ranks[i] == me) index = i;
+    }
+    *value = what_ == "rank" ? index : (index >= 0 ? 1 : 0);
+    return nullptr;
+  }
+
   std::string what_;
+  int process_set_ = 0;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TerseAllreduce").Device(tensorflow::DEVICE_CPU),

@@ -28,6 +28,7 @@ REGISTER_OP("TerseAllreduce")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
     .Attr("compression: string = ''")
+    .Attr("process_set: int = 0")
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
@@ -36,14 +37,16 @@ Reduces `tensor` over all ranks (reduce_op: 0 sum, 1 average, 2 min, 3 max,
 4 product, 5 adasum, where the engine has them). prescale_factor /
 postscale_factor multiply the input before and the result after the
 reduction (floating-point types). compression: the engine's per-call spec
-("fp16", "topk:100", ...); empty: the engine's policy. Every rank must run an op of the same tensor_name, dtype
-and shape.
+("fp16", "topk:100", ...); empty: the engine's policy. process_set: the
+id of the process set to reduce over (0: every rank). Every member must run
+an op of the same tensor_name, dtype and shape.
 )doc");
 
 REGISTER_OP("TerseAllgather")
     .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
           "uint8, bool}")
     .Attr("tensor_name: string")
+    .Attr("process_set: int = 0")
     .Input("tensor: T")
     .Output("gathered: T")
     .SetShapeFn([](InferenceContext* c) {
@@ -58,8 +61,9 @@ REGISTER_OP("TerseAllgather")
       return ::tensorflow::OkStatus();
     })
     .Doc(R"doc(
-Concatenates every rank's `tensor` along dimension 0, in rank order. The
-first dimension may differ across ranks; the others must agree.
+Concatenates every member's `tensor` along dimension 0, in rank order
+(process_set: the set's id, 0 for every rank). The first dimension may
+differ across ranks; the others must agree.
 )doc");
 
 REGISTER_OP("TerseBroadcast")
@@ -67,23 +71,28 @@ REGISTER_OP("TerseBroadcast")
           "uint8, bool}")
     .Attr("tensor_name: string")
     .Attr("root_rank: int")
+    .Attr("process_set: int = 0")
     .Input("tensor: T")
     .Output("broadcast: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
-root_rank's `tensor`, on every rank (same dtype and shape everywhere).
+root_rank's `tensor`, on every member of process_set (0: every rank);
+root_rank is a world rank in the set. Same dtype and shape everywhere.
 )doc");
 
 // Stateful: read when the op runs, never folded into a constant while a
 // graph is optimized (rank_op() and friends).
 REGISTER_OP("TerseProcessInfo")
-    .Attr("what: {'rank', 'size', 'local_rank', 'local_size'}")
+    .Attr("what: {'rank', 'size', 'local_rank', 'local_size', 'included'}")
+    .Attr("process_set: int = 0")
     .Output("value: int32")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 This process's rank, size, local_rank or local_size, read from the engine
-when the op runs (FailedPrecondition before init()).
+when the op runs (FailedPrecondition before init()). With a process_set
+other than 0: size is the set's, rank the rank within it (-1 off the set),
+included 1 or 0.
 )doc");
 
 }  // namespace

@@ -32,6 +32,8 @@ class LoopbackCommunicator : public Communicator {
   absl::Status Barrier() override;
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
   absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
+      const std::vector<int>& ranks) override;
 
  private:
   absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
@@ -39,7 +41,56 @@ class LoopbackCommunicator : public Communicator {
   LoopbackGroup* const group_;
   const int rank_;
   const int local_size_;
+  int64_t subgroups_made_ = 0;  // This rank's CreateSubgroup calls.
 };
+
+namespace {
+
+// A member's communicator of a loopback sub-group: keeps the shared group
+// alive and forwards to the member's communicator in it.
+class SubgroupCommunicator : public Communicator {
+ public:
+  SubgroupCommunicator(std::shared_ptr<LoopbackGroup> group, int rank)
+      : group_(std::move(group)), target_(group_->communicator(rank)) {}
+
+  int rank() const override { return target_->rank(); }
+  int size() const override { return target_->size(); }
+  int local_rank() const override { return target_->local_rank(); }
+  int local_size() const override { return target_->local_size(); }
+  absl::string_view backend() const override { return "loopback"; }
+  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
+                         ReduceOp op) override {
+    return target_->Allreduce(buffer, count, dtype, op);
+  }
+  absl::Status Allgather(const void* send, void* recv,
+                         int64_t bytes_per_rank) override {
+    return target_->Allgather(send, recv, bytes_per_rank);
+  }
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& recv_bytes) override {
+    return target_->Allgatherv(send, recv, recv_bytes);
+  }
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override {
+    return target_->Broadcast(buffer, bytes, root);
+  }
+  absl::Status Barrier() override { return target_->Barrier(); }
+  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
+    return target_->BitwiseAnd(words, count);
+  }
+  absl::Status BitwiseOr(uint64_t* words, int64_t count) override {
+    return target_->BitwiseOr(words, count);
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
+      const std::vector<int>& ranks) override {
+    return target_->CreateSubgroup(ranks);
+  }
+
+ private:
+  std::shared_ptr<LoopbackGroup> group_;
+  Communicator* const target_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -81,9 +132,24 @@ Communicator* LoopbackGroup::communicator(int rank) {
 }
 
 void LoopbackGroup::Abort(absl::Status status) {
+  std::vector<std::shared_ptr<LoopbackGroup>> subgroups;
+  {
+    absl::MutexLock lock(&mu_);
+    if (abort_.ok()) abort_ = status;
+    cv_.SignalAll();
+    for (const auto& [seq, group] : subgroups_) subgroups.push_back(group);
+  }
+  for (const auto& group : subgroups) group->Abort(status);
+}
+
+std::shared_ptr<LoopbackGroup> LoopbackGroup::Subgroup(int64_t seq, int size) {
   absl::MutexLock lock(&mu_);
-  if (abort_.ok()) abort_ = status;
-  cv_.SignalAll();
+  std::shared_ptr<LoopbackGroup>& group = subgroups_[seq];
+  if (group == nullptr) {
+    group = std::make_shared<LoopbackGroup>(size);
+    if (!abort_.ok()) group->Abort(abort_);
+  }
+  return group;
 }
 
 absl::Status LoopbackGroup::WaitForAll(int phase) {
@@ -285,6 +351,29 @@ absl::Status LoopbackCommunicator::BitwiseAnd(uint64_t* words, int64_t count) {
 
 absl::Status LoopbackCommunicator::BitwiseOr(uint64_t* words, int64_t count) {
   return Bitwise(words, count, /*is_and=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>>
+LoopbackCommunicator::CreateSubgroup(const std::vector<int>& ranks) {
+  TERSE_RETURN_IF_ERROR(CheckSubgroupRanks(ranks, size()));
+  LoopbackGroup::Call call{"subgroup", static_cast<int64_t>(ranks.size())};
+  call.sizes.assign(ranks.begin(), ranks.end());
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  if (!arrived.ok()) {
+    group_->Depart(rank_).IgnoreError();
+    return arrived;
+  }
+  std::shared_ptr<LoopbackGroup> sub = group_->Subgroup(
+      subgroups_made_++, static_cast<int>(ranks.size()));
+  TERSE_RETURN_IF_ERROR(group_->Depart(rank_));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank_) {
+      return std::unique_ptr<Communicator>(
+          new SubgroupCommunicator(std::move(sub), static_cast<int>(i)));
+    }
+  }
+  return std::unique_ptr<Communicator>();
 }
 
 absl::Status RunLoopbackRanks(

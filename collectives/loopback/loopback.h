@@ -17,6 +17,7 @@
 #define TERSE_COLLECTIVES_LOOPBACK_LOOPBACK_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,8 +44,14 @@ class LoopbackGroup {
   // The communicator of `rank` (0 <= rank < size()); owned by the group.
   Communicator* communicator(int rank);
 
-  // Every blocked and later collective of the group returns `status`.
+  // Every blocked and later collective of the group (and of the sub-groups
+  // made from it, CreateSubgroup) returns `status`.
   void Abort(absl::Status status);
+
+  // The sub-group made by the `seq`-th CreateSubgroup call of this group's
+  // ranks (every rank calls in the same order), of `size` ranks: created by
+  // the first rank to ask, shared with the others.
+  std::shared_ptr<LoopbackGroup> Subgroup(int64_t seq, int size);
 
   // Description of one posted call, compared across ranks.
   struct Call {
@@ -77,6 +84,8 @@ class LoopbackGroup {
   int arrived_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
   int64_t generation_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
   absl::Status abort_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::shared_ptr<LoopbackGroup>> subgroups_
+      ABSL_GUARDED_BY(mu_);
 };
 
 // Runs body(rank, communicator) for every rank on its own thread and joins

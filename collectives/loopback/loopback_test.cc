@@ -1,6 +1,7 @@
 #include "collectives/loopback/loopback.h"
 
 #include <atomic>
+#include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -93,6 +94,71 @@ TEST(LoopbackTest, BadArgumentsAreErrorsNotCrashes) {
   EXPECT_THAT(comm->Allreduce(&x, 1, DataType::kInt32, ReduceOp::kAverage).message(),
               HasSubstr("average is not defined for integer type i32"));
   EXPECT_EQ(comm->Broadcast(&x, 4, 3).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Sub-groups (process sets): {0,1} and {2,3} of 4 ranks reduce at the same
+// time on their own rendezvous; a non-member gets null; sub-groups of a
+// sub-group work too.
+TEST(LoopbackTest, SubgroupsReduceAmongTheirMembersOnly) {
+  absl::Status s = RunLoopbackRanks(4, [](int rank, Communicator* comm) {
+    const std::vector<int> mine =
+        rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    std::unique_ptr<Communicator> lower;
+    std::unique_ptr<Communicator> upper;
+    TERSE_ASSIGN_OR_RETURN(lower, comm->CreateSubgroup({0, 1}));
+    TERSE_ASSIGN_OR_RETURN(upper, comm->CreateSubgroup({2, 3}));
+    Communicator* sub = rank < 2 ? lower.get() : upper.get();
+    Communicator* other = rank < 2 ? upper.get() : lower.get();
+    if (sub == nullptr || other != nullptr) {
+      return absl::InternalError("membership");
+    }
+    if (sub->size() != 2 || sub->rank() != rank % 2) {
+      return absl::InternalError("sub-group rank/size");
+    }
+    for (int step = 0; step < 50; ++step) {
+      double v = rank + step;
+      TERSE_RETURN_IF_ERROR(
+          sub->Allreduce(&v, 1, DataType::kFloat64, ReduceOp::kSum));
+      if (v != mine[0] + mine[1] + 2.0 * step) {
+        return absl::InternalError("sub-group sum");
+      }
+    }
+    // {0} of the sub-group: collective over the sub-group's 2 ranks.
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> single,
+                           sub->CreateSubgroup({0}));
+    if ((single != nullptr) != (sub->rank() == 0)) {
+      return absl::InternalError("nested membership");
+    }
+    return comm->Barrier();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(LoopbackTest, BadSubgroupRanksAreRefusedLocally) {
+  LoopbackGroup group(2);
+  Communicator* comm = group.communicator(0);
+  for (const std::vector<int>& ranks :
+       {std::vector<int>{}, std::vector<int>{1, 0}, std::vector<int>{0, 0},
+        std::vector<int>{2}}) {
+    absl::StatusOr<std::unique_ptr<Communicator>> sub =
+        comm->CreateSubgroup(ranks);
+    EXPECT_EQ(sub.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(LoopbackTest, SubgroupsOfDifferentRanksFailOnEveryRank) {
+  std::vector<absl::Status> results(2);
+  RunLoopbackRanks(2, [&](int rank, Communicator* comm) {
+    results[rank] =
+        comm->CreateSubgroup(rank == 0 ? std::vector<int>{0}
+                                       : std::vector<int>{1})
+            .status();
+    return absl::OkStatus();
+  }).IgnoreError();
+  for (const absl::Status& r : results) {
+    EXPECT_EQ(r.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.message()), HasSubstr("subgroup"));
+  }
 }
 
 }  // namespace

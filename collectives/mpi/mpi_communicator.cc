@@ -166,17 +166,37 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     }
   }
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(options));
-  TERSE_RETURN_IF_ERROR(comm->Init());
+  TERSE_RETURN_IF_ERROR(comm->Init(MPI_COMM_WORLD));
   return comm;
 }
 
-absl::Status MpiCommunicator::Init() {
+absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::CreateSubgroup(
+    const std::vector<int>& ranks) {
+  TERSE_RETURN_IF_ERROR(CheckSubgroupRanks(ranks, size_));
+  int key = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == rank_) key = static_cast<int>(i);
+  }
+  MPI_Comm split = MPI_COMM_NULL;
+  TERSE_RETURN_IF_ERROR(
+      Check(MPI_Comm_split(comm_, key >= 0 ? 0 : MPI_UNDEFINED,
+                           key >= 0 ? key : 0, &split),
+            "MPI_Comm_split"));
+  if (split == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
+  std::unique_ptr<MpiCommunicator> sub(new MpiCommunicator(options_));
+  absl::Status status = sub->Init(split);
+  MPI_Comm_free(&split);
+  TERSE_RETURN_IF_ERROR(status);
+  return std::unique_ptr<Communicator>(std::move(sub));
+}
+
+absl::Status MpiCommunicator::Init(MPI_Comm parent) {
   // Errors on MPI_COMM_WORLD keep the application's handler; everything
   // after the dup returns codes.
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  int rc = MPI_Comm_dup(parent, &comm_);
   if (rc != MPI_SUCCESS) {
     comm_ = MPI_COMM_NULL;
-    return absl::InternalError("mpi: MPI_Comm_dup(MPI_COMM_WORLD) failed");
+    return absl::InternalError("mpi: MPI_Comm_dup failed");
   }
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_set_name(comm_, const_cast<char*>("terse"));

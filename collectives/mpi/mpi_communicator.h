@@ -101,6 +101,11 @@ class MpiCommunicator : public Communicator {
   absl::Status Barrier() override;
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
   absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
+  // MPI_Comm_split of this communicator (collective over all its ranks);
+  // the members' communicator duplicates the split one, with the same
+  // options and error handling. It may outlive this communicator.
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
+      const std::vector<int>& ranks) override;
 
   // The duplicated communicator (benchmarks compare against raw MPI on it).
   MPI_Comm comm() const { return comm_; }
@@ -111,7 +116,9 @@ class MpiCommunicator : public Communicator {
   using Signature = std::array<int64_t, kSignatureFields>;
 
   explicit MpiCommunicator(const MpiOptions& options);
-  absl::Status Init();
+  // Duplicates `parent` (MPI_COMM_WORLD, or a split of terse's) and
+  // creates the datatypes and ops.
+  absl::Status Init(MPI_Comm parent);
 
   // Allgathers `mine` and fails on every rank if any rank's differs.
   absl::Status VerifySignature(const Signature& mine);

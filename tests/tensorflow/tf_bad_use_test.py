@@ -89,7 +89,7 @@ def test_bad_arguments_python_rejects(_):
                   op=terse.Max)
     expect_raises(TypeError, ["allreduce does not support dtype bool"],
                   terse.allreduce, tf.constant([True]))
-    expect_raises(NotImplementedError, ["only the global process set"],
+    expect_raises(TypeError, ["process_set must be a ProcessSet"],
                   terse.allreduce, tf.ones([1]), process_set="evens")
     terse.allreduce(tf.ones([1]), process_set=terse.global_process_set,
                     name="global.set")

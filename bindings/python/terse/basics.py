@@ -18,6 +18,8 @@ _lock = threading.Lock()
 # The TERSE_* variables the running engine was started with (None: not
 # running). Written only under _lock by init()/shutdown().
 _engine_variables = None
+# The static process sets' ranks and the dynamic flag init() was given.
+_engine_sets = None
 # Every rank's (local_rank, local_size), gathered once per init() (None: not
 # yet). Written only under _lock.
 _host_layout = None
@@ -43,31 +45,34 @@ def init(compression=None, config=None, comm=None, process_sets=None):
     compression: a Compressor or name for the whole process; overrides
         TERSE_COMPRESSION (and TERSE_CF when it carries a CF).
     config: {"TERSE_...": value} overrides of the environment.
-    comm, process_sets: Horovod's; terse runs on all ranks of
-        MPI_COMM_WORLD, so comm must be None and process_sets None, [] or
-        [global_process_set]; anything else raises (terse.process_sets).
+    comm: Horovod's; terse runs on MPI_COMM_WORLD, so it must be None.
+    process_sets: Horovod's static process sets (a list of ProcessSet, ids
+        1, 2, ... in order) or "dynamic" (add_process_set/remove_process_set
+        allowed, as with TERSE_DYNAMIC_PROCESS_SETS=1); terse.process_sets.
     A second call with the same settings does nothing; with different ones it
     raises TerseError. A bad TERSE_* value raises TerseError naming it.
     """
-    global _engine_variables
+    global _engine_variables, _engine_sets
     from terse import process_sets as _process_sets
     if comm is not None:
         raise lib().TerseError(
             "init(comm=...): terse runs on MPI_COMM_WORLD only; a "
             "communicator or rank list is not supported (pass comm=None)")
-    _process_sets.check_init_process_sets(process_sets)
+    static, dynamic = _process_sets.static_sets(process_sets)
     variables = _collect_variables(compression, config)
     if variables.get("TERSE_DYNAMIC_PROCESS_SETS", "0") not in ("", "0"):
-        _process_sets.check_init_process_sets("dynamic")
+        dynamic = True
+    settings = (variables, ([ps.ranks for ps in static], dynamic))
     with _lock:
         if lib().is_initialized():
-            if _engine_variables == variables:
+            if (_engine_variables, _engine_sets) == settings:
                 return
             raise lib().TerseError(
                 "terse is already initialised with other settings; call "
                 "shutdown() before init() with new ones")
-        lib().init(variables)
-        _engine_variables = variables
+        lib().init(variables, [ps.ranks for ps in static])
+        _process_sets.on_init(static, dynamic)
+        _engine_variables, _engine_sets = settings
         _gather_host_layout_locked()
     _register_exit_hook()
 
@@ -91,8 +96,10 @@ def _shutdown_at_exit():
 def shutdown():
     """Stops terse; pending operations fail. Safe to call more than once."""
     global _engine_variables, _host_layout
+    from terse import process_sets as _process_sets
     with _lock:
         lib().shutdown()
+        _process_sets.on_shutdown()
         _engine_variables = None
         _host_layout = None
 
@@ -260,10 +267,12 @@ def stop_timeline():
     lib().stop_timeline()
 
 
-def barrier():
-    """Blocks until every rank has called barrier()."""
+def barrier(process_set=None):
+    """Blocks until every rank (of `process_set`, terse.process_sets; None:
+    every rank) has called barrier()."""
     check_initialized("barrier()")
-    lib().barrier()
+    from terse import process_sets as _process_sets
+    lib().barrier(_process_sets.resolve(process_set, "barrier()"))
 
 
 def join():

@@ -36,8 +36,8 @@ from terse.tensorflow.ops import (FLOAT_DTYPES, INT_DTYPES, MOVED_DTYPES,
                                   SUPPORTED_DTYPES, Adasum, Average, Max, Min,
                                   Product, Sum, allgather, allreduce,
                                   broadcast, global_process_set,
-                                  local_rank_op, local_size_op, rank_op,
-                                  size_op)
+                                  local_rank_op, local_size_op,
+                                  process_set_included_op, rank_op, size_op)
 from terse.tensorflow.sync_batch_norm import SyncBatchNormalization
 from terse.tensorflow import elastic  # noqa: E402  (needs the above)
 
@@ -50,8 +50,7 @@ BASICS_FORWARDED = (
     "stop_timeline")
 
 
-# Horovod's process-set API, from terse.process_sets where terse has it
-# (one set: every rank).
+# Horovod's process-set API, from terse.process_sets.
 PROCESS_SETS_FORWARDED = ("ProcessSet", "add_process_set",
                           "remove_process_set")
 
@@ -91,6 +90,8 @@ __all__ = [
     "broadcast_", "broadcast_variables", "broadcast_global_variables",
     "broadcast_object", "broadcast_object_fn", "allgather_object",
     "rank_op", "size_op", "local_rank_op", "local_size_op",
+    "process_set_included_op", "ProcessSet", "add_process_set",
+    "remove_process_set",
     "reduce_gradients", "DistributedGradientTape",
     "PartialDistributedGradientTape", "SyncBatchNormalization",
     "DistributedOptimizer", "BroadcastGlobalVariablesHook", "elastic",

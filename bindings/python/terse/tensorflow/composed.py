@@ -14,7 +14,6 @@ gradient sent back along the received splits).
 
 import tensorflow as tf
 
-from terse import basics
 from terse.tensorflow import ops
 
 
@@ -38,7 +37,7 @@ def reducescatter(tensor, device_dense="", compression=None, op=ops.Average,
     (rows % size) of them one row longer. op: Sum or Average (Horovod
     refuses the others). Every rank must pass the same shape and dtype.
     """
-    ops.check_process_set(process_set)
+    ps_id = ops.check_process_set(process_set, "reducescatter()")
     if op not in (ops.Sum, ops.Average):
         raise NotImplementedError(
             "reducescatter supports Sum and Average only, not "
@@ -50,10 +49,11 @@ def reducescatter(tensor, device_dense="", compression=None, op=ops.Average,
     name = name or ops._names.default("reducescatter", tensor)
     reduced = ops.allreduce(tensor, op=op, name=name, compression=compression,
                             prescale_factor=prescale_factor,
-                            postscale_factor=postscale_factor)
+                            postscale_factor=postscale_factor,
+                            process_set=process_set)
     rows = tf.shape(tensor, out_type=tf.int64)[0]
-    begins, counts = _rows_of_rank(rows, basics.size())
-    me = tf.cast(ops._rank_tensor(), tf.int64)
+    begins, counts = _rows_of_rank(rows, ops._set_size(ps_id))
+    me = tf.cast(ops._rank_tensor(ps_id), tf.int64)
     begin = tf.gather(begins, me)
     return reduced[begin:begin + tf.gather(counts, me)]
 
@@ -83,13 +83,13 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     Before any data moves, every rank checks every rank's splits: a bad one
     raises InvalidArgumentError on every rank, naming the rank.
     """
-    ops.check_process_set(process_set)
+    ps_id = ops.check_process_set(process_set, "alltoall()")
     tensor = tf.convert_to_tensor(tensor)
     ops._check_dtype(tensor, "alltoall", ops.MOVED_DTYPES)
     if tensor.shape.rank == 0:
         raise ValueError("terse alltoall needs a tensor of rank >= 1, got a "
                          "scalar")
-    size = basics.size()
+    size = ops._set_size(ps_id)
     name = name or ops._names.default("alltoall", tensor)
     rows = tf.shape(tensor, out_type=tf.int64)[:1]
     if splits is None:
@@ -103,7 +103,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
                              f"{size} entries (one per rank), got shape "
                              f"{splits.shape}")
     meta = ops.allgather(tf.reshape(tf.concat([splits, rows], 0),
-                                    [1, size + 1]), name=f"{name}.splits")
+                                    [1, size + 1]), name=f"{name}.splits",
+                         process_set=process_set)
     all_splits, all_rows = meta[:, :size], meta[:, size]
     valid = tf.logical_and(
         tf.reduce_all(all_splits >= 0),
@@ -114,8 +115,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         "splits, the first dimension must divide by the number of ranks); "
         "splits then first dimension, by rank:", meta], summarize=1000)
     with tf.control_dependencies([check]):
-        data = ops.allgather(tensor, name=f"{name}.data")
-    me = tf.cast(ops._rank_tensor(), tf.int64)
+        data = ops.allgather(tensor, name=f"{name}.data",
+                             process_set=process_set)
+    me = tf.cast(ops._rank_tensor(ps_id), tf.int64)
     received = tf.gather(all_splits, me, axis=1)         # from each rank
     block = tf.cumsum(all_rows, exclusive=True)          # rank s's first row
     within = tf.gather(tf.cumsum(all_splits, axis=1, exclusive=True), me,

@@ -33,27 +33,28 @@ def broadcast_variables(variables, root_rank=0, prefix="broadcast.var",
     pass the same variables in the same order (e.g. model.variables).
     """
     basics.check_initialized("broadcast_variables()")
-    ops.check_process_set(process_set)
+    ops.check_process_set(process_set, "broadcast_variables()")
     variables = list(variables)
     if not variables:
         return
     if tf.executing_eagerly():
-        _broadcast_group(variables, root_rank, prefix)
+        _broadcast_group(variables, root_rank, prefix, process_set)
     else:
-        return _broadcast_assign(variables, root_rank, prefix)
+        return _broadcast_assign(variables, root_rank, prefix, process_set)
 
 
-def _broadcast_assign(variables, root_rank, prefix):
+def _broadcast_assign(variables, root_rank, prefix, process_set=None):
     assigns = []
     for i, var in enumerate(variables):
-        value = ops.broadcast(var, root_rank, name=_var_name(prefix, i, var))
+        value = ops.broadcast(var, root_rank, name=_var_name(prefix, i, var),
+                              process_set=process_set)
         assigns.append(var.assign(value))
     return tf.group(*assigns)
 
 
 @tf.function(autograph=False)
-def _broadcast_group(variables, root_rank, prefix):
-    _broadcast_assign(variables, root_rank, prefix)
+def _broadcast_group(variables, root_rank, prefix, process_set):
+    _broadcast_assign(variables, root_rank, prefix, process_set)
 
 
 def broadcast_(variables, root_rank, name=None, process_set=None):
@@ -133,7 +134,7 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
     """root_rank's `obj` (any picklable object), on every rank."""
     _eager_only("broadcast_object", session)
     basics.check_initialized("broadcast_object()")
-    ops.check_process_set(process_set)
+    ops.check_process_set(process_set, "broadcast_object()")
     name = name or ops._names.default("broadcast_object", None)
     if basics.rank() == root_rank:
         payload = _to_bytes_tensor(obj)
@@ -141,10 +142,12 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
     else:
         payload = None
         length = tf.constant([0], tf.int64)
-    length = int(ops.broadcast(length, root_rank, name=f"{name}.size")[0])
+    length = int(ops.broadcast(length, root_rank, name=f"{name}.size",
+                               process_set=process_set)[0])
     if payload is None:
         payload = tf.zeros([length], tf.uint8)
-    payload = ops.broadcast(payload, root_rank, name=f"{name}.data")
+    payload = ops.broadcast(payload, root_rank, name=f"{name}.data",
+                            process_set=process_set)
     return _pickler.loads(payload.numpy().tobytes())
 
 
@@ -160,12 +163,14 @@ def allgather_object(obj, session=None, name=None, process_set=None):
     """Every rank's `obj` (picklable), as a list in rank order."""
     _eager_only("allgather_object", session)
     basics.check_initialized("allgather_object()")
-    ops.check_process_set(process_set)
+    ops.check_process_set(process_set, "allgather_object()")
     name = name or ops._names.default("allgather_object", None)
     payload = _to_bytes_tensor(obj)
     sizes = ops.allgather(tf.constant([int(payload.shape[0])], tf.int64),
-                          name=f"{name}.sizes").numpy()
-    data = ops.allgather(payload, name=f"{name}.data").numpy().tobytes()
+                          name=f"{name}.sizes",
+                          process_set=process_set).numpy()
+    data = ops.allgather(payload, name=f"{name}.data",
+                         process_set=process_set).numpy().tobytes()
     out, begin = [], 0
     for n in sizes:
         out.append(_pickler.loads(data[begin:begin + int(n)]))
@@ -179,7 +184,8 @@ def _var_name(prefix, index, var):
 
 def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
                      sparse_as_dense=False, prescale_factor=1.0,
-                     postscale_factor=1.0, compression=None):
+                     postscale_factor=1.0, compression=None,
+                     process_set=None):
     """The allreduce of every gradient of `grads` (a list; None stays None).
 
     Names are '<prefix>.<index>.<variable name>' from the matching entry of
@@ -204,7 +210,7 @@ def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
              if g is not None and not isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     settings = (op, float(prescale_factor), float(postscale_factor),
-                compression)
+                compression, process_set)
     if dense:
         tensors = [grads[i] for i in dense]
         dense_names = tuple(names[i] for i in dense)
@@ -218,14 +224,16 @@ def reduce_gradients(grads, variables, op=ops.Average, prefix="grad",
         if isinstance(g, tf.IndexedSlices):
             out[i] = ops.allreduce(g, op=op, name=names[i],
                                    prescale_factor=prescale_factor,
-                                   postscale_factor=postscale_factor)
+                                   postscale_factor=postscale_factor,
+                                   process_set=process_set)
     return out
 
 
 def _reduce_dense(tensors, names, settings):
-    op, prescale, postscale, compression = settings
+    op, prescale, postscale, compression, process_set = settings
     return [ops.allreduce(t, op=op, name=n, prescale_factor=prescale,
-                          postscale_factor=postscale, compression=compression)
+                          postscale_factor=postscale, compression=compression,
+                          process_set=process_set)
             for t, n in zip(tensors, names)]
 
 

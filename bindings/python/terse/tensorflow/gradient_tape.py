@@ -12,7 +12,6 @@ PartialDistributedGradientTape leaves the gradients of some layers local
 
 import tensorflow as tf
 
-from terse import basics
 from terse.tensorflow import functions, ops
 
 
@@ -20,14 +19,16 @@ class _DistributedGradientTape(tf.GradientTape):
     """Shares the recorded tape of the wrapped one; see the factory below."""
 
     def __init__(self, tape, compression, op, sparse_as_dense,
-                 gradient_predivide_factor, prefix, scale_local_gradients):
+                 gradient_predivide_factor, prefix, scale_local_gradients,
+                 process_set=None):
         # Take over the wrapped tape's state (what it recorded, persistence):
         # this object is the same tape with a reducing gradient().
         self.__dict__.update(tape.__dict__)
         self._terse = dict(compression=compression, op=op,
                            sparse_as_dense=sparse_as_dense,
                            predivide=gradient_predivide_factor, prefix=prefix,
-                           scale_local=scale_local_gradients)
+                           scale_local=scale_local_gradients,
+                           process_set=process_set)
         self._terse_local = set()
 
     def register_local_source(self, source):
@@ -52,14 +53,16 @@ class _DistributedGradientTape(tf.GradientTape):
             op=settings["op"], prefix=settings["prefix"],
             sparse_as_dense=settings["sparse_as_dense"],
             prescale_factor=1.0 / predivide, postscale_factor=predivide,
-            compression=settings["compression"])
+            compression=settings["compression"],
+            process_set=settings["process_set"])
         out = list(flat_grads)
         for i, g in zip(shared, reduced):
             out[i] = g
         if settings["scale_local"] and len(shared) < len(out):
             local = set(range(len(out))) - set(shared)
             for i in local:
-                out[i] = _divide(out[i], basics.size())
+                out[i] = _divide(out[i], ops._set_size(ops.check_process_set(
+                    settings["process_set"])))
         return tf.nest.pack_sequence_as(grads, out)
 
 
@@ -73,7 +76,7 @@ def _divide(grad, n):
 
 
 def _check(op, gradient_predivide_factor, process_set):
-    ops.check_process_set(process_set)
+    ops.check_process_set(process_set, "DistributedGradientTape()")
     if op not in (ops.Sum, ops.Average, ops.Adasum):
         raise ValueError("DistributedGradientTape reduces with Sum, Average "
                          "or Adasum")
@@ -109,7 +112,8 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
     return _DistributedGradientTape(gradtape, compression, op,
                                     sparse_as_dense,
                                     float(gradient_predivide_factor),
-                                    name_prefix, scale_local_gradients)
+                                    name_prefix, scale_local_gradients,
+                                    process_set)
 
 
 def PartialDistributedGradientTape(gradtape, device_dense="",

@@ -29,7 +29,8 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
             [g for g, _ in pairs], [v for _, v in pairs], op=s["op"],
             prefix=s["prefix"], sparse_as_dense=s["sparse_as_dense"],
             prescale_factor=1.0 / s["predivide"],
-            postscale_factor=s["predivide"], compression=s["compression"])
+            postscale_factor=s["predivide"], compression=s["compression"],
+            process_set=s.get("process_set"))
         return list(zip(grads, [v for _, v in pairs]))
 
     def apply_gradients(self, *args, **kwargs):
@@ -59,7 +60,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
     its options). A tf.compat.v1.train.Optimizer: gradients reduced in
     compute_gradients (backward_passes_per_step must be 1 there).
     """
-    ops.check_process_set(process_set)
+    ops.check_process_set(process_set, "DistributedOptimizer()")
     if gradient_predivide_factor != 1.0 and op != ops.Average:
         raise ValueError("gradient_predivide_factor not supported with "
                          "op != Average")
@@ -75,7 +76,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
         return _DistributedV1Optimizer(optimizer, name, use_locking, dict(
             op=op, prefix=name_prefix, sparse_as_dense=sparse_as_dense,
             predivide=float(gradient_predivide_factor),
-            compression=compression))
+            compression=compression, process_set=process_set))
     from terse.tensorflow.keras import optimizer as keras_optimizer
     if keras_optimizer._is_keras_optimizer(optimizer):
         if op == ops.Adasum:
@@ -86,7 +87,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
             gradient_predivide_factor=gradient_predivide_factor, op=op,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients,
-            groups=groups, scale_local_gradients=scale_local_gradients)
+            groups=groups, process_set=process_set,
+            scale_local_gradients=scale_local_gradients)
     raise ValueError("Provided optimizer doesn't inherit from either legacy "
                      f"TensorFlow or Keras optimizer: {optimizer!r}")
 

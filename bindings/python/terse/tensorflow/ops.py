@@ -166,23 +166,19 @@ def _check_op(op, average):
     return op
 
 
-def check_process_set(process_set):
-    """terse has one process set, every rank: None, global_process_set, or
-    a set that covers every rank; anything else raises (terse.process_sets'
-    ProcessSetsNotSupportedError where terse has it, a NotImplementedError)."""
+def check_process_set(process_set, what="process_set"):
+    """The engine id of `process_set` (terse.process_sets.resolve): 0 for
+    None / global_process_set; a registered set's id (this rank must be in
+    it). TypeError / ValueError naming the problem otherwise."""
     if process_set is None or process_set is global_process_set:
-        return
-    is_global = getattr(process_set, "_is_global", None)
-    if callable(is_global) and is_global():
-        return
-    try:
-        from terse.process_sets import not_supported_error
-        error = not_supported_error()
-    except ImportError:
-        error = NotImplementedError
-    raise error(
-        "terse supports only the global process set (all ranks) so far: pass "
-        f"process_set=None or global_process_set, not {process_set!r}")
+        return 0
+    from terse import process_sets
+    return process_sets.resolve(process_set, what)
+
+
+def _set_size(ps_id):
+    from terse import process_sets
+    return process_sets.size_of(ps_id)
 
 
 class _GlobalProcessSet:
@@ -249,13 +245,14 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         as Horovod), or any terse compressor (run by the engine, per call).
     device_dense, device_sparse, ignore_name_scope: accepted for Horovod
         compatibility; terse's ops run on the CPU and are named by `name`.
-    process_set: None or global_process_set (terse has no other sets).
+    process_set: the ranks to reduce over (terse.process_sets; None: every
+        rank); only its members may call it; Average divides by its size.
     """
     op = _check_op(op, average)
-    check_process_set(process_set)
+    ps_id = check_process_set(process_set, "allreduce()")
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_indexed_slices(tensor, op, name, prescale_factor,
-                                         postscale_factor)
+                                         postscale_factor, process_set)
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype(tensor, "allreduce")
     name = _op_name("allreduce", tensor, name)
@@ -263,31 +260,33 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     if wire is not None and tensor.dtype in FLOAT_DTYPES:
         dtype = tensor.dtype
         reduced = _allreduce_scaled(tf.cast(tensor, wire), op, name,
-                                    prescale_factor, postscale_factor, spec)
+                                    prescale_factor, postscale_factor, spec,
+                                    ps_id)
         return tf.cast(reduced, dtype)
     return _allreduce_scaled(tensor, op, name, prescale_factor,
-                             postscale_factor, spec)
+                             postscale_factor, spec, ps_id)
 
 
-def _allreduce_scaled(tensor, op, name, prescale, postscale, spec):
+def _allreduce_scaled(tensor, op, name, prescale, postscale, spec, ps_id=0):
     """Floating point: the engine scales. Integers: Horovod's scaling here
     (Average is the sum times postscale / size)."""
     prescale, postscale = float(prescale), float(postscale)
     if tensor.dtype in FLOAT_DTYPES or (op != Average and prescale == 1.0
                                         and postscale == 1.0):
-        return _allreduce_raw(tensor, op, name, prescale, postscale, spec)
+        return _allreduce_raw(tensor, op, name, prescale, postscale, spec,
+                              ps_id)
     if op == Average:
         op = Sum
-        postscale /= basics.size()
+        postscale /= _set_size(ps_id)
     if prescale != 1.0:
         tensor = _scale_int(tensor, prescale)
-    reduced = _allreduce_raw(tensor, op, name, 1.0, 1.0, spec)
+    reduced = _allreduce_raw(tensor, op, name, 1.0, 1.0, spec, ps_id)
     if postscale != 1.0:
         reduced = _scale_int(reduced, postscale)
     return reduced
 
 
-def _allreduce_raw(tensor, op, name, prescale, postscale, spec):
+def _allreduce_raw(tensor, op, name, prescale, postscale, spec, ps_id=0):
     dtype = tensor.dtype
     wire = _to_engine(tensor)
     flip = dtype == tf.uint16 and op in (Min, Max)
@@ -296,13 +295,14 @@ def _allreduce_raw(tensor, op, name, prescale, postscale, spec):
     reduced = _ops().terse_allreduce(_opaque(wire), tensor_name=name,
                                      reduce_op=op, prescale_factor=prescale,
                                      postscale_factor=postscale,
-                                     compression=spec)
+                                     compression=spec, process_set=ps_id)
     if flip:
         reduced = _flip_sign(reduced)
     return _from_engine(reduced, dtype)
 
 
-def _allreduce_indexed_slices(slices, op, name, prescale, postscale):
+def _allreduce_indexed_slices(slices, op, name, prescale, postscale,
+                              process_set=None):
     """Horovod's sparse allreduce: gather every rank's values and indices
     (duplicate indices stay; applying them sums). Unlike Horovod, which
     ignores them there, the scale factors apply to the gathered values, and
@@ -316,11 +316,13 @@ def _allreduce_indexed_slices(slices, op, name, prescale, postscale):
         raise ValueError("IndexedSlices can be reduced with Sum or Average "
                          f"only, not {_OP_NAMES[op]}")
     base = name or _names.default("allreduce", slices.values)
-    values = allgather(slices.values, name=f"{base}.values")
-    indices = allgather(slices.indices, name=f"{base}.indices")
+    values = allgather(slices.values, name=f"{base}.values",
+                       process_set=process_set)
+    indices = allgather(slices.indices, name=f"{base}.indices",
+                        process_set=process_set)
     scale = prescale * postscale
     if op == Average:
-        scale /= basics.size()
+        scale /= _set_size(check_process_set(process_set))
     if scale != 1.0:
         values = values * tf.cast(scale, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
@@ -328,11 +330,12 @@ def _allreduce_indexed_slices(slices, op, name, prescale, postscale):
 
 def allgather(tensor, name=None, ignore_name_scope=False,
               process_set=None):
-    """Every rank's `tensor` concatenated along dimension 0, in rank order.
+    """Every member's `tensor` concatenated along dimension 0, in rank order
+    (process_set: None for every rank).
 
     The first dimension may differ across ranks; the others must agree.
     """
-    check_process_set(process_set)
+    ps_id = check_process_set(process_set, "allgather()")
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype(tensor, "allgather", MOVED_DTYPES)
     if tensor.shape.rank == 0:
@@ -340,14 +343,16 @@ def allgather(tensor, name=None, ignore_name_scope=False,
                          "scalar")
     gathered = _ops().terse_allgather(
         _opaque(_to_engine(tensor)),
-        tensor_name=_op_name("allgather", tensor, name))
+        tensor_name=_op_name("allgather", tensor, name), process_set=ps_id)
     return _from_engine(gathered, tensor.dtype)
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=None):
-    """root_rank's `tensor` on every rank (same shape and dtype everywhere)."""
-    check_process_set(process_set)
+    """root_rank's `tensor` on every member of process_set (None: every
+    rank); root_rank is a world rank in the set. Same shape and dtype
+    everywhere."""
+    ps_id = check_process_set(process_set, "broadcast()")
     tensor = tf.convert_to_tensor(tensor)
     _check_dtype(tensor, "broadcast", MOVED_DTYPES)
     if isinstance(root_rank, bool) or not isinstance(root_rank, int) \
@@ -356,12 +361,13 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     out = _ops().terse_broadcast(_opaque(_to_engine(tensor)),
                                  tensor_name=_op_name("broadcast", tensor,
                                                       name),
-                                 root_rank=root_rank)
+                                 root_rank=root_rank, process_set=ps_id)
     return _from_engine(out, tensor.dtype)
 
 
-def _process_info(what, name):
-    return _ops().terse_process_info(what=what, name=name)
+def _process_info(what, name, process_set_id=0):
+    return _ops().terse_process_info(what=what, process_set=process_set_id,
+                                     name=name)
 
 
 def rank_op(name=None):
@@ -370,11 +376,15 @@ def rank_op(name=None):
 
 
 def size_op(process_set_id=0, name=None):
-    """The number of ranks as an int32 scalar op, read when it runs."""
-    if process_set_id != 0:
-        raise NotImplementedError("terse has no process sets yet: "
-                                  f"process_set_id {process_set_id} is not 0")
-    return _process_info("size", name)
+    """The number of ranks (of process set `process_set_id`; 0: every rank)
+    as an int32 scalar op, read when it runs."""
+    return _process_info("size", name, int(process_set_id))
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this process is in process set `process_set_id`, else 0 (an
+    int32 scalar op, read when it runs), as Horovod's."""
+    return _process_info("included", name, int(process_set_id))
 
 
 def local_rank_op(name=None):
@@ -405,7 +415,8 @@ def _allreduce_grad(op, grad):
     return _ops().terse_allreduce(
         _opaque(grad), tensor_name=_names.unique_in_graph(name),
         reduce_op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
-        postscale_factor=op.get_attr("postscale_factor"), compression=spec)
+        postscale_factor=op.get_attr("postscale_factor"), compression=spec,
+        process_set=op.get_attr("process_set"))
 
 
 def _dense(grad):
@@ -417,11 +428,20 @@ def _dense(grad):
     return grad
 
 
-def _rank_tensor():
-    """This rank as a run-time int32 scalar (see _opaque): the gradients
-    differ by rank only in its value, so every rank builds the same graph
-    and none has a collective optimized away."""
-    return _opaque(tf.constant(basics.rank(), tf.int32))
+def _rank_tensor(ps_id=0):
+    """This rank (within process set `ps_id`) as a run-time int32 scalar
+    (see _opaque): the gradients differ by rank only in its value, so every
+    rank builds the same graph and none has a collective optimized away."""
+    from terse import process_sets
+    return _opaque(tf.constant(process_sets.rank_in(ps_id), tf.int32))
+
+
+def _by_id(ps_id):
+    """The registered ProcessSet of id `ps_id` (None for 0)."""
+    if ps_id == 0:
+        return None
+    from terse import process_sets
+    return process_sets.registered(ps_id)
 
 
 @tf.RegisterGradient("TerseAllgather")
@@ -433,11 +453,14 @@ def _allgather_grad(op, grad):
     (see _rank_tensor) so no rank's graph loses the row-count allgather.
     """
     name = op.get_attr("tensor_name").decode()
-    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad")
+    ps_id = op.get_attr("process_set")
+    ps = _by_id(ps_id)
+    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad",
+                     process_set=ps)
     rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
-    all_rows = allgather(rows, name=f"{name}.grad.rows")
+    all_rows = allgather(rows, name=f"{name}.grad.rows", process_set=ps)
     begin = tf.gather(tf.cumsum(all_rows, exclusive=True),
-                      tf.cast(_rank_tensor(), tf.int64))
+                      tf.cast(_rank_tensor(ps_id), tf.int64))
     return grad[begin:begin + rows[0]]
 
 
@@ -450,6 +473,9 @@ def _broadcast_grad(op, grad):
     never pruned from a non-root rank's graph.
     """
     name = op.get_attr("tensor_name").decode()
-    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad")
-    is_root = tf.equal(_rank_tensor(), op.get_attr("root_rank"))
+    grad = allreduce(_dense(grad), op=Sum, name=f"{name}.grad",
+                     process_set=_by_id(op.get_attr("process_set")))
+    # root_rank is a world rank: compare with this world rank.
+    is_root = tf.equal(_opaque(tf.constant(basics.rank(), tf.int32)),
+                       op.get_attr("root_rank"))
     return tf.where(is_root, grad, tf.zeros_like(grad))

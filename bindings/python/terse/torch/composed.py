@@ -37,10 +37,10 @@ def _composed(parts, finish, keep=()):
     return _table.add_composed(_Entry(keep, run, parts=list(parts)))
 
 
-def _base_name(op, name):
+def _base_name(op, name, ps_id=0):
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{op}: name must be a non-empty string")
-    return _table.auto_name(op) if name is None else name
+    return _table.auto_name(op, ps_id) if name is None else name
 
 
 def _check_tensors(op, tensors):
@@ -59,12 +59,13 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None,
     '<name>.<i>'); synchronize() returns the list of results."""
     op = ops._resolve_op(op, average)
     basics.check_initialized("grouped_allreduce()")
-    process_sets.check(process_set, "grouped_allreduce()")
+    ps_id = process_sets.resolve(process_set, "grouped_allreduce()")
     _check_tensors("grouped_allreduce", tensors)
-    base = _base_name("grouped_allreduce", name)
+    base = _base_name("grouped_allreduce", name, ps_id)
     parts = [ops.allreduce_async(t, name=f"{base}.{i}", op=op,
                                  prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor,
+                                 process_set=process_set,
                                  compression=compression)
              for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
@@ -76,12 +77,13 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
     """In-place grouped_allreduce_async."""
     op = ops._resolve_op(op, average)
     basics.check_initialized("grouped_allreduce_()")
-    process_sets.check(process_set, "grouped_allreduce_()")
+    ps_id = process_sets.resolve(process_set, "grouped_allreduce_()")
     _check_tensors("grouped_allreduce_", tensors)
-    base = _base_name("grouped_allreduce", name)
+    base = _base_name("grouped_allreduce", name, ps_id)
     parts = [ops.allreduce_async_(t, name=f"{base}.{i}", op=op,
                                   prescale_factor=prescale_factor,
                                   postscale_factor=postscale_factor,
+                                  process_set=process_set,
                                   compression=compression)
              for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
@@ -95,12 +97,13 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None,
     allreduce (one after another)."""
     op = ops._resolve_op(op, average)
     if any(ops._wants_grad(t) for t in tensors):
-        process_sets.check(process_set, "grouped_allreduce()")
-        base = _base_name("grouped_allreduce", name)
+        ps_id = process_sets.resolve(process_set, "grouped_allreduce()")
+        base = _base_name("grouped_allreduce", name, ps_id)
         return [ops.allreduce(t, name=f"{base}.{i}", op=op,
                               compression=compression,
                               prescale_factor=prescale_factor,
-                              postscale_factor=postscale_factor)
+                              postscale_factor=postscale_factor,
+                              process_set=process_set)
                 for i, t in enumerate(tensors)]
     return ops.synchronize(grouped_allreduce_async(
         tensors, name=name, op=op, prescale_factor=prescale_factor,
@@ -122,10 +125,11 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None,
 def grouped_allgather_async(tensors, name=None, process_set=_gp):
     """Enqueues an allgather of every tensor of `tensors` in one call."""
     basics.check_initialized("grouped_allgather()")
-    process_sets.check(process_set, "grouped_allgather()")
+    ps_id = process_sets.resolve(process_set, "grouped_allgather()")
     _check_tensors("grouped_allgather", tensors)
-    base = _base_name("grouped_allgather", name)
-    parts = [ops.allgather_async(t, name=f"{base}.{i}")
+    base = _base_name("grouped_allgather", name, ps_id)
+    parts = [ops.allgather_async(t, name=f"{base}.{i}",
+                                 process_set=process_set)
              for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
 
@@ -147,7 +151,7 @@ def _rows_of(rank, size, rows):
 
 
 def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
-                        compression):
+                        compression, process_set=_gp):
     if op not in (ops.Sum, ops.Average):
         raise ops.TerseError(
             f"reducescatter of '{name}': op {ops._OP_NAMES.get(op, op)} is "
@@ -156,10 +160,13 @@ def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
         raise ops.TerseError(
             f"reducescatter of '{name}': a 0-dim tensor cannot be scattered; "
             "give it at least one dimension")
-    offset, count = _rows_of(basics.rank(), basics.size(), tensor.shape[0])
+    ps_id = process_sets.resolve(process_set, "reducescatter()")
+    offset, count = _rows_of(process_sets.rank_in(ps_id),
+                             process_sets.size_of(ps_id), tensor.shape[0])
     handle = ops.allreduce_async(tensor, name=name, op=op,
                                  prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor,
+                                 process_set=process_set,
                                  compression=compression)
     return handle, (lambda full: full.narrow(0, offset, count).clone())
 
@@ -172,27 +179,31 @@ def reducescatter_async(tensor, name=None, compression=None, op=None,
     (n // size rows each, the first n % size ranks one more). op: Average
     (default) or Sum. Composed: see the module docstring."""
     op = ops.Average if op is None else op
-    name = ops._prepare("reducescatter", name, tensor, process_set)
+    name, _ = ops._prepare("reducescatter", name, tensor, process_set)
     handle, cut = _reducescatter_part(tensor, name, op, prescale_factor,
-                                      postscale_factor, compression)
+                                      postscale_factor, compression,
+                                      process_set)
     return _composed([handle], lambda results: cut(results[0]))
 
 
 class _ReducescatterFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, compression, op, prescale_factor,
-                postscale_factor):
+                postscale_factor, process_set):
         ctx.op = op
+        ctx.process_set = process_set
         return ops.synchronize(reducescatter_async(
-            tensor, name, compression, op, _gp, prescale_factor,
+            tensor, name, compression, op, process_set, prescale_factor,
             postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = ops.allgather(grad_output)
+        ps = ctx.process_set
+        grad = ops.allgather(grad_output, process_set=ps)
         if ctx.op == ops.Average:
-            grad = grad / basics.size()
-        return grad, None, None, None, None, None
+            grad = grad / process_sets.size_of(
+                process_sets.resolve(ps, "reducescatter()"))
+        return grad, None, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=None, op=None,
@@ -203,9 +214,10 @@ def reducescatter(tensor, name=None, compression=None, op=None,
     Average)."""
     op = ops.Average if op is None else op
     if ops._wants_grad(tensor):
-        process_sets.check(process_set, "reducescatter()")
+        process_sets.resolve(process_set, "reducescatter()")
         return _ReducescatterFunction.apply(tensor, name, compression, op,
-                                            prescale_factor, postscale_factor)
+                                            prescale_factor, postscale_factor,
+                                            process_set)
     return ops.synchronize(reducescatter_async(
         tensor, name, compression, op, process_set, prescale_factor,
         postscale_factor))
@@ -217,14 +229,14 @@ def grouped_reducescatter_async(tensors, name=None, compression=None,
     """Enqueues a reducescatter of every tensor of `tensors` in one call."""
     op = ops.Average if op is None else op
     basics.check_initialized("grouped_reducescatter()")
-    process_sets.check(process_set, "grouped_reducescatter()")
+    ps_id = process_sets.resolve(process_set, "grouped_reducescatter()")
     _check_tensors("grouped_reducescatter", tensors)
-    base = _base_name("grouped_reducescatter", name)
+    base = _base_name("grouped_reducescatter", name, ps_id)
     parts, cuts = [], []
     for i, t in enumerate(tensors):
         handle, cut = _reducescatter_part(t, f"{base}.{i}", op,
                                           prescale_factor, postscale_factor,
-                                          compression)
+                                          compression, process_set)
         parts.append(handle)
         cuts.append(cut)
     return _composed(parts, lambda results: [
@@ -242,8 +254,7 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=None,
 
 # --- alltoall --------------------------------------------------------------------
 
-def _splits_list(tensor, splits, name):
-    size = basics.size()
+def _splits_list(tensor, splits, name, size):
     rows = tensor.shape[0]
     if splits is None:
         if rows % size:
@@ -278,16 +289,18 @@ def alltoall_async(tensor, splits=None, name=None, process_set=_gp):
     receives the rows every rank sent it, in rank order. synchronize()
     returns (output, received_splits) with received_splits an int32 tensor
     of the rows from each rank. Composed: see the module docstring."""
-    name = ops._prepare("alltoall", name, tensor, process_set)
+    name, ps_id = ops._prepare("alltoall", name, tensor, process_set)
     if tensor.dim() == 0:
         raise ops.TerseError(
             f"alltoall of '{name}': a 0-dim tensor cannot be split; give it "
             "at least one dimension")
-    mine = _splits_list(tensor, splits, name)
-    size, rank = basics.size(), basics.rank()
+    size, rank = process_sets.size_of(ps_id), process_sets.rank_in(ps_id)
+    mine = _splits_list(tensor, splits, name, size)
     split_tensor = torch.tensor([mine], dtype=torch.int64)
-    splits_handle = ops.allgather_async(split_tensor, name=f"{name}.splits")
-    data_handle = ops.allgather_async(tensor, name=name)
+    splits_handle = ops.allgather_async(split_tensor, name=f"{name}.splits",
+                                        process_set=process_set)
+    data_handle = ops.allgather_async(tensor, name=name,
+                                      process_set=process_set)
 
     def finish(results):
         matrix, data = results[0].tolist(), results[1]
@@ -305,18 +318,20 @@ def alltoall_async(tensor, splits=None, name=None, process_set=_gp):
 
 class _AlltoallFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        output, received = ops.synchronize(alltoall_async(tensor, splits,
-                                                          name))
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = ops.synchronize(alltoall_async(
+            tensor, splits, name, process_set))
         ctx.received = received
+        ctx.process_set = process_set
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
     def backward(ctx, grad_output, unused_grad_splits):
-        grad, _ = ops.synchronize(alltoall_async(grad_output.contiguous(),
-                                                 ctx.received))
-        return grad, None, None
+        grad, _ = ops.synchronize(alltoall_async(
+            grad_output.contiguous(), ctx.received,
+            process_set=ctx.process_set))
+        return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=_gp):
@@ -325,8 +340,9 @@ def alltoall(tensor, splits=None, name=None, process_set=_gp):
     Horovod 0.28.1). Differentiable when `tensor` requires a gradient (the
     gradient is the alltoall of the output's gradient, split as received)."""
     if ops._wants_grad(tensor):
-        process_sets.check(process_set, "alltoall()")
-        output, received = _AlltoallFunction.apply(tensor, splits, name)
+        process_sets.resolve(process_set, "alltoall()")
+        output, received = _AlltoallFunction.apply(tensor, splits, name,
+                                                   process_set)
     else:
         output, received = ops.synchronize(
             alltoall_async(tensor, splits, name, process_set))
@@ -341,21 +357,23 @@ def sparse_allreduce_async(tensor, name, op, process_set=_gp):
     function, and synchronize(handle) builds the summed sparse tensor
     (values divided by size() for Average; duplicate indices stay
     uncoalesced, as in Horovod)."""
-    process_sets.check(process_set, "sparse_allreduce_async()")
+    ps_id = process_sets.resolve(process_set, "sparse_allreduce_async()")
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise TypeError("sparse_allreduce_async takes a sparse COO tensor")
     if op not in (ops.Sum, ops.Average):
         raise ValueError("sparse_allreduce_async: op must be Sum or Average")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     indices = ops.allgather_async(t._indices().t().contiguous(),
-                                  name=f"{name}.indices")
+                                  name=f"{name}.indices",
+                                  process_set=process_set)
     values = ops.allgather_async(t._values().contiguous(),
-                                 name=f"{name}.values")
+                                 name=f"{name}.values",
+                                 process_set=process_set)
 
     def handle():
         vals, idx = ops.synchronize_all([values, indices])
         if op == ops.Average:
-            vals = vals / basics.size()
+            vals = vals / process_sets.size_of(ps_id)
         return torch.sparse_coo_tensor(idx.t(), vals, t.size())
     return handle
 

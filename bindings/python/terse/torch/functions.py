@@ -25,7 +25,7 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param",
     Enqueues all broadcasts before waiting for any.
     """
     basics.check_initialized("broadcast_parameters()")
-    process_sets.check(process_set, "broadcast_parameters()")
+    process_sets.resolve(process_set, "broadcast_parameters()")
     if isinstance(params, dict):
         items = sorted(params.items())
     else:
@@ -48,7 +48,8 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param",
             raise TypeError(f"params[{name!r}] is {type(tensor).__name__}, "
                             "not a tensor")
         handles.append(ops.broadcast_async_(tensor.data, root_rank,
-                                            name=f"{prefix}.{name}"))
+                                            name=f"{prefix}.{name}",
+                                            process_set=process_set))
     _synchronize_all(handles)
 
 
@@ -77,7 +78,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None,
     restores its own.
     """
     basics.check_initialized("broadcast_optimizer_state()")
-    process_sets.check(process_set, "broadcast_optimizer_state()")
+    process_sets.resolve(process_set, "broadcast_optimizer_state()")
     if model is not None:
         raise ValueError(
             "broadcast_optimizer_state(model=...) is not supported by terse: "
@@ -89,7 +90,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None,
         export = getattr(optimizer, "_terse_broadcast_state", None)
         state = export() if export else optimizer.state_dict()
     state = broadcast_object(state, root_rank,
-                             name="broadcast.optimizer_state")
+                             name="broadcast.optimizer_state",
+                             process_set=process_set)
     if basics.rank() != root_rank:
         optimizer.load_state_dict(state)
 
@@ -110,18 +112,20 @@ def broadcast_object(obj, root_rank=0, name=None,
     """`root_rank`'s `obj` on every rank (pickled into a uint8 tensor: size,
     then bytes)."""
     basics.check_initialized("broadcast_object()")
-    process_sets.check(process_set, "broadcast_object()")
-    name = name or ops._table.auto_name("broadcast_object")
+    ps_id = process_sets.resolve(process_set, "broadcast_object()")
+    name = name or ops._table.auto_name("broadcast_object", ps_id)
     is_root = basics.rank() == root_rank
     if is_root:
         payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         length = torch.zeros(1, dtype=torch.int64)
-    ops.broadcast_(length, root_rank, name=f"{name}.size")
+    ops.broadcast_(length, root_rank, name=f"{name}.size",
+                   process_set=process_set)
     if not is_root:
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    ops.broadcast_(payload, root_rank, name=f"{name}.data")
+    ops.broadcast_(payload, root_rank, name=f"{name}.data",
+                   process_set=process_set)
     if is_root:
         return obj
     return _loads(payload.numpy().tobytes())
@@ -129,16 +133,17 @@ def broadcast_object(obj, root_rank=0, name=None,
 
 def allgather_object(obj, name=None,
                      process_set=process_sets.global_process_set):
-    """A list of every rank's `obj`, in rank order (pickled into uint8
+    """A list of every member's `obj`, in rank order (pickled into uint8
     tensors)."""
     basics.check_initialized("allgather_object()")
-    process_sets.check(process_set, "allgather_object()")
-    name = name or ops._table.auto_name("allgather_object")
+    ps_id = process_sets.resolve(process_set, "allgather_object()")
+    name = name or ops._table.auto_name("allgather_object", ps_id)
     data = _dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     lengths = ops.allgather(torch.tensor([len(data)], dtype=torch.int64),
-                            name=f"{name}.size")
-    gathered = ops.allgather(payload, name=f"{name}.data").numpy()
+                            name=f"{name}.size", process_set=process_set)
+    gathered = ops.allgather(payload, name=f"{name}.data",
+                             process_set=process_set).numpy()
     out, offset = [], 0
     for length in lengths.tolist():
         out.append(_loads(gathered[offset:offset + length].tobytes()))

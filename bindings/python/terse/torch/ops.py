@@ -8,10 +8,15 @@ caller may drop its own references after enqueueing. Operations terse
 composes from several engine operations (grouped ops, reducescatter,
 alltoall; terse/torch/composed.py) get negative handles.
 
-Names identify an operation across ranks: every rank must enqueue the same
-names with the same shapes and dtypes. Unnamed operations get
-'<op>.noname.<n>' from a per-op counter, which matches across ranks when
-they issue the same sequence of calls.
+Names identify an operation across the ranks of its process set: every
+member must enqueue the same names with the same shapes and dtypes; names
+are per set. Unnamed operations get '<op>.noname.<n>' from a per-op,
+per-set counter, which matches across ranks when they issue the same
+sequence of calls on that set.
+
+process_set: every op takes Horovod's process_set= (terse.process_sets):
+only its members may call the op, which reduces, gathers or broadcasts among
+them (a broadcast's root_rank is a world rank in the set).
 
 Supported dtypes: float32, float16, bfloat16, float64, int32, int64, uint8,
 int8, int16, on the CPU or a CUDA device (int16 on the CPU only: NCCL has no
@@ -91,10 +96,11 @@ class _HandleTable:
         self._counters = {}
         self._next_composed = -1
 
-    def auto_name(self, op):
+    def auto_name(self, op, process_set_id=0):
         with self._lock:
-            n = self._counters.get(op, 0)
-            self._counters[op] = n + 1
+            key = (op, process_set_id)
+            n = self._counters.get(key, 0)
+            self._counters[key] = n + 1
         return f"{op}.noname.{n}"
 
     def add(self, handle, entry):
@@ -154,15 +160,16 @@ def _describe(tensor, what):
 
 
 def _prepare(op, name, tensor, process_set=None):
-    """Checks init, the name and the tensor before anything is enqueued."""
+    """Checks init, the name, the process set and the tensor before anything
+    is enqueued; returns (name, process set id)."""
     basics.check_initialized(f"{op}()")
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"{op}: name must be a non-empty string")
-    process_sets.check(process_set, f"{op}()")
+    ps_id = process_sets.resolve(process_set, f"{op}()")
     # Validate before an automatic name is drawn, so a refused call does not
     # shift this rank's counter against the other ranks'.
     _describe(tensor, op if name is None else _what(op, name))
-    return _table.auto_name(op) if name is None else name
+    return (_table.auto_name(op, ps_id) if name is None else name), ps_id
 
 
 def _what(op, name):
@@ -183,7 +190,7 @@ def _check_op(op):
                          "Average, Min, Max, Product or Adasum")
 
 
-def _check_adasum(tensor, name, compression):
+def _check_adasum(tensor, name, compression, ps_id=0):
     """op=Adasum: a floating-point tensor, no compression, a power-of-two
     number of ranks (Horovod's CPU rule, and its error)."""
     if compression is not None:
@@ -196,7 +203,7 @@ def _check_adasum(tensor, name, compression):
     if not tensor.dtype.is_floating_point:
         raise TerseError(f"allreduce of '{name}': Adasum needs a "
                          f"floating-point tensor, not {tensor.dtype}")
-    size = basics.size()
+    size = process_sets.size_of(ps_id)
     if size & (size - 1):
         raise NotImplementedError(
             "Running Adasum with non-power of 2 ranks is not supported yet "
@@ -204,17 +211,18 @@ def _check_adasum(tensor, name, compression):
 
 
 def _enqueue_allreduce(source, output, name, op, prescale, postscale,
-                       compression):
-    """One engine allreduce of `source` into `output` (may be equal)."""
+                       compression, ps_id=0):
+    """One engine allreduce of `source` into `output` (may be equal) over
+    process set `ps_id`."""
     code, device, stream = _describe(source, _what("allreduce", name))
     return lib().allreduce_async(
         name, source.data_ptr(), output.data_ptr(), source.numel(), code,
         device, list(source.shape), op, float(prescale), float(postscale),
-        stream, basics.compression_spec(compression))
+        stream, basics.compression_spec(compression), ps_id)
 
 
 def _allreduce_into(tensor, output, name, op, prescale_factor,
-                    postscale_factor, compression, finish, keep):
+                    postscale_factor, compression, finish, keep, ps_id=0):
     """Enqueues the reduction of `tensor` (contiguous) into `output`
     (contiguous, may be `tensor`); `finish(result)` gives the op's result.
 
@@ -230,19 +238,19 @@ def _allreduce_into(tensor, output, name, op, prescale_factor,
         engine_op = op  # The engine refuses bool, naming the tensor.
     elif floating and op in (Sum, Average):
         handle = _enqueue_allreduce(tensor, output, name, op, pre, post,
-                                    compression)
+                                    compression, ps_id)
         _table.add(handle, _Entry(keep, lambda: finish(output)))
         return handle
     else:
         engine_op = Sum if op == Average else op
         if op == Average:
-            post /= basics.size()
+            post /= process_sets.size_of(ps_id)
         if pre != 1.0:
             scaled = _scaled(tensor, pre)
             keep = keep + (scaled,)
             tensor = scaled
     handle = _enqueue_allreduce(tensor, output, name, engine_op, 1.0, 1.0,
-                                compression)
+                                compression, ps_id)
 
     def finish_scaled():
         if post != 1.0:
@@ -282,19 +290,20 @@ def allreduce_async(tensor, average=None, name=None, op=None,
     the engine compresses this tensor so on the wire, fused only with
     tensors of the same choice; every rank must pass the same. average:
     deprecated (as in Horovod): True = Average, False = Sum; not together
-    with op. process_set: only the global one (terse.process_sets). Returns
-    a handle for synchronize()/poll().
+    with op. process_set: the ranks to reduce over (terse.process_sets;
+    Average divides by its size). Returns a handle for synchronize()/poll().
     """
     op = _resolve_op(op, average)
     _check_op(op)
-    name = _prepare("allreduce", name, tensor, process_set)
+    name, ps_id = _prepare("allreduce", name, tensor, process_set)
     if op == Adasum:
-        _check_adasum(tensor, name, compression)
+        _check_adasum(tensor, name, compression, ps_id)
     source = tensor.contiguous()
     output = torch.empty_like(source, memory_format=torch.contiguous_format)
     return _allreduce_into(source, output, name, op, prescale_factor,
                            postscale_factor, compression,
-                           finish=lambda result: result, keep=(source, output))
+                           finish=lambda result: result, keep=(source, output),
+                           ps_id=ps_id)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None,
@@ -304,9 +313,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
     """In-place allreduce_async: the result overwrites `tensor`."""
     op = _resolve_op(op, average)
     _check_op(op)
-    name = _prepare("allreduce", name, tensor, process_set)
+    name, ps_id = _prepare("allreduce", name, tensor, process_set)
     if op == Adasum:
-        _check_adasum(tensor, name, compression)
+        _check_adasum(tensor, name, compression, ps_id)
     buffer = tensor if tensor.is_contiguous() else tensor.contiguous()
 
     def finish(result):
@@ -316,25 +325,28 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
         return tensor
     return _allreduce_into(buffer, buffer, name, op, prescale_factor,
                            postscale_factor, compression, finish,
-                           keep=(tensor, buffer))
+                           keep=(tensor, buffer), ps_id=ps_id)
 
 
 class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
-                compression):
+                compression, process_set):
         ctx.op = op
         ctx.factors = (prescale_factor, postscale_factor)
+        ctx.process_set = process_set
         return synchronize(allreduce_async(
             tensor, name=name, op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, compression=compression))
+            postscale_factor=postscale_factor, compression=compression,
+            process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
         grad = allreduce(grad_output, op=ctx.op,
                          prescale_factor=ctx.factors[0],
-                         postscale_factor=ctx.factors[1])
-        return grad, None, None, None, None, None
+                         postscale_factor=ctx.factors[1],
+                         process_set=ctx.process_set)
+        return grad, None, None, None, None, None, None
 
 
 def _wants_grad(tensor):
@@ -349,9 +361,10 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None,
     when `tensor` requires a gradient."""
     op = _resolve_op(op, average)
     if _wants_grad(tensor):
-        process_sets.check(process_set, "allreduce()")
+        process_sets.resolve(process_set, "allreduce()")
         return _AllreduceFunction.apply(tensor, name, op, prescale_factor,
-                                        postscale_factor, compression)
+                                        postscale_factor, compression,
+                                        process_set)
     return synchronize(allreduce_async(
         tensor, name=name, op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, process_set=process_set,
@@ -372,12 +385,14 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 # --- allgather ---------------------------------------------------------------
 
-def _enqueue_allgather(source, name, finish_result):
-    """One engine allgather of `source` (contiguous, ndim >= 1);
-    finish_result(tensor) gives the op's result from the gathered tensor."""
+def _enqueue_allgather(source, name, finish_result, ps_id=0):
+    """One engine allgather of `source` (contiguous, ndim >= 1) over process
+    set `ps_id`; finish_result(tensor) gives the op's result from the
+    gathered tensor."""
     code, device, stream = _describe(source, _what("allgather", name))
     handle = lib().allgather_async(name, source.data_ptr(), source.numel(),
-                                   code, device, list(source.shape), stream)
+                                   code, device, list(source.shape), stream,
+                                   ps_id)
 
     def finish():
         result = lib().take_allgather(handle)
@@ -398,86 +413,95 @@ def allgather_async(tensor, name=None,
     First dimensions may differ across ranks; the others must agree. A 0-dim
     tensor is gathered as shape [1].
     """
-    name = _prepare("allgather", name, tensor, process_set)
+    name, ps_id = _prepare("allgather", name, tensor, process_set)
     source = tensor.contiguous()
     if source.dim() == 0:
         source = source.reshape(1)
-    return _enqueue_allgather(source, name, lambda output: output)
+    return _enqueue_allgather(source, name, lambda output: output, ps_id)
 
 
 class _AllgatherFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, process_set):
         ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 1
-        return synchronize(allgather_async(tensor, name=name))
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name=name,
+                                           process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        summed = allreduce(grad_output, op=Sum)
-        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
-        offset = int(dims[:basics.rank()].sum())
-        return summed.narrow(0, offset, ctx.dim), None
+        ps = ctx.process_set
+        summed = allreduce(grad_output, op=Sum, process_set=ps)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64),
+                         process_set=ps)
+        me = process_sets.rank_in(process_sets.resolve(ps, "allgather()"))
+        offset = int(dims[:me].sum())
+        return summed.narrow(0, offset, ctx.dim), None, None
 
 
 def allgather(tensor, name=None, process_set=process_sets.global_process_set):
     """Every rank's `tensor` concatenated along dimension 0, rank-major;
     differentiable when `tensor` requires a gradient."""
     if _wants_grad(tensor):
-        process_sets.check(process_set, "allgather()")
-        return _AllgatherFunction.apply(tensor, name)
+        process_sets.resolve(process_set, "allgather()")
+        return _AllgatherFunction.apply(tensor, name, process_set)
     return synchronize(allgather_async(tensor, name, process_set))
 
 
 # --- broadcast ---------------------------------------------------------------
 
-def _broadcast_into(buffer, root_rank, name, finish, keep):
+def _broadcast_into(buffer, root_rank, name, finish, keep, ps_id=0):
     code, device, stream = _describe(buffer, _what("broadcast", name))
     if not isinstance(root_rank, int) or isinstance(root_rank, bool):
         raise TypeError(f"root_rank must be an int, got {root_rank!r}")
     handle = lib().broadcast_async(name, buffer.data_ptr(), buffer.numel(),
                                    code, device, list(buffer.shape),
-                                   root_rank, stream)
+                                   root_rank, stream, ps_id)
     _table.add(handle, _Entry(keep, finish))
     return handle
 
 
 def broadcast_async_(tensor, root_rank, name=None,
                      process_set=process_sets.global_process_set):
-    """Enqueues an in-place broadcast of `tensor` from `root_rank`."""
-    name = _prepare("broadcast", name, tensor, process_set)
+    """Enqueues an in-place broadcast of `tensor` from `root_rank` (a world
+    rank; in the process set)."""
+    name, ps_id = _prepare("broadcast", name, tensor, process_set)
     if tensor.is_contiguous():
         return _broadcast_into(tensor, root_rank, name, lambda: tensor,
-                               (tensor,))
+                               (tensor,), ps_id)
     buffer = tensor.contiguous()
 
     def finish():
         with torch.no_grad():
             tensor.copy_(buffer)
         return tensor
-    return _broadcast_into(buffer, root_rank, name, finish, (tensor, buffer))
+    return _broadcast_into(buffer, root_rank, name, finish, (tensor, buffer),
+                           ps_id)
 
 
 def broadcast_async(tensor, root_rank, name=None,
                     process_set=process_sets.global_process_set):
     """Enqueues a broadcast from `root_rank` into a new tensor."""
-    name = _prepare("broadcast", name, tensor, process_set)
+    name, ps_id = _prepare("broadcast", name, tensor, process_set)
     output = tensor.detach().clone(memory_format=torch.contiguous_format)
     return _broadcast_into(output, root_rank, name, lambda: output,
-                           (output,))
+                           (output,), ps_id)
 
 
 class _BroadcastFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
+    def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name=name))
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name=name,
+                                           process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        summed = allreduce(grad_output, op=Sum)
+        summed = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
         if basics.rank() != ctx.root_rank:
             summed = summed * 0
-        return summed, None, None
+        return summed, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None,
@@ -485,8 +509,8 @@ def broadcast(tensor, root_rank, name=None,
     """`root_rank`'s `tensor` (a new tensor on every rank); differentiable
     when `tensor` requires a gradient."""
     if _wants_grad(tensor):
-        process_sets.check(process_set, "broadcast()")
-        return _BroadcastFunction.apply(tensor, root_rank, name)
+        process_sets.resolve(process_set, "broadcast()")
+        return _BroadcastFunction.apply(tensor, root_rank, name, process_set)
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
@@ -549,9 +573,9 @@ def join(device=-1):
 
 
 def barrier(process_set=process_sets.global_process_set):
-    """Blocks until every rank has called barrier()."""
-    process_sets.check(process_set, "barrier()")
-    basics.barrier()
+    """Blocks until every rank of the process set has called barrier()."""
+    basics.check_initialized("barrier()")
+    lib().barrier(process_sets.resolve(process_set, "barrier()"))
 
 
 __all__ = ["Sum", "Average", "Min", "Max", "Product", "Adasum", "TerseError",

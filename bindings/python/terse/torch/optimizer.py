@@ -71,7 +71,8 @@ class _DistributedOptimizer:
 
     def _terse_setup(self, named_parameters, compression,
                      backward_passes_per_step, op, gradient_predivide_factor,
-                     num_groups=0, groups=None, sparse_as_dense=False):
+                     num_groups=0, groups=None, sparse_as_dense=False,
+                     process_set=process_sets.global_process_set):
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1, got "
                              f"{backward_passes_per_step}")
@@ -91,6 +92,7 @@ class _DistributedOptimizer:
         check_momentum_correction(self.param_groups,
                                   basics.momentum_correction())
         self._terse_passes = backward_passes_per_step
+        self._terse_process_set = process_set
         self._terse_op = op
         self._terse_predivide = float(gradient_predivide_factor)
         self._terse_names = self._terse_name_parameters(named_parameters)
@@ -249,8 +251,9 @@ class _DistributedOptimizer:
             else:
                 self._terse_bytes += (p.grad._values().numel() *
                                       p.grad.element_size())
-                return composed.sparse_allreduce_async(p.grad, name,
-                                                       self._terse_op)
+                return composed.sparse_allreduce_async(
+                    p.grad, name, self._terse_op,
+                    process_set=self._terse_process_set)
         prescale, postscale = 1.0, 1.0
         if self._terse_op == ops.Average:
             prescale = 1.0 / self._terse_predivide
@@ -259,6 +262,7 @@ class _DistributedOptimizer:
         return ops.allreduce_async_(
             p.grad, name=name, op=self._terse_op,
             prescale_factor=prescale, postscale_factor=postscale,
+            process_set=self._terse_process_set,
             compression=self._terse_compression)
 
     def synchronize(self):
@@ -305,7 +309,8 @@ class _DistributedOptimizer:
             deltas = [p.detach() - s
                       for p, s in zip(self._terse_params, start)]
             handles = [ops.allreduce_async(
-                d, name=f"delta.{self._terse_names[p]}", op=ops.Adasum)
+                d, name=f"delta.{self._terse_names[p]}", op=ops.Adasum,
+                process_set=self._terse_process_set)
                 for p, d in zip(self._terse_params, deltas)]
             for p, s, combined in zip(self._terse_params, start,
                                       ops.synchronize_all(handles)):
@@ -468,10 +473,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
         the parameters, in order, into that many groups).
     sparse_as_dense: sparse gradients are densified and allreduced; without
         it they go through sparse_allreduce_async (allgather).
-    process_set: only the global process set (terse.process_sets).
+    process_set: the ranks whose gradients are averaged (terse.process_sets;
+        the default: every rank); every member wraps its optimizer with it.
     """
     basics.check_initialized("DistributedOptimizer()")
-    process_sets.check(process_set, "DistributedOptimizer()")
+    process_sets.resolve(process_set, "DistributedOptimizer()")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, "
                         f"not {type(optimizer).__name__}")
@@ -483,7 +489,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     wrapped._terse_setup(named_parameters, compression,
                          backward_passes_per_step, op,
                          gradient_predivide_factor, num_groups, groups,
-                         sparse_as_dense)
+                         sparse_as_dense, process_set)
     return wrapped
 
 

@@ -15,7 +15,6 @@ the other calls only count the step in optimizer.iterations, as Horovod's.
 
 import tensorflow as tf
 
-from terse import basics
 from terse.tensorflow import functions, gradient_tape, ops
 
 
@@ -25,7 +24,8 @@ class _DistributedOptimizerMixin:
     def _terse_configure(self, compression, op, sparse_as_dense,
                          gradient_predivide_factor, name_prefix,
                          backward_passes_per_step,
-                         average_aggregated_gradients, scale_local_gradients):
+                         average_aggregated_gradients, scale_local_gradients,
+                         process_set=None):
         if op not in (ops.Sum, ops.Average, ops.Adasum):
             raise ValueError("DistributedOptimizer reduces with Sum, Average "
                              "or Adasum")
@@ -44,7 +44,7 @@ class _DistributedOptimizerMixin:
             predivide=float(gradient_predivide_factor), prefix=name_prefix,
             passes=backward_passes_per_step,
             average_aggregated=bool(average_aggregated_gradients),
-            scale_local=bool(scale_local_gradients))
+            scale_local=bool(scale_local_gradients), process_set=process_set)
         self._terse_local = set()
         self._terse_counter = None
         self._terse_accumulators = None
@@ -65,14 +65,16 @@ class _DistributedOptimizerMixin:
             op=s["op"], prefix=s["prefix"],
             sparse_as_dense=s["sparse_as_dense"],
             prescale_factor=1.0 / s["predivide"],
-            postscale_factor=s["predivide"], compression=s["compression"])
+            postscale_factor=s["predivide"], compression=s["compression"],
+            process_set=s["process_set"])
         out = [g for g, _ in pairs]
         for i, g in zip(shared, grads):
             out[i] = g
         if s["scale_local"]:
             for i in set(range(len(pairs))) - set(shared):
                 if out[i] is not None:
-                    out[i] = _divide(out[i], basics.size())
+                    out[i] = _divide(out[i], ops._set_size(
+                        ops.check_process_set(s["process_set"])))
         return list(zip(out, [v for _, v in pairs]))
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
@@ -184,7 +186,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="",
     Scale the learning rate with size() yourself if you want Horovod's
     linear-scaling rule.
     """
-    ops.check_process_set(process_set)
+    ops.check_process_set(process_set, "DistributedOptimizer()")
     if not _is_keras_optimizer(optimizer):
         raise TypeError("DistributedOptimizer wraps a tf.keras optimizer, not "
                         f"{type(optimizer).__name__}")
@@ -197,7 +199,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="",
                              float(gradient_predivide_factor), name_prefix,
                              backward_passes_per_step,
                              average_aggregated_gradients,
-                             scale_local_gradients)
+                             scale_local_gradients, process_set=process_set)
     return wrapped
 
 
