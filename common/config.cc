@@ -281,6 +281,11 @@ const std::vector<Knob>& Knobs() {
                "control plane (an MPI that is not CUDA-aware, several ranks "
                "on one GPU)",
                &Config::gpu_operations, {"nccl", "mpi"}),
+      BoolKnob("TERSE_DYNAMIC_PROCESS_SETS", "off",
+               "allow add_process_set / remove_process_set after init "
+               "(Horovod's HOROVOD_DYNAMIC_PROCESS_SETS); the bindings ask "
+               "for it, the engine accepts set changes either way",
+               &Config::dynamic_process_sets),
       WordKnob("TERSE_COMPRESSION", "none",
                "compressor or policy for every bucket", &Config::compression,
                CompressionWords()),

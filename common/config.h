@@ -46,6 +46,7 @@ struct Config {
   // not CUDA-aware or several ranks on one GPU (Horovod's
   // HOROVOD_GPU_OPERATIONS).
   std::string gpu_operations = "nccl";
+  bool dynamic_process_sets = false;  // TERSE_DYNAMIC_PROCESS_SETS.
 
   // Compression.
   std::string compression;  // none | fp16 | ... | gravac | accordion

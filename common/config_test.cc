@@ -60,7 +60,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 39u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 40u);
 }
 
 TEST(ConfigTest, ParsesValues) {

@@ -72,6 +72,7 @@ std::map<std::string, std::string> ToVariables(const Config& c) {
       {"TERSE_STALL_SHUTDOWN_SECONDS", Exact(c.stall_shutdown_seconds)},
       {"TERSE_FORGET_AFTER_STEPS", absl::StrCat(c.forget_after_steps)},
       {"TERSE_GPU_OPERATIONS", c.gpu_operations},
+      {"TERSE_DYNAMIC_PROCESS_SETS", c.dynamic_process_sets ? "on" : "off"},
       {"TERSE_LOG_LEVEL", c.log_level},
       {"TERSE_SEED", absl::StrCat(c.seed)},
   };
@@ -102,6 +103,7 @@ bool SameFields(const Config& a, const Config& b) {
          a.gravac_epsilon == b.gravac_epsilon &&
          a.forget_after_steps == b.forget_after_steps &&
          a.gpu_operations == b.gpu_operations &&
+         a.dynamic_process_sets == b.dynamic_process_sets &&
          a.gravac_omega == b.gravac_omega &&
          a.gravac_window == b.gravac_window &&
          a.gravac_policy == b.gravac_policy &&

@@ -60,7 +60,10 @@ def init(compression=None, config=None, comm=None, process_sets=None):
             "communicator or rank list is not supported (pass comm=None)")
     static, dynamic = _process_sets.static_sets(process_sets)
     variables = _collect_variables(compression, config)
-    if variables.get("TERSE_DYNAMIC_PROCESS_SETS", "0") not in ("", "0"):
+    # The engine's config table validates the value (a bad one fails init
+    # naming the variable); these are the words it reads as on.
+    if variables.get("TERSE_DYNAMIC_PROCESS_SETS", "off") in ("on", "true",
+                                                              "1"):
         dynamic = True
     settings = (variables, ([ps.ranks for ps in static], dynamic))
     with _lock:
