@@ -37,25 +37,36 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     }
   }
 
-  void* region = state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
-  const Clock::time_point fused = Clock::now();
-
   BucketReduceContext ctx;
   ctx.bucket = &bucket;
-  ctx.data = region;
   ctx.op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
                                                   : bucket.reduce_op;
   ctx.comm = comm_;
   ctx.timeline = timeline_;
   ctx.track = absl::StrCat("bucket ", bucket.id);
   ctx.step = state.runs++;
-  absl::Status status = reducer_->Reduce(ctx);
+  // fp16/bf16 casts: prescale and cast in one pass into the wire buffer,
+  // widen and scale in one pass out.
+  const DataType wire = bucket.dtype == DataType::kFloat32
+                            ? reducer_->CastWireType(ctx)
+                            : DataType::kFloat32;
+  const bool cast = wire != DataType::kFloat32;
+  ctx.data = cast ? state.buffer.FuseCast(members, wire, bucket.prescale)
+                  : state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
+  const Clock::time_point fused = Clock::now();
+
+  absl::Status status =
+      cast ? reducer_->ReduceCast(ctx, wire) : reducer_->Reduce(ctx);
   if (!status.ok()) return status;
 
   const Clock::time_point unfuse_start = Clock::now();
   double scale = bucket.postscale;
   if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
-  state.buffer.Unfuse(members, bucket.dtype, scale);
+  if (cast) {
+    state.buffer.UnfuseCast(members, wire, scale);
+  } else {
+    state.buffer.Unfuse(members, bucket.dtype, scale);
+  }
 
   if (timeline_ != nullptr) {
     const Clock::time_point end = Clock::now();
@@ -76,7 +87,8 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     timeline_->Record(ctx.track, "QUEUE", ready_at, start);
     timeline_->Record(
         ctx.track, "FUSE", start, fused,
-        {{"in_place", state.buffer.fused_in_outputs() ? "true" : "false"}});
+        {{"in_place", state.buffer.fused_in_outputs() ? "true" : "false"},
+         {"cast", cast ? std::string(DataTypeName(wire)) : "none"}});
     timeline_->Record(ctx.track, "UNFUSE", unfuse_start, end);
   }
   return absl::OkStatus();

@@ -3,6 +3,10 @@
 // with a persistent fusion buffer per bucket and the bucket's timeline phases
 // (NEGOTIATE, QUEUE, FUSE, the reducer's phases, UNFUSE).
 //
+// A float32 bucket the reducer sends as a plain 16-bit cast
+// (BucketReducer::CastWireType: fp16/bf16) is fused by FuseCast straight into
+// 16-bit wire values and reduced by ReduceCast: one pass in, one pass out.
+//
 // Average is reduced as Sum and divided by the number of ranks in the unfuse
 // step, together with the postscale; Min/Max are passed through.
 //

@@ -50,6 +50,28 @@ class BucketReducer {
   // Reduces ctx.data in place across ranks. An error is fatal for the engine.
   virtual absl::Status Reduce(const BucketReduceContext& ctx) = 0;
 
+  // The cast fast path. When this reducer would send the bucket of `ctx`
+  // (whose ctx.data is not yet filled) as its float32 values cast to 16 bits
+  // and summed by one allreduce, with no other state to update (fp16/bf16
+  // under a static policy): the wire type, kFloat16 or kBFloat16. The caller
+  // then fuses the bucket straight into wire values and calls ReduceCast
+  // instead of Reduce. Otherwise (the default) kFloat32: call Reduce.
+  virtual DataType CastWireType(const BucketReduceContext& ctx) {
+    (void)ctx;
+    return DataType::kFloat32;
+  }
+
+  // Reduces ctx.data, bucket->count values of `wire` (the type CastWireType
+  // returned for this bucket just before), in place across ranks, as Reduce
+  // would have reduced the float32 values cast to `wire`. Collective; an
+  // error is fatal for the engine.
+  virtual absl::Status ReduceCast(const BucketReduceContext& ctx,
+                                  DataType wire) {
+    (void)ctx;
+    (void)wire;
+    return absl::UnimplementedError("this reducer has no cast fast path");
+  }
+
   // The bucket was dropped or changed membership: forget its state.
   virtual void Forget(int bucket_id) { (void)bucket_id; }
 

@@ -84,6 +84,10 @@ class CompressedReducer : public BucketReducer {
   ~CompressedReducer() override;
 
   absl::Status Reduce(const BucketReduceContext& ctx) override;
+  // fp16/bf16 under a static policy (compressed_reducer_cast.cc).
+  DataType CastWireType(const BucketReduceContext& ctx) override;
+  absl::Status ReduceCast(const BucketReduceContext& ctx,
+                          DataType wire) override;
   void Forget(int bucket_id) override;
   // Drops the residuals and velocities of `names` (between steps).
   void ForgetTensors(const std::vector<std::string>& names) override;

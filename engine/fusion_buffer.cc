@@ -1,15 +1,36 @@
 #include "engine/fusion_buffer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <utility>
 
+#include "common/half.h"
+#include "compressors/kernels/parallel.h"
 #include "engine/scale.h"
 
 namespace terse {
 namespace {
 
 constexpr std::align_val_t kAlignment{64};
+// Elements cast per step (a stack buffer that stays in L1).
+constexpr int64_t kCastChunk = 1024;
+
+void CastTo(bool fp16, const float* in, uint16_t* out, int64_t n) {
+  if (fp16) {
+    FloatToHalf(in, out, static_cast<size_t>(n));
+  } else {
+    FloatToBFloat16(in, out, static_cast<size_t>(n));
+  }
+}
+
+void WidenFrom(bool fp16, const uint16_t* in, float* out, int64_t n) {
+  if (fp16) {
+    HalfToFloat(in, out, static_cast<size_t>(n));
+  } else {
+    BFloat16ToFloat(in, out, static_cast<size_t>(n));
+  }
+}
 
 // True when every member with elements has an output and the outputs follow
 // each other without gaps in member order.
@@ -57,54 +78,138 @@ void FusionBuffer::Reserve(int64_t bytes) {
   capacity_ = bytes;
 }
 
+int64_t FusionBuffer::Layout(const std::vector<FusionMember>& members) {
+  starts_.resize(members.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    starts_[i] = total;
+    total += members[i].count;
+  }
+  return total;
+}
+
+template <typename Fn>
+void FusionBuffer::ForEachPart(const std::vector<FusionMember>& members,
+                               int64_t total, Fn fn) const {
+  const int threads =
+      kernels::ResolveThreads(0, total, kMinElementsPerThread);
+  auto range = [&](int64_t begin, int64_t end) {
+    // The first member that ends after `begin`.
+    size_t i = static_cast<size_t>(
+        std::upper_bound(starts_.begin(), starts_.end(), begin) -
+        starts_.begin());
+    i = i == 0 ? 0 : i - 1;
+    for (; i < members.size() && starts_[i] < end; ++i) {
+      const int64_t from = std::max(begin, starts_[i]);
+      const int64_t to = std::min(end, starts_[i] + members[i].count);
+      if (to > from) fn(members[i], from - starts_[i], from, to - from);
+    }
+  };
+  if (threads <= 1) {
+    range(0, total);
+    return;
+  }
+  kernels::ParallelFor(threads, [&](int t) {
+    range(kernels::ChunkBegin(total, threads, t),
+          kernels::ChunkBegin(total, threads, t + 1));
+  });
+}
+
 void* FusionBuffer::Fuse(const std::vector<FusionMember>& members,
                          DataType dtype, double prescale) {
   const size_t elem = DataTypeSize(dtype);
+  const int64_t total = Layout(members);
   in_outputs_ = OutputsAdjacent(members, elem);
   if (in_outputs_) {
     for (const FusionMember& m : members) {
-      if (m.count == 0) continue;
-      if (m.in == nullptr) {
-        std::memset(m.out, 0, m.count * elem);
-      } else {
-        ScaledCopy(m.out, m.in, m.count, dtype, prescale);
+      if (m.count > 0) {
+        region_ = m.out;
+        break;
       }
     }
-    for (const FusionMember& m : members) {
-      if (m.count > 0) return region_ = m.out;
-    }
+  } else {
+    Reserve(total * static_cast<int64_t>(elem));
+    region_ = storage_;
   }
-  int64_t total = 0;
-  for (const FusionMember& m : members) total += m.count;
-  Reserve(total * static_cast<int64_t>(elem));
-  uint8_t* cursor = storage_;
-  for (const FusionMember& m : members) {
-    if (m.count == 0) continue;
-    if (m.in == nullptr) {
-      std::memset(cursor, 0, m.count * elem);
-    } else {
-      ScaledCopy(cursor, m.in, m.count, dtype, prescale);
-    }
-    cursor += m.count * elem;
-  }
-  return region_ = storage_;
+  uint8_t* region = static_cast<uint8_t*>(region_);
+  ForEachPart(members, total,
+              [&](const FusionMember& m, int64_t at, int64_t to, int64_t n) {
+                uint8_t* dst = region + to * elem;
+                if (m.in == nullptr) {
+                  std::memset(dst, 0, n * elem);
+                } else {
+                  ScaledCopy(dst, static_cast<const uint8_t*>(m.in) + at * elem,
+                             n, dtype, prescale);
+                }
+              });
+  return region_;
 }
 
 void FusionBuffer::Unfuse(const std::vector<FusionMember>& members,
                           DataType dtype, double scale) {
   const size_t elem = DataTypeSize(dtype);
-  if (in_outputs_) {
-    int64_t total = 0;
-    for (const FusionMember& m : members) total += m.count;
-    ScaleInPlace(region_, total, dtype, scale);
-    return;
-  }
-  const uint8_t* cursor = static_cast<const uint8_t*>(region_);
-  for (const FusionMember& m : members) {
-    if (m.count == 0) continue;
-    if (m.out != nullptr) ScaledCopy(m.out, cursor, m.count, dtype, scale);
-    cursor += m.count * elem;
-  }
+  const int64_t total = Layout(members);
+  const uint8_t* region = static_cast<const uint8_t*>(region_);
+  ForEachPart(members, total,
+              [&](const FusionMember& m, int64_t at, int64_t from, int64_t n) {
+                if (m.out == nullptr) return;
+                uint8_t* dst = static_cast<uint8_t*>(m.out) + at * elem;
+                const uint8_t* src = region + from * elem;
+                // In place when fused in the outputs: dst == src.
+                ScaledCopy(dst, src, n, dtype, scale);
+              });
+}
+
+void* FusionBuffer::FuseCast(const std::vector<FusionMember>& members,
+                             DataType wire, double prescale) {
+  const bool fp16 = wire == DataType::kFloat16;
+  const int64_t total = Layout(members);
+  in_outputs_ = false;
+  Reserve(total * 2);
+  region_ = storage_;
+  uint16_t* region = reinterpret_cast<uint16_t*>(storage_);
+  const float f = static_cast<float>(prescale);
+  ForEachPart(members, total, [&](const FusionMember& m, int64_t at,
+                                  int64_t to, int64_t n) {
+    uint16_t* dst = region + to;
+    if (m.in == nullptr) {
+      std::memset(dst, 0, n * 2);  // +0 in both formats.
+      return;
+    }
+    const float* src = static_cast<const float*>(m.in) + at;
+    if (prescale == 1.0) {
+      CastTo(fp16, src, dst, n);
+      return;
+    }
+    float tmp[kCastChunk];
+    for (int64_t j = 0; j < n; j += kCastChunk) {
+      const int64_t c = std::min(kCastChunk, n - j);
+      for (int64_t k = 0; k < c; ++k) tmp[k] = src[j + k] * f;
+      CastTo(fp16, tmp, dst + j, c);
+    }
+  });
+  return region_;
+}
+
+void FusionBuffer::UnfuseCast(const std::vector<FusionMember>& members,
+                              DataType wire, double scale) {
+  const bool fp16 = wire == DataType::kFloat16;
+  const int64_t total = Layout(members);
+  const uint16_t* region = static_cast<const uint16_t*>(region_);
+  const float f = static_cast<float>(scale);
+  ForEachPart(members, total, [&](const FusionMember& m, int64_t at,
+                                  int64_t from, int64_t n) {
+    if (m.out == nullptr) return;
+    float* dst = static_cast<float*>(m.out) + at;
+    const uint16_t* src = region + from;
+    for (int64_t j = 0; j < n; j += kCastChunk) {
+      const int64_t c = std::min(kCastChunk, n - j);
+      WidenFrom(fp16, src + j, dst + j, c);
+      if (scale != 1.0) {
+        for (int64_t k = 0; k < c; ++k) dst[j + k] *= f;
+      }
+    }
+  });
 }
 
 }  // namespace terse

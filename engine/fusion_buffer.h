@@ -7,6 +7,17 @@
 // example gradients that are views of one flat buffer), the bucket is fused
 // in the outputs themselves: no staging copy, no unfuse copy.
 //
+// A bucket that travels as 16 bits (fp16/bf16 cast compression) is fused by
+// FuseCast straight into 16-bit staging memory, the prescale and the cast in
+// one pass over the inputs, and UnfuseCast widens, scales and writes the
+// outputs in one pass: no fp32 staging copy.
+//
+// Copies of large buckets are split over the kernel thread pool
+// (compressors/kernels/parallel.h, DefaultThreads(): the cores divided among
+// this host's ranks) when it has more than one thread, in contiguous element
+// ranges of at least kMinElementsPerThread; the result does not depend on
+// the number of threads.
+//
 // Not thread-safe; used by the engine's background thread only. The member
 // buffers are owned by the caller and must stay valid between Fuse() and
 // Unfuse(). Inputs and outputs of different members must not overlap.
@@ -49,12 +60,37 @@ class FusionBuffer {
   void Unfuse(const std::vector<FusionMember>& members, DataType dtype,
               double scale);
 
+  // Fuse() for a float32 bucket sent as `wire` (kFloat16 or kBFloat16):
+  // the region (always this buffer) holds wire values,
+  // round_to_nearest_even(float(in * float(prescale))). Returns the region.
+  void* FuseCast(const std::vector<FusionMember>& members, DataType wire,
+                 double prescale);
+
+  // After the region of the last FuseCast() was reduced in place (as
+  // `wire` values): members[i].out = float(part i) * float(scale).
+  void UnfuseCast(const std::vector<FusionMember>& members, DataType wire,
+                  double scale);
+
+  // Fewest elements a thread copies (1 MiB of float32).
+  static constexpr int64_t kMinElementsPerThread = 1 << 18;
+
   // Whether the last Fuse() used the outputs in place of this buffer.
   bool fused_in_outputs() const { return in_outputs_; }
   int64_t capacity_bytes() const { return capacity_; }
 
  private:
   void Reserve(int64_t bytes);
+  // Fills starts_ with each member's first element in the region; returns
+  // the total count.
+  int64_t Layout(const std::vector<FusionMember>& members);
+  // fn(member, first element in the member, first element in the region,
+  // count) for every member part in the region's elements [0, total), split
+  // over threads (see the class comment).
+  template <typename Fn>
+  void ForEachPart(const std::vector<FusionMember>& members, int64_t total,
+                   Fn fn) const;
+
+  std::vector<int64_t> starts_;
 
   uint8_t* storage_ = nullptr;
   int64_t capacity_ = 0;

@@ -1,5 +1,6 @@
 #include "engine/fusion_buffer.h"
 
+#include <cmath>
 #include <vector>
 
 #include "common/half.h"
@@ -77,6 +78,105 @@ TEST(ScaleTest, HalfTypesScaleInFloat) {
   std::vector<int64_t> i = {3, -3};
   ScaleInPlace(i.data(), 2, DataType::kInt64, 2.0);
   EXPECT_EQ(i, (std::vector<int64_t>{6, -6}));
+}
+
+
+// The exact fp16 / bf16 value of x (the scalar conversions, checked against
+// the hardware in common/half_test).
+float Half(float x) { return HalfToFloat(FloatToHalf(x)); }
+float BHalf(float x) { return BFloat16ToFloat(FloatToBFloat16(x)); }
+
+TEST(FusionBufferTest, FuseCastScalesAndRoundsOncePerValue) {
+  const std::vector<float> a = {1.0f / 3, -0.0f, 1e-6f, 70000.0f, 2.5f};
+  const std::vector<float> b = {-65504.0f, 3.14159f};
+  std::vector<float> out_a(5, -1), out_b(2, -1);
+  std::vector<FusionMember> m = {{a.data(), out_a.data(), 5},
+                                 {nullptr, nullptr, 3},  // Joined rank.
+                                 {nullptr, nullptr, 0},
+                                 {b.data(), out_b.data(), 2}};
+  for (DataType wire : {DataType::kFloat16, DataType::kBFloat16}) {
+    auto round = [&](float x) {
+      return wire == DataType::kFloat16 ? Half(x) : BHalf(x);
+    };
+    auto widen = [&](uint16_t h) {
+      return wire == DataType::kFloat16 ? HalfToFloat(h) : BFloat16ToFloat(h);
+    };
+    FusionBuffer buf;
+    const uint16_t* region =
+        static_cast<const uint16_t*>(buf.FuseCast(m, wire, 0.5));
+    EXPECT_FALSE(buf.fused_in_outputs());
+    std::vector<float> expected;
+    for (float x : a) expected.push_back(round(x * 0.5f));
+    for (int i = 0; i < 3; ++i) expected.push_back(0.0f);
+    for (float x : b) expected.push_back(round(x * 0.5f));
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const float got = widen(region[i]);
+      EXPECT_TRUE(got == expected[i] && std::signbit(got) ==
+                                            std::signbit(expected[i]))
+          << DataTypeName(wire) << " element " << i << ": " << got << " vs "
+          << expected[i];
+    }
+    // "Reduce": the region stays as is; widen and scale by 3 into outputs.
+    buf.UnfuseCast(m, wire, 3.0);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(out_a[i], expected[i] * 3.0f) << DataTypeName(wire) << i;
+    }
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(out_b[i], expected[8 + i] * 3.0f) << DataTypeName(wire) << i;
+    }
+  }
+  EXPECT_EQ(a[0], 1.0f / 3);  // Inputs untouched.
+}
+
+// Buckets above kMinElementsPerThread per thread are split over the kernel
+// pool in element ranges that cut through members: every element must land
+// where the one-thread reference puts it.
+TEST(FusionBufferTest, LargeBucketsSplitOverThreadsMatchTheReference) {
+  const std::vector<int64_t> counts = {7, FusionBuffer::kMinElementsPerThread,
+                                       0, 3 * FusionBuffer::kMinElementsPerThread + 5,
+                                       1};
+  std::vector<std::vector<float>> in(counts.size()), out(counts.size());
+  std::vector<FusionMember> m;
+  int64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    in[i].resize(counts[i]);
+    for (int64_t j = 0; j < counts[i]; ++j) {
+      in[i][j] = static_cast<float>((j * 37 + i * 11) % 1001) / 7.0f - 50.0f;
+    }
+    out[i].assign(counts[i], -1.0f);
+    m.push_back({in[i].data(), out[i].data(), counts[i]});
+    total += counts[i];
+  }
+  FusionBuffer buf;
+  const float* region =
+      static_cast<const float*>(buf.Fuse(m, DataType::kFloat32, 0.25));
+  int64_t at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j, ++at) {
+      ASSERT_EQ(region[at], in[i][j] * 0.25f) << "member " << i << " " << j;
+    }
+  }
+  ASSERT_EQ(at, total);
+  buf.Unfuse(m, DataType::kFloat32, 4.0);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j) {
+      ASSERT_EQ(out[i][j], in[i][j] * 0.25f * 4.0f) << i << " " << j;
+    }
+  }
+  const uint16_t* half =
+      static_cast<const uint16_t*>(buf.FuseCast(m, DataType::kFloat16, 0.25));
+  at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j, ++at) {
+      ASSERT_EQ(half[at], FloatToHalf(in[i][j] * 0.25f)) << i << " " << j;
+    }
+  }
+  buf.UnfuseCast(m, DataType::kFloat16, 2.0);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j) {
+      ASSERT_EQ(out[i][j], Half(in[i][j] * 0.25f) * 2.0f) << i << " " << j;
+    }
+  }
 }
 
 }  // namespace

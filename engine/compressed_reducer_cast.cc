@@ -1,0 +1,76 @@
+// CompressedReducer's cast fast path (BucketReducer::CastWireType and
+// ReduceCast): fp16/bf16 under a static policy, once the bucket's residual
+// is known to be empty, skips the general path's copies (a, the decoded
+// "what was sent" for error feedback, the squared norm): the executor casts
+// while it fuses, this file runs the one allreduce and the step's
+// bookkeeping (policy step, report, bytes sent, timeline).
+#include "absl/strings/str_cat.h"
+#include "compressors/registry.h"
+#include "engine/compressed_reducer.h"
+#include "engine/compressed_reducer_internal.h"
+
+namespace terse {
+using namespace reducer_internal;  // NOLINT: this class's own internals.
+
+DataType CompressedReducer::CastWireType(const BucketReduceContext& ctx) {
+  const Bucket& bucket = *ctx.bucket;
+  if (bucket.dtype != DataType::kFloat32 || !ctx.host_addressable ||
+      ctx.op != ReduceOp::kSum || momenta_.enabled() ||
+      bucket.members.empty()) {
+    return DataType::kFloat32;
+  }
+  const CompressionChoice choice = ChooseCompressionFor(
+      bucket.members.front().name, bucket.compression, config_);
+  if ((choice.name != "fp16" && choice.name != "bf16") ||
+      !ShouldCompress(bucket.bytes, config_)) {
+    return DataType::kFloat32;
+  }
+  BeginStep();  // StateFor may add a bucket: not while a save reads them.
+  const BucketState& state = StateFor(bucket, choice.name, choice.cf);
+  // The first step after a start or a load takes the general path, which
+  // adds (and erases) any restored residual.
+  const bool fast =
+      state.residual_empty && !state.adaptive && !state.accumulates;
+  EndStep();
+  if (!fast) return DataType::kFloat32;
+  return choice.name == "fp16" ? DataType::kFloat16 : DataType::kBFloat16;
+}
+
+absl::Status CompressedReducer::ReduceCast(const BucketReduceContext& ctx,
+                                           DataType wire) {
+  const Bucket& bucket = *ctx.bucket;
+  const Clock::time_point start = Clock::now();
+  BeginStep();
+  auto it = buckets_.find(bucket.id);
+  if (it == buckets_.end()) {
+    EndStep();
+    return absl::InternalError(absl::StrCat(
+        "bucket ", bucket.id, ": ReduceCast without CastWireType"));
+  }
+  BucketState& state = *it->second;
+  (void)PreviousStepSeconds(state, start);
+  const gravac::Decision decision = state.policy->Decide();
+  const int64_t bytes = bucket.count * static_cast<int64_t>(DataTypeSize(wire));
+  absl::Status status =
+      ctx.comm->Allreduce(ctx.data, bucket.count, wire, ReduceOp::kSum);
+  const Clock::time_point communicated = Clock::now();
+  if (status.ok()) {
+    state.policy->Observe(decision, gravac::StepStats{});
+    const std::string sent = ReportName(decision.compressor, decision.level);
+    Publish(BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
+                         bucket.bytes, state.policy->Describe(), sent,
+                         decision.send_cf, bytes});
+    if (ctx.timeline != nullptr) {
+      ctx.timeline->Record(ctx.track, "COMMUNICATE", start, communicated,
+                           {{"bytes", absl::StrCat(bytes)},
+                            {"compressor", sent}});
+    }
+  }
+  state.last_own = SecondsBetween(start, communicated);
+  own_seconds_total_ += state.last_own;
+  own_bytes_total_ += static_cast<double>(bucket.bytes);
+  EndStep();
+  return status;
+}
+
+}  // namespace terse
