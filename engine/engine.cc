@@ -418,7 +418,9 @@ void Engine::Loop() {
     next += cycle;
     const Clock::time_point now = Clock::now();
     if (next > now) {
-      std::this_thread::sleep_until(next);
+      // Idle: the first op of a burst starts a cycle at once (issue 19).
+      if (!in_flight_.empty()) std::this_thread::sleep_until(next);
+      else if (queue_.WaitForPush(next)) next = Clock::now();
     } else {
       next = now;
     }

@@ -21,6 +21,15 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
   return absl::OkStatus();
 }
 
+bool TensorQueue::WaitForPush(Clock::time_point deadline) {
+  absl::MutexLock lock(&mu_);
+  auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !queued_.empty() || !closed_.ok() || shutdown_requested_;
+  };
+  const absl::Duration timeout = absl::FromChrono(deadline - Clock::now());
+  return mu_.AwaitWithTimeout(absl::Condition(&woken), timeout);
+}
+
 void TensorQueue::Drain(std::vector<TensorEntry>* out) {
   absl::MutexLock lock(&mu_);
   for (TensorEntry& e : queued_) out->push_back(std::move(e));

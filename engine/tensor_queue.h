@@ -33,6 +33,9 @@ class TensorQueue {
   // the closing status once closed. On error `entry` is left untouched.
   absl::Status Push(TensorEntry& entry);
 
+  // Blocks until an entry is queued, the queue is closed or shutdown is
+  // requested (true), or until `deadline` (false). Background thread.
+  bool WaitForPush(Clock::time_point deadline);
   // Appends every queued entry to `out` in push order (background thread).
   void Drain(std::vector<TensorEntry>* out);
 

@@ -1,7 +1,9 @@
 #include "engine/tensor_queue.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -75,6 +77,30 @@ TEST(TensorQueueTest, ClosedQueueRefusesWithTheFirstCause) {
   EXPECT_FALSE(q.shutdown_requested());
   q.RequestShutdown();
   EXPECT_TRUE(q.shutdown_requested());
+}
+
+
+TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
+  TensorQueue q;
+  // Nothing queued: returns false once the deadline has passed.
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(5);
+  EXPECT_FALSE(q.WaitForPush(deadline));
+  EXPECT_GE(Clock::now(), deadline);
+  // A push from another thread wakes it (a far deadline would hang the
+  // test, not fail it: the test's timeout catches a lost wake-up).
+  std::thread pusher([&] {
+    TensorEntry e = Entry("x");
+    EXPECT_TRUE(q.Push(e).ok());
+  });
+  EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
+  pusher.join();
+  // Still queued: returns at once.
+  EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
+  std::vector<TensorEntry> drained;
+  q.Drain(&drained);
+  EXPECT_EQ(drained.size(), 1u);
+  q.RequestShutdown();
+  EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
 }
 
 }  // namespace
