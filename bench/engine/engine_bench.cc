@@ -204,6 +204,10 @@ void RunTerse(const Workload& w, const Options& opt, int size, bool adjacent,
   Config config = Config::Defaults();
   absl::StatusOr<Config> env = Config::FromEnvironment();
   if (env.ok()) config = *env;
+  // One timeline per way: TERSE_TIMELINE=x gives x.separate and x.adjacent.
+  if (!config.timeline_path.empty()) {
+    config.timeline_path += adjacent ? ".adjacent" : ".separate";
+  }
   absl::Status init = Init(config);
   if (!init.ok()) Die(init.ToString());
   const int rank = *Rank();
