@@ -419,8 +419,7 @@ void Engine::Loop() {
     const Clock::time_point now = Clock::now();
     if (next > now) {
       // Idle: the first op of a burst starts a cycle at once (issue 19).
-      if (!in_flight_.empty()) std::this_thread::sleep_until(next);
-      else if (queue_.WaitForPush(next)) next = Clock::now();
+      if (queue_.WaitForPush(next)) next = Clock::now();
     } else {
       next = now;
     }

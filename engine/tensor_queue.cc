@@ -24,7 +24,8 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
 bool TensorQueue::WaitForPush(Clock::time_point deadline) {
   absl::MutexLock lock(&mu_);
   auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !queued_.empty() || !closed_.ok() || shutdown_requested_;
+    const bool idle = in_flight_.size() <= queued_.size();
+    return (idle && !queued_.empty()) || !closed_.ok() || shutdown_requested_;
   };
   const absl::Duration timeout = absl::FromChrono(deadline - Clock::now());
   return mu_.AwaitWithTimeout(absl::Condition(&woken), timeout);

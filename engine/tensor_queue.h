@@ -33,8 +33,12 @@ class TensorQueue {
   // the closing status once closed. On error `entry` is left untouched.
   absl::Status Push(TensorEntry& entry);
 
-  // Blocks until an entry is queued, the queue is closed or shutdown is
-  // requested (true), or until `deadline` (false). Background thread.
+  // The engine's wait between cycles (background thread). While the engine
+  // holds no op (every op in flight is still queued, or none is), blocks
+  // until an entry is queued, the queue is closed or shutdown is requested
+  // (true: start a cycle now), or until `deadline` (false). While it holds
+  // ops, later pushes do not wake it: it waits for `deadline` (or a close
+  // or shutdown), so a burst of ops is negotiated together.
   bool WaitForPush(Clock::time_point deadline);
   // Appends every queued entry to `out` in push order (background thread).
   void Drain(std::vector<TensorEntry>* out);

@@ -83,7 +83,8 @@ TEST(TensorQueueTest, ClosedQueueRefusesWithTheFirstCause) {
 TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
   TensorQueue q;
   // Nothing queued: returns false once the deadline has passed.
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(5);
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(5);
   EXPECT_FALSE(q.WaitForPush(deadline));
   EXPECT_GE(Clock::now(), deadline);
   // A push from another thread wakes it (a far deadline would hang the
@@ -99,6 +100,15 @@ TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
   std::vector<TensorEntry> drained;
   q.Drain(&drained);
   EXPECT_EQ(drained.size(), 1u);
+  // The engine holds "x": a later push waits for the deadline (batching).
+  TensorEntry y = Entry("y");
+  ASSERT_TRUE(q.Push(y).ok());
+  EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
+  // "x" done: the engine holds nothing, the queued "y" wakes it at once.
+  q.Release(0, "x");
+  EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
+  q.Drain(&drained);
+  EXPECT_EQ(drained.size(), 2u);
   q.RequestShutdown();
   EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
 }
