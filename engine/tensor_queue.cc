@@ -18,17 +18,24 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
         "; names must be unique among pending ops"));
   }
   queued_.push_back(std::move(entry));
+  wake_.Signal();
   return absl::OkStatus();
 }
 
 bool TensorQueue::WaitForPush(Clock::time_point deadline) {
+  const absl::Time until =
+      absl::Now() + absl::FromChrono(deadline - Clock::now());
   absl::MutexLock lock(&mu_);
-  auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  while (true) {
+    // The engine holds no op when every name in flight is still queued.
     const bool idle = in_flight_.size() <= queued_.size();
-    return (idle && !queued_.empty()) || !closed_.ok() || shutdown_requested_;
-  };
-  const absl::Duration timeout = absl::FromChrono(deadline - Clock::now());
-  return mu_.AwaitWithTimeout(absl::Condition(&woken), timeout);
+    if ((idle && !queued_.empty()) || !closed_.ok() || shutdown_requested_) {
+      return true;
+    }
+    // The condition is checked by this thread (a CondVar, not an
+    // absl::Condition that other threads would evaluate).
+    if (wake_.WaitWithDeadline(&mu_, until)) return false;  // Timed out.
+  }
 }
 
 void TensorQueue::Drain(std::vector<TensorEntry>* out) {
@@ -53,6 +60,7 @@ void TensorQueue::ReleaseAll(int32_t set,
 void TensorQueue::Close(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (closed_.ok()) closed_ = Detached(status);
+  wake_.Signal();
 }
 
 absl::Status TensorQueue::closed_status() const {
@@ -74,6 +82,7 @@ std::vector<std::string> TensorQueue::InFlightNames() const {
 void TensorQueue::RequestShutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_requested_ = true;
+  wake_.Signal();
 }
 
 bool TensorQueue::shutdown_requested() const {

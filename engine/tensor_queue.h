@@ -71,6 +71,7 @@ class TensorQueue {
       ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar wake_;  // A push, a close or a shutdown request.
 };
 
 }  // namespace terse
