@@ -17,6 +17,12 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
             : absl::StrCat(" on process set ", entry.process_set),
         "; names must be unique among pending ops"));
   }
+  std::pair<int32_t, std::string> key(entry.process_set, entry.name);
+  if (!seen_.contains(key)) {
+    if (seen_.size() >= kMaxSeenNames) seen_.clear();
+    seen_.insert(std::move(key));
+    ++queued_new_;
+  }
   queued_.push_back(std::move(entry));
   wake_.Signal();
   return absl::OkStatus();
@@ -29,7 +35,8 @@ bool TensorQueue::WaitForPush(Clock::time_point deadline) {
   while (true) {
     // The engine holds no op when every name in flight is still queued.
     const bool idle = in_flight_.size() <= queued_.size();
-    if ((idle && !queued_.empty()) || !closed_.ok() || shutdown_requested_) {
+    const bool repeats = !queued_.empty() && queued_new_ == 0;
+    if ((idle && repeats) || !closed_.ok() || shutdown_requested_) {
       return true;
     }
     // The condition is checked by this thread (a CondVar, not an
@@ -42,6 +49,7 @@ void TensorQueue::Drain(std::vector<TensorEntry>* out) {
   absl::MutexLock lock(&mu_);
   for (TensorEntry& e : queued_) out->push_back(std::move(e));
   queued_.clear();
+  queued_new_ = 0;
 }
 
 void TensorQueue::Release(int32_t set, const std::string& name) {

@@ -33,12 +33,17 @@ class TensorQueue {
   // the closing status once closed. On error `entry` is left untouched.
   absl::Status Push(TensorEntry& entry);
 
-  // The engine's wait between cycles (background thread). While the engine
-  // holds no op (every op in flight is still queued, or none is), blocks
-  // until an entry is queued, the queue is closed or shutdown is requested
-  // (true: start a cycle now), or until `deadline` (false). While it holds
-  // ops, later pushes do not wake it: it waits for `deadline` (or a close
-  // or shutdown), so a burst of ops is negotiated together.
+  // The engine's wait between cycles (background thread). Returns true
+  // (start a cycle now) once the queue is closed or shutdown is requested,
+  // or once the engine holds no op (every op in flight is still queued)
+  // and every queued op repeats a name pushed before on its set; false at
+  // `deadline`. So an op that comes to an idle engine in a steady loop
+  // (a training step's first gradient, a benchmark's next call) does not
+  // wait for the cycle tick, while ops seen for the first time, whose
+  // fusion into buckets is decided by the cycle they are negotiated in,
+  // and ops that come while the engine holds others, still wait for it
+  // and are negotiated together. The names remembered are bounded
+  // (kMaxSeenNames, then forgotten all at once).
   bool WaitForPush(Clock::time_point deadline);
   // Appends every queued entry to `out` in push order (background thread).
   void Drain(std::vector<TensorEntry>* out);
@@ -72,6 +77,10 @@ class TensorQueue {
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar wake_;  // A push, a close or a shutdown request.
+  static constexpr size_t kMaxSeenNames = 1 << 16;
+  absl::flat_hash_set<std::pair<int32_t, std::string>> seen_
+      ABSL_GUARDED_BY(mu_);
+  int64_t queued_new_ ABSL_GUARDED_BY(mu_) = 0;  // Queued, name not seen.
 };
 
 }  // namespace terse

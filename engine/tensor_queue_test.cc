@@ -82,13 +82,22 @@ TEST(TensorQueueTest, ClosedQueueRefusesWithTheFirstCause) {
 
 TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
   TensorQueue q;
+  std::vector<TensorEntry> drained;
   // Nothing queued: returns false once the deadline has passed.
   const Clock::time_point deadline =
       Clock::now() + std::chrono::milliseconds(5);
   EXPECT_FALSE(q.WaitForPush(deadline));
   EXPECT_GE(Clock::now(), deadline);
-  // A push from another thread wakes it (a far deadline would hang the
-  // test, not fail it: the test's timeout catches a lost wake-up).
+  // A name seen for the first time waits for the tick (its bucket is
+  // decided by the cycle it is negotiated in).
+  TensorEntry x = Entry("x");
+  ASSERT_TRUE(q.Push(x).ok());
+  EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
+  q.Drain(&drained);
+  q.Release(0, "x");
+  // The same name again, from another thread, wakes the idle engine (a far
+  // deadline would hang the test, not fail it: the test's timeout catches
+  // a lost wake-up).
   std::thread pusher([&] {
     TensorEntry e = Entry("x");
     EXPECT_TRUE(q.Push(e).ok());
@@ -97,18 +106,22 @@ TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
   pusher.join();
   // Still queued: returns at once.
   EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
-  std::vector<TensorEntry> drained;
   q.Drain(&drained);
-  EXPECT_EQ(drained.size(), 1u);
-  // The engine holds "x": a later push waits for the deadline (batching).
+  EXPECT_EQ(drained.size(), 2u);
+  // The engine holds "x": another known name waits for the deadline.
   TensorEntry y = Entry("y");
   ASSERT_TRUE(q.Push(y).ok());
+  q.Drain(&drained);
+  q.Release(0, "y");
+  TensorEntry y2 = Entry("y");
+  ASSERT_TRUE(q.Push(y2).ok());
   EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
   // "x" done: the engine holds nothing, the queued "y" wakes it at once.
   q.Release(0, "x");
   EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
   q.Drain(&drained);
-  EXPECT_EQ(drained.size(), 2u);
+  EXPECT_EQ(drained.size(), 4u);
+  // A shutdown request wakes it whatever is queued.
   q.RequestShutdown();
   EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
 }
