@@ -1,0 +1,43 @@
+// CudaDeviceOps: DeviceOps on a CUDA device (device_ops.h): the selection
+// and sparse kernels of compressors/kernels/*_cuda and the element-wise and
+// norm kernels of device_ops_cuda.h, enqueued on the stream's cudaStream_t.
+// Pointers are trusted (the engine's own allocations); CUDA errors are
+// Statuses. Nothing here has run on a GPU yet (docs/gpu.md).
+#ifndef TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_
+#define TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_
+
+#include "compressors/device/device_ops.h"
+
+namespace terse {
+
+class CudaDeviceOps : public DeviceOps {
+ public:
+  explicit CudaDeviceOps(int ordinal) : ordinal_(ordinal) {}
+
+  absl::Status Add(Stream* stream, const float* x, float* y,
+                   int64_t n) override;
+  absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,
+                          int64_t n, DataType type) override;
+  absl::Status AccumulateHalf(Stream* stream, const uint16_t* h, float* y,
+                              int64_t n, DataType type) override;
+  absl::Status SquaredNorm(Stream* stream, const float* x, int64_t n,
+                           double* out) override;
+  absl::Status TopK(Stream* stream, const float* x, int64_t d, int64_t k,
+                    uint32_t* indices) override;
+  absl::StatusOr<int64_t> SampledTopK(
+      Stream* stream, const float* x, int64_t d, int64_t k,
+      const kernels::SampledTopKOptions& options, uint32_t* indices) override;
+  absl::Status Gather(Stream* stream, const float* dense,
+                      const uint32_t* indices, int64_t k,
+                      float* values) override;
+  absl::Status ScatterAdd(Stream* stream, const uint32_t* indices,
+                          const float* values, int64_t k,
+                          float* dense) override;
+
+ private:
+  const int ordinal_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_

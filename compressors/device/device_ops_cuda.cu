@@ -1,0 +1,129 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "compressors/device/device_ops_cuda.h"
+
+namespace terse {
+namespace device_ops_cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 4096 ? (blocks < 1 ? 1 : blocks) : 4096);
+}
+
+absl::Status SetDevice(int device, const char* what) {
+  const cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::FailedPreconditionError(std::string(what) +
+                                       ": cudaSetDevice: " +
+                                       cudaGetErrorString(err));
+}
+
+absl::Status LaunchError(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(std::string(what) + ": " +
+                             cudaGetErrorString(err));
+}
+
+__global__ void AddKernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += x[i];
+  }
+}
+
+__global__ void CastToHalfKernel(const float* x, uint16_t* out, int64_t n,
+                                 bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (bf16) {
+      out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+    } else {
+      out[i] = __half_as_ushort(__float2half_rn(x[i]));
+    }
+  }
+}
+
+__global__ void AccumulateHalfKernel(const uint16_t* h, float* y, int64_t n,
+                                     bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += bf16 ? __bfloat162float(__ushort_as_bfloat16(h[i]))
+                 : __half2float(__ushort_as_half(h[i]));
+  }
+}
+
+__global__ void SquaredNormKernel(const float* x, int64_t n, double* out) {
+  __shared__ double partial[kThreads];
+  double sum = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const double v = x[i];
+    sum += v * v;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
+}  // namespace
+
+absl::Status Add(int device, void* stream, const float* x, float* y,
+                 int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "Add");
+  if (!set.ok()) return set;
+  AddKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, y, n);
+  return LaunchError("Add");
+}
+
+absl::Status CastToHalf(int device, void* stream, const float* x,
+                        uint16_t* out, int64_t n, bool bf16) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "CastToHalf");
+  if (!set.ok()) return set;
+  CastToHalfKernel<<<Blocks(n), kThreads, 0,
+                     static_cast<cudaStream_t>(stream)>>>(x, out, n, bf16);
+  return LaunchError("CastToHalf");
+}
+
+absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
+                            float* y, int64_t n, bool bf16) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "AccumulateHalf");
+  if (!set.ok()) return set;
+  AccumulateHalfKernel<<<Blocks(n), kThreads, 0,
+                         static_cast<cudaStream_t>(stream)>>>(h, y, n, bf16);
+  return LaunchError("AccumulateHalf");
+}
+
+absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
+                         double* out) {
+  absl::Status set = SetDevice(device, "SquaredNorm");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const cudaError_t zero = cudaMemsetAsync(out, 0, sizeof(double), s);
+  if (zero != cudaSuccess) {
+    return absl::InternalError(std::string("SquaredNorm: ") +
+                               cudaGetErrorString(zero));
+  }
+  if (n <= 0) return absl::OkStatus();
+  SquaredNormKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, out);
+  return LaunchError("SquaredNorm");
+}
+
+}  // namespace device_ops_cuda
+}  // namespace terse

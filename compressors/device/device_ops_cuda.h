@@ -1,0 +1,37 @@
+// The CUDA kernels behind CudaDeviceOps (cuda_device_ops.h) that
+// compressors/kernels does not have: element-wise add, fp16/bf16 casts and
+// a squared norm reduced on the device. Declared in plain C++ so that host
+// code needs no CUDA headers.
+//
+// Pointers are DEVICE pointers; `stream` is a cudaStream_t as void*. Each
+// function makes `device` current, only enqueues work, and returns the
+// launch error as a Status (Internal, with the runtime's text;
+// FailedPrecondition when the device cannot be made current).
+// UNCHECKED: pointers must be device memory (the caller's allocations).
+#ifndef TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_H_
+#define TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace terse {
+namespace device_ops_cuda {
+
+// y[i] += x[i].
+absl::Status Add(int device, void* stream, const float* x, float* y,
+                 int64_t n);
+// out[i] = half(x[i]) (bf16 when `bf16`), round to nearest even.
+absl::Status CastToHalf(int device, void* stream, const float* x,
+                        uint16_t* out, int64_t n, bool bf16);
+// y[i] += float(h[i]).
+absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
+                            float* y, int64_t n, bool bf16);
+// *out = sum x[i]^2 in double (a tree over blocks; *out is zeroed first).
+absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
+                         double* out);
+
+}  // namespace device_ops_cuda
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_H_

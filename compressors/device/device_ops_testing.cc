@@ -1,0 +1,196 @@
+#include "compressors/device/device_ops_testing.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "common/status.h"
+#include "compressors/device/device_ops.h"
+#include "compressors/kernels/select.h"
+#include "compressors/kernels/sparse_ops.h"
+#include "compressors/kernels/topk.h"
+
+namespace terse {
+namespace testing {
+namespace {
+
+// Gradient-like values with exact ties and both zeros.
+std::vector<float> Values(int64_t d, uint32_t seed) {
+  std::vector<float> x(d);
+  uint32_t s = seed;
+  for (int64_t i = 0; i < d; ++i) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    x[i] = static_cast<float>(static_cast<int32_t>(s)) * 4.6566e-10f *
+           (1 + static_cast<float>(i % 7));
+    if (i % 97 == 0) x[i] = 0.5f;  // Ties.
+    if (i % 101 == 0) x[i] = -0.0f;
+  }
+  return x;
+}
+
+class Fixture {
+ public:
+  Fixture(DeviceRuntime* runtime, int ordinal)
+      : runtime_(runtime), ordinal_(ordinal) {}
+
+  absl::Status Init() {
+    TERSE_ASSIGN_OR_RETURN(stream_, runtime_->CreateStream(ordinal_));
+    TERSE_ASSIGN_OR_RETURN(ops_, MakeDeviceOps(runtime_, ordinal_));
+    return absl::OkStatus();
+  }
+  // A device copy of `host` (kept alive by the fixture).
+  template <typename T>
+  absl::StatusOr<T*> Upload(const std::vector<T>& host) {
+    TERSE_ASSIGN_OR_RETURN(
+        DeviceBuffer b,
+        DeviceBuffer::Allocate(runtime_, ordinal_,
+                               static_cast<int64_t>(host.size() * sizeof(T))));
+    TERSE_RETURN_IF_ERROR(
+        stream_->Memcpy(b.data(), host.data(), b.bytes()));
+    TERSE_RETURN_IF_ERROR(stream_->Synchronize());
+    T* p = b.as<T>();
+    buffers_.push_back(std::move(b));
+    return p;
+  }
+  template <typename T>
+  absl::StatusOr<std::vector<T>> Download(const T* device, int64_t n) {
+    std::vector<T> host(n);
+    TERSE_RETURN_IF_ERROR(
+        stream_->Memcpy(host.data(), device, n * sizeof(T)));
+    TERSE_RETURN_IF_ERROR(stream_->Synchronize());
+    return host;
+  }
+  Stream* stream() { return stream_.get(); }
+  DeviceOps* ops() { return ops_.get(); }
+
+ private:
+  DeviceRuntime* runtime_;
+  int ordinal_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<DeviceOps> ops_;
+  std::vector<DeviceBuffer> buffers_;
+};
+
+template <typename T>
+absl::Status SameBits(const std::vector<T>& got, const std::vector<T>& want,
+                      const std::string& what) {
+  if (got.size() != want.size()) {
+    return absl::InternalError(absl::StrCat(what, ": ", got.size(),
+                                            " elements, want ", want.size()));
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      return absl::InternalError(absl::StrCat(what, "[", i, "]: device ",
+                                              got[i], ", cpu ", want[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
+                                      bool exact_norm) {
+  Fixture f(runtime, ordinal);
+  TERSE_RETURN_IF_ERROR(f.Init());
+  DeviceOps* ops = f.ops();
+  Stream* s = f.stream();
+  const int64_t d = 5000;
+  const std::vector<float> x = Values(d, 7), y0 = Values(d, 11);
+
+  {  // Add.
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_RETURN_IF_ERROR(ops->Add(s, dx, dy, d));
+    std::vector<float> want = y0;
+    for (int64_t i = 0; i < d; ++i) want[i] += x[i];
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> got, f.Download(dy, d));
+    TERSE_RETURN_IF_ERROR(SameBits(got, want, "Add"));
+  }
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
+    const std::string name(DataTypeName(type));
+    std::vector<float> big = x;
+    big[3] = 1e6f;  // Overflows fp16.
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(big));
+    TERSE_ASSIGN_OR_RETURN(uint16_t* dh,
+                           f.Upload(std::vector<uint16_t>(d, 0)));
+    TERSE_RETURN_IF_ERROR(ops->CastToHalf(s, dx, dh, d, type));
+    std::vector<uint16_t> want(d);
+    for (int64_t i = 0; i < d; ++i) {
+      want[i] = type == DataType::kFloat16 ? FloatToHalf(big[i])
+                                           : FloatToBFloat16(big[i]);
+    }
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint16_t> got, f.Download(dh, d));
+    TERSE_RETURN_IF_ERROR(SameBits(got, want, "CastToHalf " + name));
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_RETURN_IF_ERROR(ops->AccumulateHalf(s, dh, dy, d, type));
+    std::vector<float> acc = y0;
+    for (int64_t i = 0; i < d; ++i) {
+      acc[i] += type == DataType::kFloat16 ? HalfToFloat(want[i])
+                                           : BFloat16ToFloat(want[i]);
+    }
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> back, f.Download(dy, d));
+    TERSE_RETURN_IF_ERROR(SameBits(back, acc, "AccumulateHalf " + name));
+  }
+  {  // SquaredNorm.
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(double* dn, f.Upload(std::vector<double>(1, -1)));
+    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(s, dx, d, dn));
+    double want = 0;
+    for (float v : x) want += static_cast<double>(v) * v;
+    TERSE_ASSIGN_OR_RETURN(std::vector<double> got, f.Download(dn, 1));
+    if (exact_norm) {
+      TERSE_RETURN_IF_ERROR(SameBits(got, {want}, "SquaredNorm"));
+    } else if (!(std::abs(got[0] - want) <= 1e-12 * want)) {
+      return absl::InternalError(
+          absl::StrCat("SquaredNorm: device ", got[0], ", cpu ", want));
+    }
+  }
+  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{50}, d}) {  // TopK.
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(uint32_t* di,
+                           f.Upload(std::vector<uint32_t>(d, 0)));
+    TERSE_RETURN_IF_ERROR(ops->TopK(s, dx, d, k, di));
+    std::vector<uint32_t> want(k);
+    kernels::TopK(x.data(), d, k, want.data(), 1);
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, k));
+    TERSE_RETURN_IF_ERROR(SameBits(got, want, absl::StrCat("TopK k=", k)));
+    // Gather of those entries, then ScatterAdd of them into y.
+    TERSE_ASSIGN_OR_RETURN(float* dv, f.Upload(std::vector<float>(d, 0)));
+    TERSE_RETURN_IF_ERROR(ops->Gather(s, dx, di, k, dv));
+    std::vector<float> values(k);
+    kernels::Gather(x.data(), want.data(), k, values.data());
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gv, f.Download(dv, k));
+    TERSE_RETURN_IF_ERROR(SameBits(gv, values, "Gather"));
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_RETURN_IF_ERROR(ops->ScatterAdd(s, di, dv, k, dy));
+    std::vector<float> scattered = y0;
+    kernels::ScatterAdd(want.data(), values.data(), k, scattered.data());
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> sy, f.Download(dy, d));
+    TERSE_RETURN_IF_ERROR(SameBits(sy, scattered, "ScatterAdd"));
+  }
+  {  // SampledTopK (DGC) on an input big enough to sample.
+    const int64_t n = int64_t{1} << 17, k = n / 100;
+    const std::vector<float> big = Values(n, 3);
+    kernels::SampledTopKOptions opt;
+    opt.seed = 42;
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(big));
+    TERSE_ASSIGN_OR_RETURN(uint32_t* di,
+                           f.Upload(std::vector<uint32_t>(k, 0)));
+    TERSE_ASSIGN_OR_RETURN(int64_t count,
+                           ops->SampledTopK(s, dx, n, k, opt, di));
+    std::vector<uint32_t> want;
+    kernels::SampledTopK(big.data(), n, k, opt, &want);
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, count));
+    TERSE_RETURN_IF_ERROR(SameBits(got, want, "SampledTopK"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace testing
+}  // namespace terse

@@ -1,0 +1,139 @@
+#include "compressors/device/sim_device_ops.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "common/status.h"
+#include "compressors/kernels/sparse_ops.h"
+#include "compressors/kernels/topk.h"
+
+namespace terse {
+namespace {
+
+absl::Status CheckHalfType(DataType type, const char* op) {
+  if (type == DataType::kFloat16 || type == DataType::kBFloat16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": type ", DataTypeName(type), " is not float16 or bfloat16"));
+}
+
+}  // namespace
+
+absl::Status SimDeviceOps::Check(const void* ptr, int64_t bytes,
+                                 const char* what) {
+  return runtime_->CheckDeviceMemory(ptr, bytes, ordinal_, what);
+}
+
+absl::Status SimDeviceOps::Add(Stream* stream, const float* x, float* y,
+                               int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "Add: x"));
+  TERSE_RETURN_IF_ERROR(Check(y, n * 4, "Add: y"));
+  return stream->LaunchHost([x, y, n] {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  });
+}
+
+absl::Status SimDeviceOps::CastToHalf(Stream* stream, const float* x,
+                                      uint16_t* out, int64_t n,
+                                      DataType type) {
+  TERSE_RETURN_IF_ERROR(CheckHalfType(type, "CastToHalf"));
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CastToHalf: x"));
+  TERSE_RETURN_IF_ERROR(Check(out, n * 2, "CastToHalf: out"));
+  return stream->LaunchHost([x, out, n, type] {
+    if (type == DataType::kFloat16) {
+      FloatToHalf(x, out, static_cast<size_t>(n));
+    } else {
+      FloatToBFloat16(x, out, static_cast<size_t>(n));
+    }
+  });
+}
+
+absl::Status SimDeviceOps::AccumulateHalf(Stream* stream, const uint16_t* h,
+                                          float* y, int64_t n, DataType type) {
+  TERSE_RETURN_IF_ERROR(CheckHalfType(type, "AccumulateHalf"));
+  TERSE_RETURN_IF_ERROR(Check(h, n * 2, "AccumulateHalf: h"));
+  TERSE_RETURN_IF_ERROR(Check(y, n * 4, "AccumulateHalf: y"));
+  return stream->LaunchHost([h, y, n, type] {
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] += type == DataType::kFloat16 ? HalfToFloat(h[i])
+                                         : BFloat16ToFloat(h[i]);
+    }
+  });
+}
+
+absl::Status SimDeviceOps::SquaredNorm(Stream* stream, const float* x,
+                                       int64_t n, double* out) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "SquaredNorm: x"));
+  TERSE_RETURN_IF_ERROR(Check(out, sizeof(double), "SquaredNorm: out"));
+  return stream->LaunchHost([x, n, out] {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+    *out = sum;
+  });
+}
+
+absl::Status SimDeviceOps::TopK(Stream* stream, const float* x, int64_t d,
+                                int64_t k, uint32_t* indices) {
+  if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TopK: k = ", k, " of d = ", d));
+  }
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "TopK: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "TopK: indices"));
+  return stream->LaunchHost(
+      [x, d, k, indices] { kernels::TopK(x, d, k, indices, 1); });
+}
+
+absl::StatusOr<int64_t> SimDeviceOps::SampledTopK(
+    Stream* stream, const float* x, int64_t d, int64_t k,
+    const kernels::SampledTopKOptions& options, uint32_t* indices) {
+  if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SampledTopK: k = ", k, " of d = ", d));
+  }
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "SampledTopK: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "SampledTopK: indices"));
+  auto count = std::make_shared<int64_t>(0);
+  kernels::SampledTopKOptions opt = options;
+  opt.num_threads = 1;
+  TERSE_RETURN_IF_ERROR(stream->LaunchHost([x, d, k, opt, indices, count] {
+    std::vector<uint32_t> picked;
+    kernels::SampledTopK(x, d, k, opt, &picked);
+    const int64_t n = static_cast<int64_t>(picked.size());
+    for (int64_t i = 0; i < n && i < k; ++i) indices[i] = picked[i];
+    *count = n;
+  }));
+  TERSE_RETURN_IF_ERROR(stream->Synchronize());
+  if (*count > k) {
+    return absl::InternalError(absl::StrCat("SampledTopK: selected ", *count,
+                                            " entries, more than k = ", k));
+  }
+  return *count;
+}
+
+absl::Status SimDeviceOps::Gather(Stream* stream, const float* dense,
+                                  const uint32_t* indices, int64_t k,
+                                  float* values) {
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "Gather: indices"));
+  TERSE_RETURN_IF_ERROR(Check(values, k * 4, "Gather: values"));
+  TERSE_RETURN_IF_ERROR(Check(dense, 0, "Gather: dense"));
+  return stream->LaunchHost([dense, indices, k, values] {
+    kernels::Gather(dense, indices, k, values);
+  });
+}
+
+absl::Status SimDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
+                                      const float* values, int64_t k,
+                                      float* dense) {
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "ScatterAdd: indices"));
+  TERSE_RETURN_IF_ERROR(Check(values, k * 4, "ScatterAdd: values"));
+  TERSE_RETURN_IF_ERROR(Check(dense, 0, "ScatterAdd: dense"));
+  return stream->LaunchHost([indices, values, k, dense] {
+    kernels::ScatterAdd(indices, values, k, dense);
+  });
+}
+
+}  // namespace terse
