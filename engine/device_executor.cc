@@ -16,7 +16,7 @@ namespace terse {
 DeviceExecutor::DeviceExecutor(const Config& config,
                                CommunicatorRegistry* registry,
                                const DeviceRuntimes* runtimes,
-                               BucketReducer* reducer,
+                               CompressedReducer* reducer,
                                NeedsReducer needs_reducer)
     : config_(config),
       staged_(config.gpu_operations == "mpi"),
@@ -24,7 +24,9 @@ DeviceExecutor::DeviceExecutor(const Config& config,
       needs_reducer_(std::move(needs_reducer)),
       registry_(registry),
       runtimes_(runtimes),
-      local_rank_(registry->control()->local_rank()) {}
+      local_rank_(registry->control()->local_rank()),
+      compression_(config, registry->control()->rank(),
+                   registry->control()->size(), reducer) {}
 
 DeviceExecutor::~DeviceExecutor() {
   // Pending work may still read or write the fusion and staging buffers.
@@ -39,6 +41,7 @@ DeviceExecutor::~DeviceExecutor() {
 }
 
 void DeviceExecutor::Forget(int bucket_id) {
+  compression_.Forget(bucket_id);
   auto it = fusion_.find(bucket_id);
   if (it == fusion_.end()) return;
   auto ctx = contexts_.find(it->second.kind);
@@ -108,12 +111,13 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
   if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
   const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
                                                    config_);
-  if (c.name != "none") {
+  if (c.name != "none" && !DeviceCompression::Handles(c)) {
     return absl::UnimplementedError(absl::StrCat(
         "tensor '", e.name, "': compression '", c.name, "' of ",
         e.input.device.ToString(),
-        " tensors is not implemented yet; pass compression \"none\" or "
-        "exclude the tensor with TERSE_COMPRESSION_RULES"));
+        " tensors is not implemented yet (on this device the engine "
+        "compresses with fp16, bf16, topk and dgc); pass one of those or "
+        "\"none\", or exclude the tensor with TERSE_COMPRESSION_RULES"));
   }
   if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
     return absl::UnimplementedError(absl::StrCat(
@@ -259,8 +263,22 @@ absl::Status DeviceExecutor::RunBucket(
   const DataType dtype = bucket.dtype;
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
-  if (ctx->runtime->host_addressable() && needs_reducer_ &&
-      needs_reducer_(bucket)) {
+  const bool reduce = needs_reducer_ && needs_reducer_(bucket);
+  if (reduce && config_.momentum_correction <= 0 &&
+      DeviceCompression::Handles(ChooseCompressionFor(
+          bucket.members.front().name, bucket.compression, config_))) {
+    // Compression on the device, in stream order.
+    const DeviceCompression::Target target{ctx->runtime, ctx->ordinal,
+                                           ctx->stream.get()};
+    TERSE_RETURN_IF_ERROR(compression_.Reduce(
+        bucket, region, op, it->second.runs++, target, registry_->control(),
+        [&](void* data, int64_t n, DataType type) {
+          return Collective(ctx, data, n * DataTypeSize(type),
+                            [&](Communicator* comm, void* buffer) {
+                              return comm->Allreduce(buffer, n, type, op);
+                            });
+        }));
+  } else if (ctx->runtime->host_addressable() && reduce) {
     // The reducer's CPU kernels read and write the region: the fuse must
     // have run.
     TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());

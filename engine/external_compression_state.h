@@ -1,0 +1,41 @@
+// ExternalCompressionState: compression state that lives outside the
+// CompressedReducer but belongs in its checkpoints: the error-feedback
+// residuals of device buckets, kept in device memory by
+// engine/device_compression.h. The reducer calls these hooks; see
+// CompressedReducer::set_external_state.
+//
+// Calls come with the reducer at a step boundary (no step in flight, its
+// lock held): ExportResiduals from SaveState's thread, OnStateLoaded from
+// LoadState's, ForgetTensors from the engine's background thread. An
+// implementation must be thread-safe against its own steps, which run
+// inside CompressedReducer::RunExternalStep.
+#ifndef TERSE_ENGINE_EXTERNAL_COMPRESSION_STATE_H_
+#define TERSE_ENGINE_EXTERNAL_COMPRESSION_STATE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compressors/residual_store.h"
+
+namespace terse {
+
+class ExternalCompressionState {
+ public:
+  virtual ~ExternalCompressionState() = default;
+  // Copies of the residuals this state holds, to write next to the
+  // reducer's own (keys never overlap theirs: a residual is held in one
+  // place). May block for device work that produced them.
+  virtual absl::StatusOr<std::vector<ResidualStore::Entry>>
+  ExportResiduals() = 0;
+  // A load replaced the reducer's state, loaded residuals included (in the
+  // reducer's store): drop every residual held here; a later step takes
+  // its tensors' residuals from the reducer (TakeResidual).
+  virtual void OnStateLoaded() = 0;
+  // The engine stopped tracking `names`: drop their residuals.
+  virtual void ForgetTensors(const std::vector<std::string>& names) = 0;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_EXTERNAL_COMPRESSION_STATE_H_
