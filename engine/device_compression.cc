@@ -27,8 +27,9 @@ constexpr int kStatSentBytes = 8;
 // of KeyOf).
 uint64_t BucketStream(const Bucket& bucket) {
   const std::string key = absl::StrJoin(
-      bucket.members, ",",
-      [](std::string* out, const BucketMember& m) { absl::StrAppend(out, m.name); });
+      bucket.members, ",", [](std::string* out, const BucketMember& m) {
+        absl::StrAppend(out, m.name);
+      });
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
   return h;
@@ -158,9 +159,10 @@ absl::StatusOr<DeviceCompression::Residual*> DeviceCompression::ResidualFor(
   Residual r;
   r.target = target;
   r.count = count;
-  TERSE_ASSIGN_OR_RETURN(r.buffer, DeviceBuffer::Allocate(
-                                       target.runtime, target.ordinal,
-                                       count * static_cast<int64_t>(sizeof(float))));
+  TERSE_ASSIGN_OR_RETURN(
+      r.buffer,
+      DeviceBuffer::Allocate(target.runtime, target.ordinal,
+                             count * static_cast<int64_t>(sizeof(float))));
   std::optional<std::vector<float>> restored =
       reducer_->TakeResidual(name, count);
   if (restored.has_value()) {
@@ -189,8 +191,10 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
     TERSE_RETURN_IF_ERROR(Prepare(target));
     if (!compressible) {
       TERSE_RETURN_IF_ERROR(allreduce(data, bucket.count, bucket.dtype));
-      return BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
-                          bucket.bytes, "none", "none", 1, bucket.bytes};
+      return BucketReport{bucket.id,    static_cast<int>(bucket.members.size()),
+                          bucket.bytes, "none",
+                          "none",       1,
+                          bucket.bytes};
     }
     TERSE_ASSIGN_OR_RETURN(BucketState * s, StateFor(bucket, choice, target));
     float* g = static_cast<float*>(data);
@@ -230,9 +234,13 @@ absl::StatusOr<BucketReport> DeviceCompression::CastStep(
   TERSE_RETURN_IF_ERROR(t.stream->Memset(data, 0, n * 4));
   TERSE_RETURN_IF_ERROR(s.ops->AccumulateHalf(t.stream, half, data, n, type));
   s.policy->Observe(decision, gravac::StepStats{});
-  return BucketReport{s.id,           s.tensors,          s.bytes,
-                      s.policy->Describe(), CompressorName(s.id_kind),
-                      decision.send_cf,     n * 2};
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      n * 2};
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
@@ -323,10 +331,10 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
         absl::MakeConstSpan(gathered.data() + at, size - sizeof(stats)),
         s.id_kind, static_cast<uint64_t>(n));
     if (!entries.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", s.id, ": the ", CompressorName(s.id_kind),
-          " payload from rank ", r,
-          " does not decode: ", entries.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": the ", CompressorName(s.id_kind),
+                       " payload from rank ", r,
+                       " does not decode: ", entries.status().message()));
     }
     starts.push_back(static_cast<int64_t>(s.up_indices.size()));
     counts.push_back(static_cast<int64_t>(entries->indices.size()));
@@ -369,8 +377,8 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
                                         kept_a));
   for (const Segment& seg : s.segments) {
     Residual& r = residuals_[seg.name];
-    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
-        r.buffer.data(), kept_a + seg.offset, seg.count * 4));
+    TERSE_RETURN_IF_ERROR(
+        t.stream->Memcpy(r.buffer.data(), kept_a + seg.offset, seg.count * 4));
     r.valid = true;
   }
   // The sum over ranks, in rank order (every rank adds the same floats in

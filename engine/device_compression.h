@@ -91,8 +91,8 @@ class DeviceCompression : public ExternalCompressionState {
   // fatal for the engine; a peer payload that does not decode is
   // InvalidArgument naming the rank and the bucket.
   absl::Status Reduce(const Bucket& bucket, void* data, ReduceOp op,
-                      int64_t step, const Target& target,
-                      Communicator* control, const DeviceAllreduce& allreduce);
+                      int64_t step, const Target& target, Communicator* control,
+                      const DeviceAllreduce& allreduce);
 
   // The bucket was dropped or changed: free its buffers (after its stream's
   // pending work).

@@ -13,16 +13,15 @@ namespace {
 
 absl::Status FromCuda(int error, const char* what) {
   if (error == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      what, ": ", kernels::cuda::CudaErrorString(error)));
+  return absl::InternalError(
+      absl::StrCat(what, ": ", kernels::cuda::CudaErrorString(error)));
 }
 
 absl::Status SetDevice(int ordinal, const char* what) {
   const cudaError_t err = cudaSetDevice(ordinal);
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, ": cudaSetDevice(", ordinal,
-                   "): ", cudaGetErrorString(err)));
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": cudaSetDevice(", ordinal, "): ", cudaGetErrorString(err)));
 }
 
 bool IsBf16(DataType type) { return type == DataType::kBFloat16; }
@@ -52,8 +51,7 @@ absl::Status CudaDeviceOps::CastToHalf(Stream* stream, const float* x,
 }
 
 absl::Status CudaDeviceOps::AccumulateHalf(Stream* stream, const uint16_t* h,
-                                           float* y, int64_t n,
-                                           DataType type) {
+                                           float* y, int64_t n, DataType type) {
   absl::Status t = CheckHalfType(type, "AccumulateHalf");
   if (!t.ok()) return t;
   return device_ops_cuda::AccumulateHalf(ordinal_, stream->native_handle(), h,
@@ -102,9 +100,9 @@ absl::Status CudaDeviceOps::Gather(Stream* stream, const float* dense,
   if (k <= 0) return absl::OkStatus();
   absl::Status set = SetDevice(ordinal_, "Gather");
   if (!set.ok()) return set;
-  return FromCuda(kernels::cuda::Gather(dense, indices, k, values,
-                                        stream->native_handle()),
-                  "Gather");
+  return FromCuda(
+      kernels::cuda::Gather(dense, indices, k, values, stream->native_handle()),
+      "Gather");
 }
 
 absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,

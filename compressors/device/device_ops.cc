@@ -6,8 +6,8 @@
 
 namespace terse {
 
-absl::StatusOr<std::unique_ptr<DeviceOps>> MakeDeviceOps(
-    DeviceRuntime* runtime, int ordinal) {
+absl::StatusOr<std::unique_ptr<DeviceOps>> MakeDeviceOps(DeviceRuntime* runtime,
+                                                         int ordinal) {
   if (runtime == nullptr) {
     return absl::InvalidArgumentError("MakeDeviceOps: null runtime");
   }

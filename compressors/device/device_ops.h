@@ -46,8 +46,8 @@ class DeviceOps {
                            int64_t n) = 0;
   // out[i] = x[i] rounded to `type` (kFloat16 or kBFloat16; nearest even),
   // as 16-bit patterns.
-  virtual absl::Status CastToHalf(Stream* stream, const float* x,
-                                  uint16_t* out, int64_t n, DataType type) = 0;
+  virtual absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,
+                                  int64_t n, DataType type) = 0;
   // y[i] += float(h[i]), h of `type` (kFloat16 or kBFloat16).
   virtual absl::Status AccumulateHalf(Stream* stream, const uint16_t* h,
                                       float* y, int64_t n, DataType type) = 0;
@@ -79,8 +79,8 @@ class DeviceOps {
 
 // The ops for `runtime`'s device `ordinal`: the simulated device or CUDA;
 // Unimplemented for another kind. `runtime` must outlive the ops.
-absl::StatusOr<std::unique_ptr<DeviceOps>> MakeDeviceOps(
-    DeviceRuntime* runtime, int ordinal);
+absl::StatusOr<std::unique_ptr<DeviceOps>> MakeDeviceOps(DeviceRuntime* runtime,
+                                                         int ordinal);
 
 }  // namespace terse
 

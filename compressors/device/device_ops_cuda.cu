@@ -21,9 +21,8 @@ int Blocks(int64_t n) {
 absl::Status SetDevice(int device, const char* what) {
   const cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::FailedPreconditionError(std::string(what) +
-                                       ": cudaSetDevice: " +
-                                       cudaGetErrorString(err));
+  return absl::FailedPreconditionError(
+      std::string(what) + ": cudaSetDevice: " + cudaGetErrorString(err));
 }
 
 absl::Status LaunchError(const char* what) {
@@ -85,13 +84,13 @@ absl::Status Add(int device, void* stream, const float* x, float* y,
   if (n <= 0) return absl::OkStatus();
   absl::Status set = SetDevice(device, "Add");
   if (!set.ok()) return set;
-  AddKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, y, n);
+  AddKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y,
+                                                                           n);
   return LaunchError("Add");
 }
 
-absl::Status CastToHalf(int device, void* stream, const float* x,
-                        uint16_t* out, int64_t n, bool bf16) {
+absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,
+                        int64_t n, bool bf16) {
   if (n <= 0) return absl::OkStatus();
   absl::Status set = SetDevice(device, "CastToHalf");
   if (!set.ok()) return set;

@@ -19,11 +19,10 @@ namespace terse {
 namespace device_ops_cuda {
 
 // y[i] += x[i].
-absl::Status Add(int device, void* stream, const float* x, float* y,
-                 int64_t n);
+absl::Status Add(int device, void* stream, const float* x, float* y, int64_t n);
 // out[i] = half(x[i]) (bf16 when `bf16`), round to nearest even.
-absl::Status CastToHalf(int device, void* stream, const float* x,
-                        uint16_t* out, int64_t n, bool bf16);
+absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,
+                        int64_t n, bool bf16);
 // y[i] += float(h[i]).
 absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
                             float* y, int64_t n, bool bf16);

@@ -11,7 +11,8 @@ namespace {
 
 TEST(CudaDeviceOpsGpuTest, EachOperationEqualsTheCpuKernel) {
   if (ProbeCuda().device_count == 0) {
-    GTEST_SKIP() << "skipped: no device (" << ProbeCuda().why_none << ")";
+    GTEST_SKIP() << "skipped: no device (no CUDA device: "
+                 << ProbeCuda().why_none << ")";
   }
   CudaRuntime cuda;
   absl::Status status = testing::CheckDeviceOpsAgainstCpu(&cuda, 0, false);

@@ -1,12 +1,13 @@
 // DeviceOps on the simulated device: each operation equals the CPU kernel
 // bitwise; results exist only after a wait (the stream runs late on
 // purpose); host pointers are refused.
+#include "compressors/device/device_ops.h"
+
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include "compressors/device/device_ops.h"
 #include "compressors/device/device_ops_testing.h"
 #include "device/sim_runtime.h"
 #include "gtest/gtest.h"
@@ -39,8 +40,8 @@ TEST(SimDeviceOpsTest, ResultsNeedAWait) {
     y->as<float>()[i] = 2.0f;
   }
   (*stream)->Hold();
-  ASSERT_TRUE((*ops)->Add(stream->get(), x->as<float>(), y->as<float>(), n)
-                  .ok());
+  ASSERT_TRUE(
+      (*ops)->Add(stream->get(), x->as<float>(), y->as<float>(), n).ok());
   EXPECT_EQ(y->as<float>()[0], 2.0f) << "ran before the stream was released";
   (*stream)->Release();
   ASSERT_TRUE((*stream)->Synchronize().ok());
@@ -56,8 +57,7 @@ TEST(SimDeviceOpsTest, HostPointersAreInvalidArgument) {
   std::vector<float> host(8, 1.0f);
   absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Allocate(&sim, 0, 32);
   ASSERT_TRUE(y.ok());
-  absl::Status st =
-      (*ops)->Add(stream->get(), host.data(), y->as<float>(), 8);
+  absl::Status st = (*ops)->Add(stream->get(), host.data(), y->as<float>(), 8);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("Add: x"), std::string::npos) << st;
   // Memory of another simulated device.

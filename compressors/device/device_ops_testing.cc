@@ -50,8 +50,7 @@ class Fixture {
         DeviceBuffer b,
         DeviceBuffer::Allocate(runtime_, ordinal_,
                                static_cast<int64_t>(host.size() * sizeof(T))));
-    TERSE_RETURN_IF_ERROR(
-        stream_->Memcpy(b.data(), host.data(), b.bytes()));
+    TERSE_RETURN_IF_ERROR(stream_->Memcpy(b.data(), host.data(), b.bytes()));
     TERSE_RETURN_IF_ERROR(stream_->Synchronize());
     T* p = b.as<T>();
     buffers_.push_back(std::move(b));
@@ -60,8 +59,7 @@ class Fixture {
   template <typename T>
   absl::StatusOr<std::vector<T>> Download(const T* device, int64_t n) {
     std::vector<T> host(n);
-    TERSE_RETURN_IF_ERROR(
-        stream_->Memcpy(host.data(), device, n * sizeof(T)));
+    TERSE_RETURN_IF_ERROR(stream_->Memcpy(host.data(), device, n * sizeof(T)));
     TERSE_RETURN_IF_ERROR(stream_->Synchronize());
     return host;
   }
@@ -80,13 +78,13 @@ template <typename T>
 absl::Status SameBits(const std::vector<T>& got, const std::vector<T>& want,
                       const std::string& what) {
   if (got.size() != want.size()) {
-    return absl::InternalError(absl::StrCat(what, ": ", got.size(),
-                                            " elements, want ", want.size()));
+    return absl::InternalError(
+        absl::StrCat(what, ": ", got.size(), " elements, want ", want.size()));
   }
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      return absl::InternalError(absl::StrCat(what, "[", i, "]: device ",
-                                              got[i], ", cpu ", want[i]));
+      return absl::InternalError(
+          absl::StrCat(what, "[", i, "]: device ", got[i], ", cpu ", want[i]));
     }
   }
   return absl::OkStatus();
@@ -117,7 +115,7 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     std::vector<float> big = x;
     big[3] = 1e6f;  // Overflows fp16.
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(big));
-    TERSE_ASSIGN_OR_RETURN(uint16_t* dh,
+    TERSE_ASSIGN_OR_RETURN(uint16_t * dh,
                            f.Upload(std::vector<uint16_t>(d, 0)));
     TERSE_RETURN_IF_ERROR(ops->CastToHalf(s, dx, dh, d, type));
     std::vector<uint16_t> want(d);
@@ -153,7 +151,7 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
   }
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{50}, d}) {  // TopK.
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
-    TERSE_ASSIGN_OR_RETURN(uint32_t* di,
+    TERSE_ASSIGN_OR_RETURN(uint32_t * di,
                            f.Upload(std::vector<uint32_t>(d, 0)));
     TERSE_RETURN_IF_ERROR(ops->TopK(s, dx, d, k, di));
     std::vector<uint32_t> want(k);
@@ -180,7 +178,7 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     kernels::SampledTopKOptions opt;
     opt.seed = 42;
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(big));
-    TERSE_ASSIGN_OR_RETURN(uint32_t* di,
+    TERSE_ASSIGN_OR_RETURN(uint32_t * di,
                            f.Upload(std::vector<uint32_t>(k, 0)));
     TERSE_ASSIGN_OR_RETURN(int64_t count,
                            ops->SampledTopK(s, dx, n, k, opt, di));

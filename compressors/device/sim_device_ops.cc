@@ -37,8 +37,7 @@ absl::Status SimDeviceOps::Add(Stream* stream, const float* x, float* y,
 }
 
 absl::Status SimDeviceOps::CastToHalf(Stream* stream, const float* x,
-                                      uint16_t* out, int64_t n,
-                                      DataType type) {
+                                      uint16_t* out, int64_t n, DataType type) {
   TERSE_RETURN_IF_ERROR(CheckHalfType(type, "CastToHalf"));
   TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CastToHalf: x"));
   TERSE_RETURN_IF_ERROR(Check(out, n * 2, "CastToHalf: out"));
