@@ -116,4 +116,27 @@ absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
                   "ScatterAdd");
 }
 
+absl::Status CudaDeviceOps::MatMul(Stream* stream, const float* m,
+                                   const float* q, float* p, int64_t rows,
+                                   int64_t cols, int64_t r) {
+  return device_ops_cuda::MatMul(ordinal_, stream->native_handle(), m, q, p,
+                                 rows, cols, r);
+}
+
+absl::Status CudaDeviceOps::MatMulTransposed(Stream* stream, const float* m,
+                                             const float* p, float* q,
+                                             int64_t rows, int64_t cols,
+                                             int64_t r) {
+  return device_ops_cuda::MatMulTransposed(ordinal_, stream->native_handle(), m,
+                                           p, q, rows, cols, r);
+}
+
+absl::Status CudaDeviceOps::AddOuterProduct(Stream* stream, const float* p,
+                                            const float* q, float* m,
+                                            int64_t rows, int64_t cols,
+                                            int64_t r) {
+  return device_ops_cuda::AddOuterProduct(ordinal_, stream->native_handle(), p,
+                                          q, m, rows, cols, r);
+}
+
 }  // namespace terse

@@ -75,6 +75,24 @@ class DeviceOps {
   virtual absl::Status ScatterAdd(Stream* stream, const uint32_t* indices,
                                   const float* values, int64_t k,
                                   float* dense) = 0;
+
+  // PowerSGD's products, row-major float matrices (powersgd_compressor.h):
+  //   p (rows x r)  = m (rows x cols) * q (cols x r)      (P = M Q)
+  //   q (cols x r)  = m^T * p (rows x r)                  (Q = M^T P^)
+  //   m (rows x cols) += p (rows x r) * q^T               (reconstruction)
+  // The simulated device evaluates the CPU compressor's Eigen expressions
+  // (bitwise its results); CUDA runs one thread per output element,
+  // summing in float in index order (FMA contraction: close to, not
+  // bitwise, the CPU's).
+  virtual absl::Status MatMul(Stream* stream, const float* m, const float* q,
+                              float* p, int64_t rows, int64_t cols,
+                              int64_t r) = 0;
+  virtual absl::Status MatMulTransposed(Stream* stream, const float* m,
+                                        const float* p, float* q, int64_t rows,
+                                        int64_t cols, int64_t r) = 0;
+  virtual absl::Status AddOuterProduct(Stream* stream, const float* p,
+                                       const float* q, float* m, int64_t rows,
+                                       int64_t cols, int64_t r) = 0;
 };
 
 // The ops for `runtime`'s device `ordinal`: the simulated device or CUDA;

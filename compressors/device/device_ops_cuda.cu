@@ -77,7 +77,77 @@ __global__ void SquaredNormKernel(const float* x, int64_t n, double* out) {
   if (threadIdx.x == 0) atomicAdd(out, partial[0]);
 }
 
+// p[i, c] = sum_j m[i, j] q[j, c].
+__global__ void MatMulKernel(const float* m, const float* q, float* p,
+                             int64_t rows, int64_t cols, int64_t r) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < rows * r;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = o / r, c = o % r;
+    float sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += m[i * cols + j] * q[j * r + c];
+    p[o] = sum;
+  }
+}
+
+// q[j, c] = sum_i m[i, j] p[i, c].
+__global__ void MatMulTransposedKernel(const float* m, const float* p, float* q,
+                                       int64_t rows, int64_t cols, int64_t r) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < cols * r;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = o / r, c = o % r;
+    float sum = 0;
+    for (int64_t i = 0; i < rows; ++i) sum += m[i * cols + j] * p[i * r + c];
+    q[o] = sum;
+  }
+}
+
+// m[i, j] += sum_c p[i, c] q[j, c].
+__global__ void AddOuterProductKernel(const float* p, const float* q, float* m,
+                                      int64_t rows, int64_t cols, int64_t r) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       o < rows * cols; o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = o / cols, j = o % cols;
+    float sum = 0;
+    for (int64_t c = 0; c < r; ++c) sum += p[i * r + c] * q[j * r + c];
+    m[o] += sum;
+  }
+}
+
 }  // namespace
+
+absl::Status MatMul(int device, void* stream, const float* m, const float* q,
+                    float* p, int64_t rows, int64_t cols, int64_t r) {
+  if (rows * r <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "MatMul");
+  if (!set.ok()) return set;
+  MatMulKernel<<<Blocks(rows * r), kThreads, 0,
+                 static_cast<cudaStream_t>(stream)>>>(m, q, p, rows, cols, r);
+  return LaunchError("MatMul");
+}
+
+absl::Status MatMulTransposed(int device, void* stream, const float* m,
+                              const float* p, float* q, int64_t rows,
+                              int64_t cols, int64_t r) {
+  if (cols * r <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "MatMulTransposed");
+  if (!set.ok()) return set;
+  MatMulTransposedKernel<<<Blocks(cols * r), kThreads, 0,
+                           static_cast<cudaStream_t>(stream)>>>(m, p, q, rows,
+                                                                cols, r);
+  return LaunchError("MatMulTransposed");
+}
+
+absl::Status AddOuterProduct(int device, void* stream, const float* p,
+                             const float* q, float* m, int64_t rows,
+                             int64_t cols, int64_t r) {
+  if (rows * cols <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "AddOuterProduct");
+  if (!set.ok()) return set;
+  AddOuterProductKernel<<<Blocks(rows * cols), kThreads, 0,
+                          static_cast<cudaStream_t>(stream)>>>(p, q, m, rows,
+                                                               cols, r);
+  return LaunchError("AddOuterProduct");
+}
 
 absl::Status Add(int device, void* stream, const float* x, float* y,
                  int64_t n) {

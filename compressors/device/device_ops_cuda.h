@@ -30,6 +30,17 @@ absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
 absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
                          double* out);
 
+// PowerSGD's products (DeviceOps::MatMul and friends), row-major; one
+// thread per output element, summing in float in index order.
+absl::Status MatMul(int device, void* stream, const float* m, const float* q,
+                    float* p, int64_t rows, int64_t cols, int64_t r);
+absl::Status MatMulTransposed(int device, void* stream, const float* m,
+                              const float* p, float* q, int64_t rows,
+                              int64_t cols, int64_t r);
+absl::Status AddOuterProduct(int device, void* stream, const float* p,
+                             const float* q, float* m, int64_t rows,
+                             int64_t cols, int64_t r);
+
 }  // namespace device_ops_cuda
 }  // namespace terse
 

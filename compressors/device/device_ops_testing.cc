@@ -1,5 +1,6 @@
 #include "compressors/device/device_ops_testing.h"
 
+#include <Eigen/Dense>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -186,6 +187,96 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     kernels::SampledTopK(big.data(), n, k, opt, &want);
     TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, count));
     TERSE_RETURN_IF_ERROR(SameBits(got, want, "SampledTopK"));
+  }
+  {  // PowerSGD's products on a 300 x 170 matrix at rank 3.
+    using RowMat =
+        Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    using Map = Eigen::Map<RowMat>;
+    using ConstMap = Eigen::Map<const RowMat>;
+    const int64_t rows = 300, cols = 170, r = 3;
+    const std::vector<float> m = Values(rows * cols, 5),
+                             q = Values(cols * r, 9),
+                             pin = Values(rows * r, 13);
+    TERSE_ASSIGN_OR_RETURN(float* dm, f.Upload(m));
+    TERSE_ASSIGN_OR_RETURN(float* dq, f.Upload(q));
+    TERSE_ASSIGN_OR_RETURN(float* dpin, f.Upload(pin));
+    TERSE_ASSIGN_OR_RETURN(float* dp,
+                           f.Upload(std::vector<float>(rows * r, 0)));
+    TERSE_ASSIGN_OR_RETURN(float* dq2,
+                           f.Upload(std::vector<float>(cols * r, 0)));
+    TERSE_ASSIGN_OR_RETURN(float* dacc, f.Upload(m));
+    TERSE_RETURN_IF_ERROR(ops->MatMul(s, dm, dq, dp, rows, cols, r));
+    TERSE_RETURN_IF_ERROR(
+        ops->MatMulTransposed(s, dm, dpin, dq2, rows, cols, r));
+    TERSE_RETURN_IF_ERROR(
+        ops->AddOuterProduct(s, dpin, dq, dacc, rows, cols, r));
+    std::vector<float> p(rows * r), q2(cols * r), acc = m;
+    Map(p.data(), rows, r).noalias() =
+        ConstMap(m.data(), rows, cols) * ConstMap(q.data(), cols, r);
+    Map(q2.data(), cols, r).noalias() =
+        ConstMap(m.data(), rows, cols).transpose() *
+        ConstMap(pin.data(), rows, r);
+    Map(acc.data(), rows, cols).noalias() +=
+        ConstMap(pin.data(), rows, r) * ConstMap(q.data(), cols, r).transpose();
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gp, f.Download(dp, rows * r));
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gq, f.Download(dq2, cols * r));
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> ga,
+                           f.Download(dacc, rows * cols));
+    if (exact_norm) {
+      TERSE_RETURN_IF_ERROR(SameBits(gp, p, "MatMul"));
+      TERSE_RETURN_IF_ERROR(SameBits(gq, q2, "MatMulTransposed"));
+      TERSE_RETURN_IF_ERROR(SameBits(ga, acc, "AddOuterProduct"));
+    }
+    // Against an fp64 oracle (both paths; CUDA is not bitwise the CPU's).
+    auto near = [](const std::vector<float>& got,
+                   const std::vector<double>& want,
+                   const std::vector<double>& scale,
+                   const std::string& what) -> absl::Status {
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!(std::abs(got[i] - want[i]) <= 1e-5 * scale[i] + 1e-30)) {
+          return absl::InternalError(absl::StrCat(what, "[", i, "]: device ",
+                                                  got[i], ", fp64 ", want[i]));
+        }
+      }
+      return absl::OkStatus();
+    };
+    std::vector<double> wp(rows * r, 0), sp(rows * r, 0);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < r; ++c) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const double t = static_cast<double>(m[i * cols + j]) * q[j * r + c];
+          wp[i * r + c] += t;
+          sp[i * r + c] += std::abs(t);
+        }
+      }
+    }
+    TERSE_RETURN_IF_ERROR(near(gp, wp, sp, "MatMul vs fp64"));
+    std::vector<double> wq(cols * r, 0), sq(cols * r, 0);
+    for (int64_t j = 0; j < cols; ++j) {
+      for (int64_t c = 0; c < r; ++c) {
+        for (int64_t i = 0; i < rows; ++i) {
+          const double t =
+              static_cast<double>(m[i * cols + j]) * pin[i * r + c];
+          wq[j * r + c] += t;
+          sq[j * r + c] += std::abs(t);
+        }
+      }
+    }
+    TERSE_RETURN_IF_ERROR(near(gq, wq, sq, "MatMulTransposed vs fp64"));
+    std::vector<double> wa(rows * cols), sa(rows * cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = m[i * cols + j], mag = std::abs(m[i * cols + j]);
+        for (int64_t c = 0; c < r; ++c) {
+          const double t = static_cast<double>(pin[i * r + c]) * q[j * r + c];
+          sum += t;
+          mag += std::abs(t);
+        }
+        wa[i * cols + j] = sum;
+        sa[i * cols + j] = mag;
+      }
+    }
+    TERSE_RETURN_IF_ERROR(near(ga, wa, sa, "AddOuterProduct vs fp64"));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "compressors/device/sim_device_ops.h"
 
+#include <Eigen/Dense>
 #include <memory>
 #include <vector>
 
@@ -20,7 +21,59 @@ absl::Status CheckHalfType(DataType type, const char* op) {
       op, ": type ", DataTypeName(type), " is not float16 or bfloat16"));
 }
 
+using RowMat =
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatMap = Eigen::Map<RowMat>;
+using ConstMatMap = Eigen::Map<const RowMat>;
+
+absl::Status CheckDims(int64_t rows, int64_t cols, int64_t r, const char* op) {
+  if (rows >= 0 && cols >= 0 && r >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, ": dimensions ", rows, " x ", cols, ", rank ", r));
+}
+
 }  // namespace
+
+absl::Status SimDeviceOps::MatMul(Stream* stream, const float* m,
+                                  const float* q, float* p, int64_t rows,
+                                  int64_t cols, int64_t r) {
+  TERSE_RETURN_IF_ERROR(CheckDims(rows, cols, r, "MatMul"));
+  TERSE_RETURN_IF_ERROR(Check(m, rows * cols * 4, "MatMul: m"));
+  TERSE_RETURN_IF_ERROR(Check(q, cols * r * 4, "MatMul: q"));
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "MatMul: p"));
+  return stream->LaunchHost([m, q, p, rows, cols, r] {
+    MatMap(p, rows, r).noalias() =
+        ConstMatMap(m, rows, cols) * ConstMatMap(q, cols, r);
+  });
+}
+
+absl::Status SimDeviceOps::MatMulTransposed(Stream* stream, const float* m,
+                                            const float* p, float* q,
+                                            int64_t rows, int64_t cols,
+                                            int64_t r) {
+  TERSE_RETURN_IF_ERROR(CheckDims(rows, cols, r, "MatMulTransposed"));
+  TERSE_RETURN_IF_ERROR(Check(m, rows * cols * 4, "MatMulTransposed: m"));
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "MatMulTransposed: p"));
+  TERSE_RETURN_IF_ERROR(Check(q, cols * r * 4, "MatMulTransposed: q"));
+  return stream->LaunchHost([m, p, q, rows, cols, r] {
+    MatMap(q, cols, r).noalias() =
+        ConstMatMap(m, rows, cols).transpose() * ConstMatMap(p, rows, r);
+  });
+}
+
+absl::Status SimDeviceOps::AddOuterProduct(Stream* stream, const float* p,
+                                           const float* q, float* m,
+                                           int64_t rows, int64_t cols,
+                                           int64_t r) {
+  TERSE_RETURN_IF_ERROR(CheckDims(rows, cols, r, "AddOuterProduct"));
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "AddOuterProduct: p"));
+  TERSE_RETURN_IF_ERROR(Check(q, cols * r * 4, "AddOuterProduct: q"));
+  TERSE_RETURN_IF_ERROR(Check(m, rows * cols * 4, "AddOuterProduct: m"));
+  return stream->LaunchHost([p, q, m, rows, cols, r] {
+    MatMap(m, rows, cols).noalias() +=
+        ConstMatMap(p, rows, r) * ConstMatMap(q, cols, r).transpose();
+  });
+}
 
 absl::Status SimDeviceOps::Check(const void* ptr, int64_t bytes,
                                  const char* what) {

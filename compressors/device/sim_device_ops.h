@@ -38,6 +38,15 @@ class SimDeviceOps : public DeviceOps {
                           const float* values, int64_t k,
                           float* dense) override;
 
+  absl::Status MatMul(Stream* stream, const float* m, const float* q, float* p,
+                      int64_t rows, int64_t cols, int64_t r) override;
+  absl::Status MatMulTransposed(Stream* stream, const float* m, const float* p,
+                                float* q, int64_t rows, int64_t cols,
+                                int64_t r) override;
+  absl::Status AddOuterProduct(Stream* stream, const float* p, const float* q,
+                               float* m, int64_t rows, int64_t cols,
+                               int64_t r) override;
+
  private:
   absl::Status Check(const void* ptr, int64_t bytes, const char* what);
 
