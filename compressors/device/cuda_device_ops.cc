@@ -41,6 +41,12 @@ absl::Status CudaDeviceOps::Add(Stream* stream, const float* x, float* y,
   return device_ops_cuda::Add(ordinal_, stream->native_handle(), x, y, n);
 }
 
+absl::Status CudaDeviceOps::Subtract(Stream* stream, const float* x,
+                                     const float* y, float* out, int64_t n) {
+  return device_ops_cuda::Subtract(ordinal_, stream->native_handle(), x, y, out,
+                                   n);
+}
+
 absl::Status CudaDeviceOps::CastToHalf(Stream* stream, const float* x,
                                        uint16_t* out, int64_t n,
                                        DataType type) {

@@ -16,6 +16,8 @@ class CudaDeviceOps : public DeviceOps {
 
   absl::Status Add(Stream* stream, const float* x, float* y,
                    int64_t n) override;
+  absl::Status Subtract(Stream* stream, const float* x, const float* y,
+                        float* out, int64_t n) override;
   absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,
                           int64_t n, DataType type) override;
   absl::Status AccumulateHalf(Stream* stream, const uint16_t* h, float* y,

@@ -44,6 +44,9 @@ class DeviceOps {
   // y[i] += x[i], i < n.
   virtual absl::Status Add(Stream* stream, const float* x, float* y,
                            int64_t n) = 0;
+  // out[i] = x[i] - y[i] (error feedback's a - sent); out may alias x.
+  virtual absl::Status Subtract(Stream* stream, const float* x, const float* y,
+                                float* out, int64_t n) = 0;
   // out[i] = x[i] rounded to `type` (kFloat16 or kBFloat16; nearest even),
   // as 16-bit patterns.
   virtual absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,

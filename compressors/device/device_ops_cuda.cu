@@ -39,6 +39,14 @@ __global__ void AddKernel(const float* x, float* y, int64_t n) {
   }
 }
 
+__global__ void SubtractKernel(const float* x, const float* y, float* out,
+                               int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = x[i] - y[i];
+  }
+}
+
 __global__ void CastToHalfKernel(const float* x, uint16_t* out, int64_t n,
                                  bool bf16) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -157,6 +165,16 @@ absl::Status Add(int device, void* stream, const float* x, float* y,
   AddKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y,
                                                                            n);
   return LaunchError("Add");
+}
+
+absl::Status Subtract(int device, void* stream, const float* x, const float* y,
+                      float* out, int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "Subtract");
+  if (!set.ok()) return set;
+  SubtractKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, y, out, n);
+  return LaunchError("Subtract");
 }
 
 absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,

@@ -20,6 +20,9 @@ namespace device_ops_cuda {
 
 // y[i] += x[i].
 absl::Status Add(int device, void* stream, const float* x, float* y, int64_t n);
+// out[i] = x[i] - y[i].
+absl::Status Subtract(int device, void* stream, const float* x, const float* y,
+                      float* out, int64_t n);
 // out[i] = half(x[i]) (bf16 when `bf16`), round to nearest even.
 absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,
                         int64_t n, bool bf16);

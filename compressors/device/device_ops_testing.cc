@@ -111,6 +111,15 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     TERSE_ASSIGN_OR_RETURN(std::vector<float> got, f.Download(dy, d));
     TERSE_RETURN_IF_ERROR(SameBits(got, want, "Add"));
   }
+  {  // Subtract, in place into x's copy.
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_RETURN_IF_ERROR(ops->Subtract(s, dx, dy, dx, d));
+    std::vector<float> want = x;
+    for (int64_t i = 0; i < d; ++i) want[i] = x[i] - y0[i];
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> got, f.Download(dx, d));
+    TERSE_RETURN_IF_ERROR(SameBits(got, want, "Subtract"));
+  }
   for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
     const std::string name(DataTypeName(type));
     std::vector<float> big = x;

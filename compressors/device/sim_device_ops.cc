@@ -89,6 +89,16 @@ absl::Status SimDeviceOps::Add(Stream* stream, const float* x, float* y,
   });
 }
 
+absl::Status SimDeviceOps::Subtract(Stream* stream, const float* x,
+                                    const float* y, float* out, int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "Subtract: x"));
+  TERSE_RETURN_IF_ERROR(Check(y, n * 4, "Subtract: y"));
+  TERSE_RETURN_IF_ERROR(Check(out, n * 4, "Subtract: out"));
+  return stream->LaunchHost([x, y, out, n] {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] - y[i];
+  });
+}
+
 absl::Status SimDeviceOps::CastToHalf(Stream* stream, const float* x,
                                       uint16_t* out, int64_t n, DataType type) {
   TERSE_RETURN_IF_ERROR(CheckHalfType(type, "CastToHalf"));
