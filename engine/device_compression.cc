@@ -10,6 +10,7 @@
 #include "compressors/compressor.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/payload.h"
+#include "engine/device_powersgd.h"
 #include "gravac/policy_factory.h"
 
 namespace terse {
@@ -72,6 +73,9 @@ struct DeviceCompression::BucketState {
   double host_norm = 0;
   std::vector<uint32_t> up_indices;
   std::vector<float> up_values, up_negated;
+  // powersgd: its state and this rank's own reconstruction (device).
+  std::unique_ptr<DevicePowerSgd> powersgd;
+  DeviceBuffer local;
 };
 
 DeviceCompression::DeviceCompression(const Config& config, int rank, int size,
@@ -87,7 +91,8 @@ DeviceCompression::~DeviceCompression() {
 bool DeviceCompression::Handles(const CompressionChoice& choice) {
   if (choice.is_policy) return false;
   return choice.name == "fp16" || choice.name == "bf16" ||
-         choice.name == "topk" || choice.name == "dgc";
+         choice.name == "topk" || choice.name == "dgc" ||
+         choice.name == "powersgd";
 }
 
 absl::StatusOr<DeviceOps*> DeviceCompression::OpsFor(const Target& target) {
@@ -141,6 +146,15 @@ absl::StatusOr<DeviceCompression::BucketState*> DeviceCompression::StateFor(
   s->policy = gravac::CreatePolicy(choice.name, choice.cf, config_, size_);
   TERSE_ASSIGN_OR_RETURN(s->id_kind, CompressorIdFromName(choice.name));
   s->options = OptionsFromConfig(config_);
+  if (s->id_kind == CompressorId::kPowerSgd) {
+    // The CPU path's state key: "bucket:" and the members' names.
+    std::string key = "bucket:";
+    for (size_t i = 0; i < bucket.members.size(); ++i) {
+      absl::StrAppend(&key, i > 0 ? "," : "", bucket.members[i].name);
+    }
+    s->powersgd = std::make_unique<DevicePowerSgd>(
+        s->options, config_.seed, std::move(key), s->segments, bucket.count);
+  }
   slot = std::move(s);
   return slot.get();
 }
@@ -210,6 +224,8 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
     absl::StatusOr<BucketReport> report =
         s->id_kind == CompressorId::kFp16 || s->id_kind == CompressorId::kBf16
             ? CastStep(*s, g, allreduce)
+        : s->id_kind == CompressorId::kPowerSgd
+            ? PowerSgdStep(*s, g, step, allreduce)
             : SparseStep(*s, g, step, control);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
@@ -241,6 +257,40 @@ absl::StatusOr<BucketReport> DeviceCompression::CastStep(
                       CompressorName(s.id_kind),
                       decision.send_cf,
                       n * 2};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::PowerSgdStep(
+    BucketState& s, float* a, int64_t step, const DeviceAllreduce& allreduce) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  TERSE_RETURN_IF_ERROR(Ensure(t, s.count * 4, &s.local));
+  float* local = s.local.as<float>();
+  TERSE_ASSIGN_OR_RETURN(
+      const int64_t bytes,
+      s.powersgd->Step(
+          s.ops, t.runtime, t.ordinal, t.stream, a, local, step,
+          [&](float* data, int64_t count) {
+            return allreduce(data, count, DataType::kFloat32);
+          },
+          [&]() -> absl::Status {
+            // Error feedback: residual = a - this rank's share.
+            for (const Segment& seg : s.segments) {
+              Residual& r = residuals_[seg.name];
+              TERSE_RETURN_IF_ERROR(
+                  s.ops->Subtract(t.stream, a + seg.offset, local + seg.offset,
+                                  r.buffer.as<float>(), seg.count));
+              r.valid = true;
+            }
+            return absl::OkStatus();
+          }));
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      bytes};
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(

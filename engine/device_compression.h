@@ -4,7 +4,10 @@
 //
 // Handles static compression policies with the compressors fp16, bf16 (cast
 // on the device, the 16-bit body summed over ranks by the device
-// communicator or host staging, cast back) and topk, dgc (error feedback:
+// communicator or host staging, cast back), powersgd (DevicePowerSgd,
+// engine/device_powersgd.h: products on the device, its rounds through the
+// device collective, residual a - own share on the device) and topk, dgc
+// (error feedback:
 // a = g + residual on the device; selection, gather and the residual
 // update a - sent on the device; only the k indices and values and one
 // squared norm reach the host). Sparse payloads are built and parsed by
@@ -24,7 +27,7 @@
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
 // on the simulated device and refuses them on CUDA): the adaptive policies
-// (gravac, accordion), powersgd, randomk, qsgd, efsignsgd, redsync,
+// (gravac, accordion), randomk, qsgd, efsignsgd, redsync,
 // threshold, and TERSE_MOMENTUM_CORRECTION.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
@@ -78,7 +81,7 @@ class DeviceCompression : public ExternalCompressionState {
   DeviceCompression& operator=(const DeviceCompression&) = delete;
 
   // Whether buckets whose tensors have compression `choice` go through
-  // Reduce: a static policy of fp16, bf16, topk or dgc.
+  // Reduce: a static policy of fp16, bf16, topk, dgc or powersgd.
   static bool Handles(const CompressionChoice& choice);
 
   // Collective (every rank, same buckets, same order). Reduces device
@@ -129,6 +132,10 @@ class DeviceCompression : public ExternalCompressionState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> SparseStep(BucketState& s, float* data,
                                           int64_t step, Communicator* control)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> PowerSgdStep(BucketState& s, float* data,
+                                            int64_t step,
+                                            const DeviceAllreduce& allreduce)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the event ExportResiduals waits for.
   absl::Status MarkResidualsWritten(const Target& target)

@@ -25,6 +25,7 @@ Bucket DeviceCompressionBucket() {
   Bucket b;
   b.id = 3;
   b.members.push_back({"layer0.weight", 40000});
+  b.members.back().shape = {200, 200};  // A matrix; the bias has no shape.
   b.members.push_back({"layer0.bias", 30001});
   b.count = 70001;
   b.bytes = b.count * 4;

@@ -24,7 +24,8 @@ namespace testing {
 // TERSE_COMPRESSION=`compression`, TERSE_CF=`cf`, no minimum bucket size.
 absl::StatusOr<Config> DeviceCompressionConfig(const std::string& compression,
                                                const std::string& cf);
-// Two tensors, 70001 floats (enough for DGC to sample).
+// Two tensors, 70001 floats (enough for DGC to sample): a 200 x 200
+// matrix and one of unknown shape (PowerSGD views it near-square, padded).
 Bucket DeviceCompressionBucket();
 // Rank `rank`'s gradient at `step` (deterministic).
 std::vector<float> DeviceCompressionGradient(int rank, int step, int64_t n);

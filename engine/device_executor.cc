@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "device/cuda_kernels.h"
 #include "compressors/registry.h"
+#include "device/cuda_kernels.h"
 #include "engine/momentum_correction.h"
 #include "engine/scale.h"
 
@@ -59,10 +59,10 @@ absl::Status DeviceExecutor::CheckView(const std::string& name,
                                        const char* what) {
   absl::StatusOr<DeviceRuntime*> runtime = runtimes_->Get(view.device.kind);
   if (!runtime.ok()) {
-    return absl::Status(runtime.status().code(),
-                        absl::StrCat("tensor '", name, "': ", what, " on ",
-                                     view.device.ToString(), ": ",
-                                     runtime.status().message()));
+    return absl::Status(
+        runtime.status().code(),
+        absl::StrCat("tensor '", name, "': ", what, " on ",
+                     view.device.ToString(), ": ", runtime.status().message()));
   }
   if (view.device.ordinal < 0) {
     return absl::InvalidArgumentError(
@@ -75,9 +75,8 @@ absl::Status DeviceExecutor::CheckView(const std::string& name,
     if (!fresh && it->second != view.device.ordinal) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", name, "': ", what, " is on ", view.device.ToString(),
-          " but this rank's engine moves ",
-          Device::KindName(view.device.kind), " tensors of ",
-          Device{view.device.kind, it->second}.ToString(),
+          " but this rank's engine moves ", Device::KindName(view.device.kind),
+          " tensors of ", Device{view.device.kind, it->second}.ToString(),
           " (one device per kind and rank)"));
     }
   }
@@ -109,14 +108,15 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
   }
   TERSE_RETURN_IF_ERROR(CheckView(e.name, e.output, "output"));
   if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
-  const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
-                                                   config_);
+  const CompressionChoice c =
+      ChooseCompressionFor(e.name, e.compression, config_);
   if (c.name != "none" && !DeviceCompression::Handles(c)) {
     return absl::UnimplementedError(absl::StrCat(
         "tensor '", e.name, "': compression '", c.name, "' of ",
         e.input.device.ToString(),
         " tensors is not implemented yet (on this device the engine "
-        "compresses with fp16, bf16, topk and dgc); pass one of those or "
+        "compresses with fp16, bf16, topk, dgc and powersgd); pass one of "
+        "those or "
         "\"none\", or exclude the tensor with TERSE_COMPRESSION_RULES"));
   }
   if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
@@ -155,9 +155,9 @@ absl::StatusOr<void*> DeviceExecutor::Staging(Context* ctx, int64_t bytes) {
   if (ctx->staging.data() == nullptr || ctx->staging.bytes() < bytes) {
     // The stream may still copy from the old buffer.
     TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
-    TERSE_ASSIGN_OR_RETURN(ctx->staging,
-                           DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal,
-                                                  bytes, /*host=*/true));
+    TERSE_ASSIGN_OR_RETURN(
+        ctx->staging, DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bytes,
+                                             /*host=*/true));
   }
   return ctx->staging.data();
 }
@@ -230,8 +230,7 @@ absl::Status DeviceExecutor::RunBucket(
         DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bucket.bytes));
     const int64_t runs = it != fusion_.end() ? it->second.runs : 0;
     it = fusion_
-             .insert_or_assign(bucket.id,
-                               Fusion{kind, std::move(buffer), runs})
+             .insert_or_assign(bucket.id, Fusion{kind, std::move(buffer), runs})
              .first;
   }
   uint8_t* region = it->second.buffer.as<uint8_t>();
@@ -257,9 +256,8 @@ absl::Status DeviceExecutor::RunBucket(
     offset += count;
   }
 
-  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage
-                          ? ReduceOp::kSum
-                          : bucket.reduce_op;
+  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
+                                                             : bucket.reduce_op;
   const DataType dtype = bucket.dtype;
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
@@ -306,9 +304,8 @@ absl::Status DeviceExecutor::RunBucket(
   for (size_t i = 0; i < bucket.members.size(); ++i) {
     const int64_t n = bucket.members[i].count;
     if (const TensorEntry* e = entries[i]) {
-      TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, e->output.data,
-                                       region + offset * elem, n, dtype,
-                                       scale));
+      TERSE_RETURN_IF_ERROR(ScaledCopy(
+          ctx, e->output.data, region + offset * elem, n, dtype, scale));
     }
     offset += n;
   }

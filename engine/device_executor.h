@@ -30,10 +30,10 @@
 // Allgather results are host memory (AllgatherResult), so an allgather is
 // always staged through the host.
 //
-// Compression of device buckets: static fp16, bf16, topk and dgc run on
-// the device, in stream order, with their residuals in device memory
-// (DeviceCompression, engine/device_compression.h), on CUDA and on the
-// simulated device. The other compressors and policies and
+// Compression of device buckets: static fp16, bf16, topk, dgc and powersgd
+// run on the device, in stream order, with their residuals in device
+// memory (DeviceCompression, engine/device_compression.h), on CUDA and on
+// the simulated device. The other compressors and policies and
 // TERSE_MOMENTUM_CORRECTION run only where the runtime's memory is
 // host-addressable (the simulated device): there a bucket that
 // `needs_reducer` says so is reduced by the engine's CompressedReducer (its
@@ -109,8 +109,7 @@ class DeviceExecutor {
   // Rank i's recv_bytes[i] bytes into host memory `recv`, rank-major;
   // `entry` may be null (no local op: zeros of this rank's size).
   absl::Status RunAllgather(Device::Kind kind, const TensorEntry* entry,
-                            const std::vector<int64_t>& recv_bytes,
-                            void* recv);
+                            const std::vector<int64_t>& recv_bytes, void* recv);
 
   // The bucket was dropped or changed: release its fusion buffer (after the
   // engine stream's pending work, which may use it).
