@@ -474,6 +474,15 @@ absl::Status CompressedReducer::RunExternalStep(
   return report.status();
 }
 
+std::optional<proto::BucketCompressionState>
+CompressedReducer::TakeRestoredBucket(const std::string& key) {
+  auto it = restored_.find(key);
+  if (it == restored_.end()) return std::nullopt;
+  proto::BucketCompressionState out = std::move(it->second);
+  restored_.erase(it);
+  return out;
+}
+
 std::optional<std::vector<float>> CompressedReducer::TakeResidual(
     const std::string& name, int64_t count) {
   std::optional<std::vector<float>> found;

@@ -114,6 +114,11 @@ class CompressedReducer : public BucketReducer {
   // For a caller that moves a restored residual elsewhere.
   std::optional<std::vector<float>> TakeResidual(const std::string& name,
                                                  int64_t count);
+  // Removes and returns the restored state of the bucket with key `key`
+  // (members' names joined by ','), warm-state values included; nullopt
+  // when a load restored none. Only inside RunExternalStep's step.
+  std::optional<proto::BucketCompressionState> TakeRestoredBucket(
+      const std::string& key);
 
   // Checkpoints in the chunked format (engine/checkpoint_format.h): bucket
   // policy states in its header, residuals, velocities and Accordion's

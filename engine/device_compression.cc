@@ -61,6 +61,8 @@ struct DeviceCompression::BucketState {
   uint64_t stream_hash = 0;
   std::vector<Segment> segments;
   std::unique_ptr<gravac::Policy> policy;
+  std::string key;  // Members' names joined by ',' (checkpoints).
+  double cf = 0;    // The choice's CF (warm states are keyed by it).
   CompressorId id_kind = CompressorId::kNone;
   CompressorOptions options;
   // Device buffers.
@@ -105,6 +107,12 @@ absl::StatusOr<DeviceOps*> DeviceCompression::OpsFor(const Target& target) {
 
 absl::Status DeviceCompression::Prepare(const Target& target) {
   if (stale_) {
+    // Rebuilt from the restored states on their next step, as the
+    // reducer's; their stream's work may still use their buffers.
+    for (auto& [id, state] : buckets_) {
+      TERSE_RETURN_IF_ERROR(state->target.stream->Synchronize());
+    }
+    buckets_.clear();
     for (auto& [name, r] : residuals_) graveyard_.push_back(std::move(r));
     residuals_.clear();
     stale_ = false;
@@ -146,14 +154,36 @@ absl::StatusOr<DeviceCompression::BucketState*> DeviceCompression::StateFor(
   s->policy = gravac::CreatePolicy(choice.name, choice.cf, config_, size_);
   TERSE_ASSIGN_OR_RETURN(s->id_kind, CompressorIdFromName(choice.name));
   s->options = OptionsFromConfig(config_);
+  s->cf = choice.cf;
+  for (size_t i = 0; i < bucket.members.size(); ++i) {
+    absl::StrAppend(&s->key, i > 0 ? "," : "", bucket.members[i].name);
+  }
   if (s->id_kind == CompressorId::kPowerSgd) {
     // The CPU path's state key: "bucket:" and the members' names.
-    std::string key = "bucket:";
-    for (size_t i = 0; i < bucket.members.size(); ++i) {
-      absl::StrAppend(&key, i > 0 ? "," : "", bucket.members[i].name);
-    }
     s->powersgd = std::make_unique<DevicePowerSgd>(
-        s->options, config_.seed, std::move(key), s->segments, bucket.count);
+        s->options, config_.seed, absl::StrCat("bucket:", s->key), s->segments,
+        bucket.count);
+  }
+  // A loaded checkpoint's state of this bucket (saved on either device
+  // kind): the policy's, and PowerSGD's warm starts.
+  std::optional<proto::BucketCompressionState> restored =
+      reducer_->TakeRestoredBucket(s->key);
+  if (restored.has_value()) {
+    absl::Status st = s->policy->RestoreState(restored->policy());
+    if (!st.ok()) {
+      TERSE_LOG(Warning) << "bucket " << bucket.id
+                         << ": policy state not restored: " << st;
+    }
+    if (s->powersgd != nullptr) {
+      std::map<std::string, std::vector<float>> warm;
+      for (const proto::WarmState& w : restored->warm_states()) {
+        if (w.compressor() == choice.name && w.cf() == choice.cf &&
+            w.level() == 0) {
+          warm[w.key()].assign(w.values().begin(), w.values().end());
+        }
+      }
+      s->powersgd->ImportWarm(std::move(warm));
+    }
   }
   slot = std::move(s);
   return slot.get();
@@ -493,6 +523,35 @@ DeviceCompression::ExportResiduals() {
       TERSE_RETURN_IF_ERROR(copy->Synchronize());
     }
     out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ExternalCompressionState::SavedBucket>>
+DeviceCompression::ExportBuckets() {
+  absl::MutexLock lock(&mu_);
+  std::vector<SavedBucket> out;
+  if (stale_) return out;  // The reducer writes what it loaded.
+  const gravac::Decision none;
+  for (const auto& [id, s] : buckets_) {
+    SavedBucket b;
+    proto::BucketCompressionState& h = b.header;
+    h.set_key(s->key);
+    s->policy->SaveState(h.mutable_policy());
+    h.set_pending_compressor(none.compressor);
+    h.set_pending_send_cf(none.send_cf);
+    h.set_pending_quiet(!none.wants_stats);
+    if (s->powersgd != nullptr) {
+      for (const auto& [key, q] : s->powersgd->warm()) {
+        proto::WarmState* w = h.add_warm_states();
+        w->set_compressor(CompressorName(s->id_kind));
+        w->set_cf(s->cf);
+        w->set_level(0);
+        w->set_key(key);
+        b.warm.push_back(q);
+      }
+    }
+    out.push_back(std::move(b));
   }
   return out;
 }

@@ -20,10 +20,11 @@
 // Residuals live in device allocations of the bucket's DeviceRuntime, one
 // per tensor (keyed by name, as ResidualStore keys them). They join the
 // reducer's checkpoints through ExternalCompressionState (downloaded when a
-// checkpoint is written); after a load, and for a tensor seen for the first
-// time, a step takes the tensor's residual from the reducer's store
-// (CompressedReducer::TakeResidual), so a residual saved on one device kind
-// loads on another.
+// checkpoint is written), with the buckets' policy states and PowerSGD's
+// warm starts in the reducer's format; after a load, and for a tensor or
+// bucket seen for the first time, a step takes the tensor's residual and
+// the bucket's state from the reducer (TakeResidual, TakeRestoredBucket),
+// so state saved on one device kind loads on another.
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
 // on the simulated device and refuses them on CUDA): the adaptive policies
@@ -103,6 +104,7 @@ class DeviceCompression : public ExternalCompressionState {
 
   // ExternalCompressionState.
   absl::StatusOr<std::vector<ResidualStore::Entry>> ExportResiduals() override;
+  absl::StatusOr<std::vector<SavedBucket>> ExportBuckets() override;
   void OnStateLoaded() override;
   void ForgetTensors(const std::vector<std::string>& names) override;
 

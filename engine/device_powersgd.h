@@ -12,8 +12,9 @@
 // the CPU compressor's bit for bit.
 //
 // State: the warm-start Q's per tensor, in host memory (they are rank x
-// cols floats). They do not join checkpoints yet: after a load a device
-// bucket's PowerSGD starts cold (docs/gpu.md).
+// cols floats); DeviceCompression writes them into checkpoints as the CPU
+// path does (WarmState entries of the bucket), so they load on either
+// device kind.
 //
 // One instance per bucket; used by the engine's background thread only.
 #ifndef TERSE_ENGINE_DEVICE_POWERSGD_H_
@@ -49,6 +50,15 @@ class DevicePowerSgd {
   // replaced by the sum over ranks of every rank's reconstruction. Work
   // runs on `stream` of `runtime`'s `ordinal`; the call blocks for the host
   // parts. Returns the bytes this rank sent.
+  // The warm-start Q's by key (checkpoints), and restoring them: an entry
+  // whose size does not fit its tensor is ignored when used.
+  const std::map<std::string, std::vector<float>>& warm() const {
+    return warm_;
+  }
+  void ImportWarm(std::map<std::string, std::vector<float>> warm) {
+    for (auto& [key, q] : warm) warm_[key] = std::move(q);
+  }
+
   absl::StatusOr<int64_t> Step(DeviceOps* ops, DeviceRuntime* runtime,
                                int ordinal, Stream* stream, float* a,
                                float* local, int64_t step,

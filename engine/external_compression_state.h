@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "compressors/residual_store.h"
+#include "engine/compression_state.pb.h"
 
 namespace terse {
 
@@ -28,6 +29,17 @@ class ExternalCompressionState {
   // place). May block for device work that produced them.
   virtual absl::StatusOr<std::vector<ResidualStore::Entry>>
   ExportResiduals() = 0;
+  // Bucket states to write with the reducer's (keys never overlap theirs):
+  // each header as the reducer writes its own (policy state, warm-state
+  // entries without values), and the warm states' values, one per
+  // header.warm_states entry, in order.
+  struct SavedBucket {
+    proto::BucketCompressionState header;
+    std::vector<std::vector<float>> warm;
+  };
+  virtual absl::StatusOr<std::vector<SavedBucket>> ExportBuckets() {
+    return std::vector<SavedBucket>();
+  }
   // A load replaced the reducer's state, loaded residuals included (in the
   // reducer's store): drop every residual held here; a later step takes
   // its tensors' residuals from the reducer (TakeResidual).
