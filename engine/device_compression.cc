@@ -94,7 +94,7 @@ bool DeviceCompression::Handles(const CompressionChoice& choice) {
   if (choice.is_policy) return false;
   return choice.name == "fp16" || choice.name == "bf16" ||
          choice.name == "topk" || choice.name == "dgc" ||
-         choice.name == "powersgd";
+         choice.name == "powersgd" || choice.name == "randomk";
 }
 
 absl::StatusOr<DeviceOps*> DeviceCompression::OpsFor(const Target& target) {
@@ -256,6 +256,8 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
             ? CastStep(*s, g, allreduce)
         : s->id_kind == CompressorId::kPowerSgd
             ? PowerSgdStep(*s, g, step, allreduce)
+        : s->id_kind == CompressorId::kRandomK
+            ? RandomKStep(*s, g, step, allreduce)
             : SparseStep(*s, g, step, control);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
@@ -321,6 +323,61 @@ absl::StatusOr<BucketReport> DeviceCompression::PowerSgdStep(
                       CompressorName(s.id_kind),
                       decision.send_cf,
                       bytes};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::RandomKStep(
+    BucketState& s, float* a, int64_t step, const DeviceAllreduce& allreduce) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  const int64_t n = s.count;
+  if (s.options.randomk_value_type != ValueType::kFloat32) {
+    return absl::UnimplementedError(
+        absl::StrCat("bucket ", s.id, ": randomk with ",
+                     ValueTypeName(s.options.randomk_value_type), " values on ",
+                     Device::KindName(t.runtime->kind()), " devices"));
+  }
+  if (n >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", s.id, ": randomk of ", n, " elements is too large"));
+  }
+  const int64_t k = KeepCount(n, decision.send_cf);
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+  // The positions depend on the shared seed only: drawn on the host (as the
+  // CUDA select kernels do), uploaded. The collective below waits for the
+  // stream before the host vector is reused.
+  const uint64_t seed = kernels::MixSeed(
+      config_.seed, static_cast<uint64_t>(step), s.stream_hash);
+  kernels::RandomKIndices(seed, n, k, &s.host_indices);
+  uint32_t* indices = s.indices.as<uint32_t>();
+  float* values = s.values.as<float>();
+  float* local = s.local.as<float>();
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(indices, s.host_indices.data(), k * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->Gather(t.stream, a, indices, k, values));
+  // Error feedback: residual = a - (0 + what was sent), per tensor.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->ScatterAdd(t.stream, indices, values, k, local));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(s.ops->Subtract(t.stream, a + seg.offset,
+                                          local + seg.offset,
+                                          r.buffer.as<float>(), seg.count));
+    r.valid = true;
+  }
+  // The values are the summable body of the CPU path's payload.
+  TERSE_RETURN_IF_ERROR(allreduce(values, k, DataType::kFloat32));
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->ScatterAdd(t.stream, indices, values, k, a));
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      k * 4};
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(

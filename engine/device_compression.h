@@ -6,8 +6,9 @@
 // on the device, the 16-bit body summed over ranks by the device
 // communicator or host staging, cast back), powersgd (DevicePowerSgd,
 // engine/device_powersgd.h: products on the device, its rounds through the
-// device collective, residual a - own share on the device) and topk, dgc
-// (error feedback:
+// device collective, residual a - own share on the device), randomk (the
+// shared-seed positions drawn on the host, gathered on the device, the
+// values summed by the device collective) and topk, dgc (error feedback:
 // a = g + residual on the device; selection, gather and the residual
 // update a - sent on the device; only the k indices and values and one
 // squared norm reach the host). Sparse payloads are built and parsed by
@@ -28,7 +29,7 @@
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
 // on the simulated device and refuses them on CUDA): the adaptive policies
-// (gravac, accordion), randomk, qsgd, efsignsgd, redsync,
+// (gravac, accordion), qsgd, efsignsgd, redsync,
 // threshold, and TERSE_MOMENTUM_CORRECTION.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
@@ -82,7 +83,7 @@ class DeviceCompression : public ExternalCompressionState {
   DeviceCompression& operator=(const DeviceCompression&) = delete;
 
   // Whether buckets whose tensors have compression `choice` go through
-  // Reduce: a static policy of fp16, bf16, topk, dgc or powersgd.
+  // Reduce: a static policy of fp16, bf16, topk, dgc, powersgd or randomk.
   static bool Handles(const CompressionChoice& choice);
 
   // Collective (every rank, same buckets, same order). Reduces device
@@ -134,6 +135,10 @@ class DeviceCompression : public ExternalCompressionState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> SparseStep(BucketState& s, float* data,
                                           int64_t step, Communicator* control)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> RandomKStep(BucketState& s, float* data,
+                                           int64_t step,
+                                           const DeviceAllreduce& allreduce)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> PowerSgdStep(BucketState& s, float* data,
                                             int64_t step,

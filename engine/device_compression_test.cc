@@ -38,7 +38,7 @@ TEST_P(DeviceCompressionTest, EqualsTheCpuPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionTest,
                          ::testing::Values("fp16", "bf16", "topk", "dgc",
-                                           "powersgd"),
+                                           "powersgd", "randomk"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param;
                          });
@@ -49,7 +49,7 @@ INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionTest,
 // reducer's store.
 TEST(DeviceCompressionConservationTest, SentPlusResidualIsTheGradientSum) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
-  for (const std::string compression : {"topk", "dgc", "powersgd"}) {
+  for (const std::string compression : {"topk", "dgc", "powersgd", "randomk"}) {
     const int size = 3, steps = 4;
     Outcome run;
     absl::Status st = RunDeviceAndCpu(size, compression, "20", steps, &run,

@@ -30,8 +30,8 @@
 // Allgather results are host memory (AllgatherResult), so an allgather is
 // always staged through the host.
 //
-// Compression of device buckets: static fp16, bf16, topk, dgc and powersgd
-// run on the device, in stream order, with their residuals in device
+// Compression of device buckets: static fp16, bf16, topk, dgc, powersgd
+// and randomk run on the device, in stream order, with their residuals in device
 // memory (DeviceCompression, engine/device_compression.h), on CUDA and on
 // the simulated device. The other compressors and policies and
 // TERSE_MOMENTUM_CORRECTION run only where the runtime's memory is

@@ -77,16 +77,16 @@ absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
 }
 
 // Compressed allreduces of CUDA tensors through the engine (DeviceCompression):
-// fp16, bf16, and topk / dgc keeping every entry (cf 1), on small integers
-// that every format carries exactly, so the result is the host sum; and
-// a compressor the device path lacks (efsignsgd) is Unimplemented at
+// fp16, bf16, and topk / dgc / randomk keeping every entry (cf 1), on small
+// integers that every format carries exactly, so the result is the host sum;
+// and a compressor the device path lacks (efsignsgd) is Unimplemented at
 // enqueue.
 absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
   const int64_t n = 5000;
   std::vector<float> host(n);
   for (int64_t i = 0; i < n; ++i) host[i] = Value(rank, i);
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, cuda->CreateStream(0));
-  for (const char* spec : {"fp16", "bf16", "topk:1", "dgc:1"}) {
+  for (const char* spec : {"fp16", "bf16", "topk:1", "dgc:1", "randomk:1"}) {
     TERSE_ASSIGN_OR_RETURN(DeviceBuffer a,
                            DeviceBuffer::Allocate(cuda, 0, n * 4));
     TERSE_RETURN_IF_ERROR(stream->Memcpy(a.data(), host.data(), n * 4));
