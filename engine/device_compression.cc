@@ -75,6 +75,10 @@ struct DeviceCompression::BucketState {
   double host_norm = 0;
   std::vector<uint32_t> up_indices;
   std::vector<float> up_values, up_negated;
+  // efsignsgd: the encoded body (device), every rank's (device, and its
+  // host copy), each rank's slot 8-byte aligned.
+  DeviceBuffer sign_bits, sign_received;
+  std::vector<uint8_t> host_bits, up_bytes;
   // powersgd: its state and this rank's own reconstruction (device).
   std::unique_ptr<DevicePowerSgd> powersgd;
   DeviceBuffer local;
@@ -94,7 +98,8 @@ bool DeviceCompression::Handles(const CompressionChoice& choice) {
   if (choice.is_policy) return false;
   return choice.name == "fp16" || choice.name == "bf16" ||
          choice.name == "topk" || choice.name == "dgc" ||
-         choice.name == "powersgd" || choice.name == "randomk";
+         choice.name == "powersgd" || choice.name == "randomk" ||
+         choice.name == "efsignsgd";
 }
 
 absl::StatusOr<DeviceOps*> DeviceCompression::OpsFor(const Target& target) {
@@ -258,6 +263,8 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
             ? PowerSgdStep(*s, g, step, allreduce)
         : s->id_kind == CompressorId::kRandomK
             ? RandomKStep(*s, g, step, allreduce)
+        : s->id_kind == CompressorId::kEfSignSgd
+            ? EfSignSgdStep(*s, g, control)
             : SparseStep(*s, g, step, control);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
@@ -378,6 +385,136 @@ absl::StatusOr<BucketReport> DeviceCompression::RandomKStep(
                       CompressorName(s.id_kind),
                       decision.send_cf,
                       k * 4};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
+    BucketState& s, float* a, Communicator* control) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  // The CPU compressor's block: sign_block_size, or the whole bucket.
+  const int64_t option = std::max<int64_t>(0, s.options.sign_block_size);
+  const int64_t block =
+      option == 0 || option > n ? std::max<int64_t>(n, 1) : option;
+  const int64_t blocks = n == 0 ? 0 : (n + block - 1) / block;
+  const int64_t bit_bytes = (n + 7) / 8;
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(blocks, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(bit_bytes, 1), &s.sign_bits));
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
+  float* scales = s.values.as<float>();
+  uint8_t* bits = s.sign_bits.as<uint8_t>();
+  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
+  TERSE_RETURN_IF_ERROR(ops->SignEncode(t.stream, a, n, block, scales, bits));
+  s.host_values.resize(blocks);
+  s.host_bits.resize(bit_bytes);
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_values.data(), scales, blocks * 4));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_bits.data(), bits, bit_bytes));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
+  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+
+  // The CPU compressor's payload: the block size as its parameter, the
+  // scales then the bits as its body; the statistics trailer behind it.
+  PayloadHeader h;
+  h.compressor = CompressorId::kEfSignSgd;
+  h.value_type = ValueType::kFloat32;
+  h.index_coding = IndexCoding::kImplicit;
+  h.dense_count = static_cast<uint64_t>(n);
+  h.entry_count = static_cast<uint64_t>(n);
+  h.ext_bytes = 8;
+  h.body_bytes = static_cast<uint64_t>(4 * blocks + bit_bytes);
+  Payload payload;
+  PayloadRegions regions = StartPayload(h, &payload);
+  StoreLe<uint64_t>(regions.ext, static_cast<uint64_t>(block));
+  std::memcpy(regions.body, s.host_values.data(), blocks * 4);
+  std::memcpy(regions.body + 4 * blocks, s.host_bits.data(), bit_bytes);
+  const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
+  double stats[kStatsTrailer] = {};
+  stats[kStatNormEf] = s.host_norm;
+  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
+  std::vector<uint8_t> message = std::move(payload.bytes);
+  message.resize(payload_bytes + sizeof(stats));
+  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
+  const int64_t each = static_cast<int64_t>(message.size());
+  std::vector<uint8_t> gathered(each * control->size());
+  TERSE_RETURN_IF_ERROR(
+      control->Allgather(message.data(), gathered.data(), each));
+
+  // Validate every rank's payload on the host (as the CPU decoder does),
+  // then upload the bodies, each in an 8-byte aligned slot.
+  struct Slot {
+    int64_t at = 0, block = 1, blocks = 0;
+  };
+  std::vector<Slot> slots(control->size());
+  s.up_bytes.clear();
+  for (int r = 0; r < control->size(); ++r) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": the efsignsgd payload from rank ", r,
+                       " does not decode: ", why));
+    };
+    absl::StatusOr<PayloadView> view = ParsePayload(
+        absl::MakeConstSpan(gathered.data() + r * each, payload_bytes),
+        CompressorId::kEfSignSgd, static_cast<uint64_t>(n));
+    if (!view.ok()) return bad(view.status().message());
+    if (view->header.ext_bytes != 8 ||
+        view->header.entry_count != static_cast<uint64_t>(n)) {
+      return bad("bad payload: efsignsgd layout");
+    }
+    const uint64_t their_block = LoadLe<uint64_t>(view->ext.data());
+    if (their_block < 1 || (n > 0 && their_block > static_cast<uint64_t>(n))) {
+      return bad("bad payload: efsignsgd block size");
+    }
+    Slot& slot = slots[r];
+    slot.block = static_cast<int64_t>(their_block);
+    slot.blocks = n == 0 ? 0 : (n + slot.block - 1) / slot.block;
+    if (view->header.body_bytes !=
+        static_cast<uint64_t>(4 * slot.blocks + bit_bytes)) {
+      return bad("bad payload: efsignsgd body size");
+    }
+    slot.at = static_cast<int64_t>(s.up_bytes.size());
+    s.up_bytes.insert(s.up_bytes.end(), view->body.begin(), view->body.end());
+    s.up_bytes.resize((s.up_bytes.size() + 7) / 8 * 8, 0);
+  }
+  const int64_t total = static_cast<int64_t>(s.up_bytes.size());
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 8), &s.sign_received));
+  uint8_t* received = s.sign_received.as<uint8_t>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(received, s.up_bytes.data(), total));
+  auto decode_into = [&](int r, float* dense) {
+    const Slot& slot = slots[r];
+    const uint8_t* body = received + slot.at;
+    return ops->SignDecodeAdd(t.stream, reinterpret_cast<const float*>(body),
+                              body + 4 * slot.blocks, n, slot.block, dense);
+  };
+  // Error feedback: residual = a - (0 + this rank's decoded payload).
+  float* local = s.local.as<float>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(decode_into(rank_, local));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
+                                        local + seg.offset,
+                                        r.buffer.as<float>(), seg.count));
+    r.valid = true;
+  }
+  // The sum over ranks, decoded in rank order.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  for (int r = 0; r < control->size(); ++r) {
+    TERSE_RETURN_IF_ERROR(decode_into(r, a));
+  }
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      payload_bytes};
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(

@@ -38,7 +38,7 @@ TEST_P(DeviceCompressionCudaTest, EqualsTheCpuPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionCudaTest,
                          ::testing::Values("fp16", "bf16", "topk", "dgc",
-                                           "powersgd", "randomk"),
+                                           "powersgd", "randomk", "efsignsgd"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param;
                          });

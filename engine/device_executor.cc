@@ -115,8 +115,8 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
         "tensor '", e.name, "': compression '", c.name, "' of ",
         e.input.device.ToString(),
         " tensors is not implemented yet (on this device the engine "
-        "compresses with fp16, bf16, topk, dgc, powersgd and randomk); pass "
-        "one of "
+        "compresses with fp16, bf16, topk, dgc, powersgd, randomk and "
+        "efsignsgd); pass one of "
         "those or "
         "\"none\", or exclude the tensor with TERSE_COMPRESSION_RULES"));
   }

@@ -30,17 +30,18 @@
 // Allgather results are host memory (AllgatherResult), so an allgather is
 // always staged through the host.
 //
-// Compression of device buckets: static fp16, bf16, topk, dgc, powersgd
-// and randomk run on the device, in stream order, with their residuals in device
-// memory (DeviceCompression, engine/device_compression.h), on CUDA and on
-// the simulated device. The other compressors and policies and
-// TERSE_MOMENTUM_CORRECTION run only where the runtime's memory is
-// host-addressable (the simulated device): there a bucket that
-// `needs_reducer` says so is reduced by the engine's CompressedReducer (its
-// CPU kernels, residuals and velocities, payloads over the control
-// communicator) on the device fusion buffer, after the engine stream is
-// synchronised; fuse and unfuse stay on the stream. The engine refuses them
-// on CUDA at enqueue (Unimplemented naming the compressor and the device).
+// Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
+// randomk and efsignsgd run on the device, in stream order, with their
+// residuals in device memory (DeviceCompression,
+// engine/device_compression.h), on CUDA and on the simulated device. The
+// other compressors and policies and TERSE_MOMENTUM_CORRECTION run only
+// where the runtime's memory is host-addressable (the simulated device):
+// there a bucket that `needs_reducer` says so is reduced by the engine's
+// CompressedReducer (its CPU kernels, residuals and velocities, payloads
+// over the control communicator) on the device fusion buffer, after the
+// engine stream is synchronised; fuse and unfuse stay on the stream. The
+// engine refuses them on CUDA at enqueue (Unimplemented naming the
+// compressor and the device).
 //
 // Not thread-safe except CheckView and CheckEntry (any thread). Every rank
 // runs the same device collectives in the same order (the negotiated one).

@@ -484,13 +484,13 @@ absl::Status ExpectSame(const std::vector<double>& dev,
 
 // Each compressor on simulated-device buckets equals the CPU path bit for
 // bit over several steps (residuals carried between steps): fp16, bf16,
-// topk and dgc run on the device (DeviceCompression; dgc's buckets are
-// below its sampling size, so both select exactly), efsignsgd and powersgd
-// through the reducer.
+// topk, dgc, efsignsgd and powersgd run on the device (DeviceCompression;
+// dgc's buckets are below its sampling size, so both select exactly),
+// threshold through the reducer on the engine thread.
 absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  for (const std::string spec :
-       {"fp16", "bf16", "topk:10", "dgc:10", "efsignsgd", "powersgd:2"}) {
+  for (const std::string spec : {"fp16", "bf16", "topk:10", "dgc:10",
+                                 "efsignsgd", "powersgd:2", "threshold:10"}) {
     for (int step = 0; step < 3; ++step) {
       std::vector<double> dev;
       std::vector<float> cpu;
@@ -507,8 +507,8 @@ absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   for (const BucketReport& r : engine.compression().Reports()) {
     if (r.compressor != "none") ++compressed;
   }
-  return Expect(compressed >= 12,
-                absl::StrCat(compressed, " of 12 buckets compressed"));
+  return Expect(compressed >= 14,
+                absl::StrCat(compressed, " of 14 buckets compressed"));
 }
 
 // A checkpoint of a simulated-device bucket's compression state loads for

@@ -122,6 +122,28 @@ absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
                   "ScatterAdd");
 }
 
+absl::Status CudaDeviceOps::SignEncode(Stream* stream, const float* x,
+                                       int64_t d, int64_t block, float* scales,
+                                       uint8_t* bits) {
+  if (d < 0 || block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SignEncode: d = ", d, ", block = ", block));
+  }
+  return device_ops_cuda::SignEncode(ordinal_, stream->native_handle(), x, d,
+                                     block, scales, bits);
+}
+
+absl::Status CudaDeviceOps::SignDecodeAdd(Stream* stream, const float* scales,
+                                          const uint8_t* bits, int64_t d,
+                                          int64_t block, float* dense) {
+  if (d < 0 || block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SignDecodeAdd: d = ", d, ", block = ", block));
+  }
+  return device_ops_cuda::SignDecodeAdd(ordinal_, stream->native_handle(),
+                                        scales, bits, d, block, dense);
+}
+
 absl::Status CudaDeviceOps::MatMul(Stream* stream, const float* m,
                                    const float* q, float* p, int64_t rows,
                                    int64_t cols, int64_t r) {

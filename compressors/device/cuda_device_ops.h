@@ -45,6 +45,12 @@ class CudaDeviceOps : public DeviceOps {
                                float* m, int64_t rows, int64_t cols,
                                int64_t r) override;
 
+  absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t block, float* scales, uint8_t* bits) override;
+  absl::Status SignDecodeAdd(Stream* stream, const float* scales,
+                             const uint8_t* bits, int64_t d, int64_t block,
+                             float* dense) override;
+
  private:
   const int ordinal_;
 };

@@ -79,6 +79,19 @@ class DeviceOps {
                                   const float* values, int64_t k,
                                   float* dense) = 0;
 
+  // EF-signSGD (compressors/efsignsgd_compressor.h): per block of `block`
+  // elements (the last may be shorter) scales[b] = mean |x| summed in double
+  // in index order, and bits (ceil(d / 8) bytes, zeroed first) with bit i
+  // set when x[i]'s sign bit is set. Bitwise the CPU's on both devices
+  // (CUDA: one thread per block for the sums, one per byte for the bits).
+  virtual absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
+                                  int64_t block, float* scales,
+                                  uint8_t* bits) = 0;
+  // dense[i] += bit i ? -scales[i / block] : scales[i / block].
+  virtual absl::Status SignDecodeAdd(Stream* stream, const float* scales,
+                                     const uint8_t* bits, int64_t d,
+                                     int64_t block, float* dense) = 0;
+
   // PowerSGD's products, row-major float matrices (powersgd_compressor.h):
   //   p (rows x r)  = m (rows x cols) * q (cols x r)      (P = M Q)
   //   q (cols x r)  = m^T * p (rows x r)                  (Q = M^T P^)

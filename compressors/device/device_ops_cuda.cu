@@ -85,6 +85,43 @@ __global__ void SquaredNormKernel(const float* x, int64_t n, double* out) {
   if (threadIdx.x == 0) atomicAdd(out, partial[0]);
 }
 
+// One thread per block: the CPU's sum of |x| in double, in index order.
+__global__ void SignScaleKernel(const float* x, int64_t d, int64_t block,
+                                int64_t blocks, float* scales) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t begin = b * block;
+    const int64_t end = begin + block < d ? begin + block : d;
+    double sum = 0;
+    for (int64_t i = begin; i < end; ++i)
+      sum += fabs(static_cast<double>(x[i]));
+    scales[b] =
+        static_cast<float>(__ddiv_rn(sum, static_cast<double>(end - begin)));
+  }
+}
+
+// One thread per byte of sign bits.
+__global__ void SignBitsKernel(const float* x, int64_t d, uint8_t* bits) {
+  const int64_t bytes = (d + 7) / 8;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < bytes;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    uint8_t byte = 0;
+    for (int64_t i = j * 8; i < j * 8 + 8 && i < d; ++i) {
+      if (signbit(x[i])) byte |= static_cast<uint8_t>(1u << (i & 7));
+    }
+    bits[j] = byte;
+  }
+}
+
+__global__ void SignDecodeAddKernel(const float* scales, const uint8_t* bits,
+                                    int64_t d, int64_t block, float* dense) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float scale = scales[i / block];
+    dense[i] += ((bits[i >> 3] >> (i & 7)) & 1) ? -scale : scale;
+  }
+}
+
 // p[i, c] = sum_j m[i, j] q[j, c].
 __global__ void MatMulKernel(const float* m, const float* q, float* p,
                              int64_t rows, int64_t cols, int64_t r) {
@@ -122,6 +159,33 @@ __global__ void AddOuterProductKernel(const float* p, const float* q, float* m,
 }
 
 }  // namespace
+
+absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t block, float* scales, uint8_t* bits) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "SignEncode");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t blocks = (d + block - 1) / block;
+  SignScaleKernel<<<Blocks(blocks), kThreads, 0, s>>>(x, d, block, blocks,
+                                                      scales);
+  absl::Status st = LaunchError("SignEncode (scales)");
+  if (!st.ok()) return st;
+  SignBitsKernel<<<Blocks((d + 7) / 8), kThreads, 0, s>>>(x, d, bits);
+  return LaunchError("SignEncode (bits)");
+}
+
+absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
+                           const uint8_t* bits, int64_t d, int64_t block,
+                           float* dense) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "SignDecodeAdd");
+  if (!set.ok()) return set;
+  SignDecodeAddKernel<<<Blocks(d), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(scales, bits, d,
+                                                             block, dense);
+  return LaunchError("SignDecodeAdd");
+}
 
 absl::Status MatMul(int device, void* stream, const float* m, const float* q,
                     float* p, int64_t rows, int64_t cols, int64_t r) {

@@ -33,6 +33,13 @@ absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
 absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
                          double* out);
 
+// EF-signSGD's encode and decode (DeviceOps::SignEncode / SignDecodeAdd).
+absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t block, float* scales, uint8_t* bits);
+absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
+                           const uint8_t* bits, int64_t d, int64_t block,
+                           float* dense);
+
 // PowerSGD's products (DeviceOps::MatMul and friends), row-major; one
 // thread per output element, summing in float in index order.
 absl::Status MatMul(int device, void* stream, const float* m, const float* q,

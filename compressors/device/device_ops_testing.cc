@@ -1,6 +1,7 @@
 #include "compressors/device/device_ops_testing.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -196,6 +197,40 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     kernels::SampledTopK(big.data(), n, k, opt, &want);
     TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, count));
     TERSE_RETURN_IF_ERROR(SameBits(got, want, "SampledTopK"));
+  }
+  for (int64_t block : {d, int64_t{64}, int64_t{1000}}) {  // EF-signSGD.
+    const int64_t blocks = (d + block - 1) / block, bytes = (d + 7) / 8;
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(float* dscales,
+                           f.Upload(std::vector<float>(blocks, -1)));
+    TERSE_ASSIGN_OR_RETURN(uint8_t * dbits,
+                           f.Upload(std::vector<uint8_t>(bytes, 0xff)));
+    TERSE_RETURN_IF_ERROR(ops->SignEncode(s, dx, d, block, dscales, dbits));
+    std::vector<float> scales(blocks);
+    std::vector<uint8_t> bits(bytes, 0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * block, end = std::min(d, begin + block);
+      double sum = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        sum += std::fabs(static_cast<double>(x[i]));
+        if (std::signbit(x[i])) bits[i >> 3] |= uint8_t{1} << (i & 7);
+      }
+      scales[b] = static_cast<float>(sum / static_cast<double>(end - begin));
+    }
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gs, f.Download(dscales, blocks));
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint8_t> gb, f.Download(dbits, bytes));
+    const std::string what = absl::StrCat("SignEncode block ", block);
+    TERSE_RETURN_IF_ERROR(SameBits(gs, scales, what + " scales"));
+    TERSE_RETURN_IF_ERROR(SameBits(gb, bits, what + " bits"));
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_RETURN_IF_ERROR(ops->SignDecodeAdd(s, dscales, dbits, d, block, dy));
+    std::vector<float> want = y0;
+    for (int64_t i = 0; i < d; ++i) {
+      want[i] += ((bits[i >> 3] >> (i & 7)) & 1) ? -scales[i / block]
+                                                 : scales[i / block];
+    }
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gy, f.Download(dy, d));
+    TERSE_RETURN_IF_ERROR(SameBits(gy, want, "SignDecodeAdd"));
   }
   {  // PowerSGD's products on a 300 x 170 matrix at rank 3.
     using RowMat =

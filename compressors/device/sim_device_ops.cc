@@ -1,6 +1,8 @@
 #include "compressors/device/sim_device_ops.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -33,6 +35,50 @@ absl::Status CheckDims(int64_t rows, int64_t cols, int64_t r, const char* op) {
 }
 
 }  // namespace
+
+absl::Status SimDeviceOps::SignEncode(Stream* stream, const float* x, int64_t d,
+                                      int64_t block, float* scales,
+                                      uint8_t* bits) {
+  if (d < 0 || block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SignEncode: d = ", d, ", block = ", block));
+  }
+  const int64_t blocks = (d + block - 1) / block;
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "SignEncode: x"));
+  TERSE_RETURN_IF_ERROR(Check(scales, blocks * 4, "SignEncode: scales"));
+  TERSE_RETURN_IF_ERROR(Check(bits, (d + 7) / 8, "SignEncode: bits"));
+  return stream->LaunchHost([x, d, block, blocks, scales, bits] {
+    std::fill(bits, bits + (d + 7) / 8, 0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * block, end = std::min(d, begin + block);
+      double sum = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        sum += std::fabs(static_cast<double>(x[i]));
+        if (std::signbit(x[i])) bits[i >> 3] |= uint8_t{1} << (i & 7);
+      }
+      scales[b] = static_cast<float>(sum / static_cast<double>(end - begin));
+    }
+  });
+}
+
+absl::Status SimDeviceOps::SignDecodeAdd(Stream* stream, const float* scales,
+                                         const uint8_t* bits, int64_t d,
+                                         int64_t block, float* dense) {
+  if (d < 0 || block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SignDecodeAdd: d = ", d, ", block = ", block));
+  }
+  const int64_t blocks = (d + block - 1) / block;
+  TERSE_RETURN_IF_ERROR(Check(scales, blocks * 4, "SignDecodeAdd: scales"));
+  TERSE_RETURN_IF_ERROR(Check(bits, (d + 7) / 8, "SignDecodeAdd: bits"));
+  TERSE_RETURN_IF_ERROR(Check(dense, d * 4, "SignDecodeAdd: dense"));
+  return stream->LaunchHost([scales, bits, d, block, dense] {
+    for (int64_t i = 0; i < d; ++i) {
+      const float scale = scales[i / block];
+      dense[i] += ((bits[i >> 3] >> (i & 7)) & 1) ? -scale : scale;
+    }
+  });
+}
 
 absl::Status SimDeviceOps::MatMul(Stream* stream, const float* m,
                                   const float* q, float* p, int64_t rows,

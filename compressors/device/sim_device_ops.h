@@ -49,6 +49,12 @@ class SimDeviceOps : public DeviceOps {
                                float* m, int64_t rows, int64_t cols,
                                int64_t r) override;
 
+  absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t block, float* scales, uint8_t* bits) override;
+  absl::Status SignDecodeAdd(Stream* stream, const float* scales,
+                             const uint8_t* bits, int64_t d, int64_t block,
+                             float* dense) override;
+
  private:
   absl::Status Check(const void* ptr, int64_t bytes, const char* what);
 
