@@ -2,8 +2,10 @@
 // device buffers against the CompressedReducer (the CPU path), 1 rank and
 // 2 ranks (threads) sharing GPU 0 with host-staged collectives. Bitwise
 // equality is expected (distinct indices per ScatterAdd launch, IEEE casts,
-// the CPU's selection); the squared norm differs only inside the statistics
-// trailer, which does not touch the results. Skipped, never passed, without
+// the CPU's selection and sign-scale order) except for PowerSGD, whose
+// products sum in another order (within 1e-3 of the largest value); the
+// squared norm differs only inside the statistics trailer, which does not
+// touch the results. Skipped, never passed, without
 // a device.
 #include <string>
 
@@ -31,7 +33,11 @@ TEST_P(DeviceCompressionCudaTest, EqualsTheCpuPathBitForBit) {
     absl::Status st = RunDeviceAndCpu(size, compression, "50", 3, &run, &cuda,
                                       [](int) { return 0; });
     ASSERT_TRUE(st.ok()) << st;
-    st = ExpectBitwiseEqual(run, compression + " on cuda:0");
+    // PowerSGD's CUDA products sum in another order than Eigen (and
+    // contract to FMA): close, not bitwise. Everything else is bitwise.
+    st = compression == "powersgd"
+             ? ExpectClose(run, compression + " on cuda:0", 1e-3)
+             : ExpectBitwiseEqual(run, compression + " on cuda:0");
     EXPECT_TRUE(st.ok()) << st;
   }
 }

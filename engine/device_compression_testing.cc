@@ -1,5 +1,7 @@
 #include "engine/device_compression_testing.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -140,6 +142,36 @@ absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what) {
                          " ", d.bytes_sent, " bytes ", d.policy, "; cpu ",
                          c.compressor, " ", c.bytes_sent, " bytes ", c.policy));
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectClose(const Outcome& run, const std::string& what,
+                         double tolerance) {
+  for (size_t step = 0; step < run.device.size(); ++step) {
+    for (size_t r = 0; r < run.device[step].size(); ++r) {
+      const std::vector<float>& d = run.device[step][r];
+      const std::vector<float>& c = run.cpu[step][r];
+      if (d.size() != c.size()) {
+        return absl::InternalError(absl::StrCat(what, ": sizes differ"));
+      }
+      double scale = 0;
+      for (float v : c) scale = std::max(scale, std::fabs(double{v}));
+      for (size_t i = 0; i < d.size(); ++i) {
+        if (!(std::fabs(double{d[i]} - c[i]) <= tolerance * scale)) {
+          return absl::InternalError(absl::StrCat(
+              what, " step ", step, " rank ", r, " [", i, "]: device ", d[i],
+              ", cpu ", c[i], " (tolerance ", tolerance * scale, ")"));
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < run.device_report.size(); ++r) {
+    if (run.device_report[r].compressor != run.cpu_report[r].compressor) {
+      return absl::InternalError(absl::StrCat(
+          what, " rank ", r, ": device sent ", run.device_report[r].compressor,
+          ", cpu ", run.cpu_report[r].compressor));
     }
   }
   return absl::OkStatus();

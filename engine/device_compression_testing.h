@@ -51,6 +51,11 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
 
 // OK when every step's results are bitwise equal and the reports agree.
 absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what);
+// OK when every step's results agree within `tolerance` times the step's
+// largest CPU magnitude (float products summed in another order: PowerSGD
+// on CUDA) and the reports name the same compressor.
+absl::Status ExpectClose(const Outcome& run, const std::string& what,
+                         double tolerance);
 
 }  // namespace testing
 }  // namespace terse
