@@ -232,6 +232,9 @@ DeviceCompression::ExportResiduals() {
   for (auto& [stream, event] : written_) {
     TERSE_RETURN_IF_ERROR(event->HostWait());
   }
+  // This thread may not enqueue on the engine streams: copies go on
+  // streams of its own (one per runtime), waited for at the end.
+  std::map<DeviceRuntime*, std::unique_ptr<Stream>> copies;
   for (auto& [name, r] : residuals_) {
     if (!r.valid) continue;
     ResidualStore::Entry e;
@@ -241,14 +244,18 @@ DeviceCompression::ExportResiduals() {
     if (r.target.runtime->host_addressable()) {
       std::memcpy(e.values.data(), r.buffer.data(), bytes);
     } else {
-      // Another thread may not use the engine stream: a stream of our own.
-      TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> copy,
-                             r.target.runtime->CreateStream(r.target.ordinal));
+      std::unique_ptr<Stream>& copy = copies[r.target.runtime];
+      if (copy == nullptr) {
+        TERSE_ASSIGN_OR_RETURN(
+            copy, r.target.runtime->CreateStream(r.target.ordinal));
+      }
       TERSE_RETURN_IF_ERROR(
           copy->Memcpy(e.values.data(), r.buffer.data(), bytes));
-      TERSE_RETURN_IF_ERROR(copy->Synchronize());
     }
     out.push_back(std::move(e));
+  }
+  for (auto& [runtime, copy] : copies) {
+    TERSE_RETURN_IF_ERROR(copy->Synchronize());
   }
   return out;
 }
