@@ -32,7 +32,7 @@ bool DeviceCompression::Handles(const CompressionChoice& choice) {
   return choice.name == "fp16" || choice.name == "bf16" ||
          choice.name == "topk" || choice.name == "dgc" ||
          choice.name == "powersgd" || choice.name == "randomk" ||
-         choice.name == "efsignsgd";
+         choice.name == "efsignsgd" || choice.name == "qsgd";
 }
 
 absl::StatusOr<DeviceOps*> DeviceCompression::OpsFor(const Target& target) {
@@ -196,9 +196,9 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
             ? PowerSgdStep(*s, g, step, allreduce)
         : s->id_kind == CompressorId::kRandomK
             ? RandomKStep(*s, g, step, allreduce)
-        : s->id_kind == CompressorId::kEfSignSgd
-            ? EfSignSgdStep(*s, g, control)
-            : SparseStep(*s, g, step, control);
+        : s->id_kind == CompressorId::kEfSignSgd ? EfSignSgdStep(*s, g, control)
+        : s->id_kind == CompressorId::kQsgd ? QsgdStep(*s, g, step, control)
+                                            : SparseStep(*s, g, step, control);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
     return report;

@@ -10,8 +10,9 @@
 // shared-seed positions drawn on the host, gathered on the device, the
 // values summed by the device collective), efsignsgd (per-block scales and
 // sign bits encoded on the device, the CPU path's payload allgathered over
-// the control communicator, decoded on the device in rank order) and topk,
-// dgc (error feedback:
+// the control communicator, decoded on the device in rank order), qsgd
+// (the same with per-bucket norms and stochastically rounded codes, the
+// CPU compressor's seeds) and topk, dgc (error feedback:
 // a = g + residual on the device; selection, gather and the residual
 // update a - sent on the device; only the k indices and values and one
 // squared norm reach the host). Sparse payloads are built and parsed by
@@ -32,8 +33,7 @@
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
 // on the simulated device and refuses them on CUDA): the adaptive policies
-// (gravac, accordion), qsgd, redsync,
-// threshold, and TERSE_MOMENTUM_CORRECTION.
+// (gravac, accordion), redsync, threshold, and TERSE_MOMENTUM_CORRECTION.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -86,8 +86,8 @@ class DeviceCompression : public ExternalCompressionState {
   DeviceCompression& operator=(const DeviceCompression&) = delete;
 
   // Whether buckets whose tensors have compression `choice` go through
-  // Reduce: a static policy of fp16, bf16, topk, dgc, powersgd, randomk or
-  // efsignsgd.
+  // Reduce: a static policy of fp16, bf16, topk, dgc, powersgd, randomk,
+  // efsignsgd or qsgd.
   static bool Handles(const CompressionChoice& choice);
 
   // Collective (every rank, same buckets, same order). Reduces device
@@ -139,6 +139,9 @@ class DeviceCompression : public ExternalCompressionState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> SparseStep(BucketState& s, float* data,
                                           int64_t step, Communicator* control)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
+                                        int64_t step, Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> EfSignSgdStep(BucketState& s, float* data,
                                              Communicator* control)

@@ -44,7 +44,8 @@ TEST_P(DeviceCompressionCudaTest, EqualsTheCpuPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionCudaTest,
                          ::testing::Values("fp16", "bf16", "topk", "dgc",
-                                           "powersgd", "randomk", "efsignsgd"),
+                                           "powersgd", "randomk", "efsignsgd",
+                                           "qsgd"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param;
                          });

@@ -83,6 +83,10 @@ struct DeviceCompression::BucketState {
   // host copy), each rank's slot 8-byte aligned.
   DeviceBuffer sign_bits, sign_received;
   std::vector<uint8_t> host_bits, up_bytes;
+  // qsgd: per norm bucket seeds (device, and their host copy); its codes
+  // and bodies reuse the efsignsgd buffers above.
+  DeviceBuffer seeds;
+  std::vector<uint64_t> host_seeds;
   // powersgd: its state and this rank's own reconstruction (device).
   std::unique_ptr<DevicePowerSgd> powersgd;
   DeviceBuffer local;

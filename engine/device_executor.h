@@ -31,7 +31,7 @@
 // always staged through the host.
 //
 // Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
-// randomk and efsignsgd run on the device, in stream order, with their
+// randomk, efsignsgd and qsgd run on the device, in stream order, with their
 // residuals in device memory (DeviceCompression,
 // engine/device_compression.h), on CUDA and on the simulated device. The
 // other compressors and policies and TERSE_MOMENTUM_CORRECTION run only

@@ -223,7 +223,7 @@ else
   fi
 fi
 
-note "not covered: CUDA compression other than fp16/bf16/topk/dgc/powersgd/randomk/efsignsgd (qsgd, redsync, threshold, gravac, accordion, momentum correction), the PyTorch CUDA binding, multi-GPU NCCL (docs/gpu.md)"
+note "not covered: CUDA compression with redsync, threshold, gravac, accordion or momentum correction, the PyTorch CUDA binding, multi-GPU NCCL (docs/gpu.md)"
 echo "===== SUMMARY (${SECONDS} s) ====="
 printf '%s\n' "${RESULTS[@]}" >"$OUT/summary.txt"
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped" >>"$OUT/summary.txt"

@@ -144,6 +144,31 @@ absl::Status CudaDeviceOps::SignDecodeAdd(Stream* stream, const float* scales,
                                         scales, bits, d, block, dense);
 }
 
+absl::Status CudaDeviceOps::QsgdEncode(Stream* stream, const float* x,
+                                       int64_t d, int64_t bucket, int levels,
+                                       const uint64_t* seeds, float* norms,
+                                       uint8_t* codes) {
+  if (d < 0 || bucket < 1 || levels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QsgdEncode: d = ", d, ", bucket = ", bucket, ", levels = ", levels));
+  }
+  return device_ops_cuda::QsgdEncode(ordinal_, stream->native_handle(), x, d,
+                                     bucket, levels, seeds, norms, codes);
+}
+
+absl::Status CudaDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
+                                          const uint8_t* codes, int64_t d,
+                                          int64_t bucket, int levels,
+                                          float* dense) {
+  if (d < 0 || bucket < 1 || levels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("QsgdDecodeAdd: d = ", d,
+                                                   ", bucket = ", bucket,
+                                                   ", levels = ", levels));
+  }
+  return device_ops_cuda::QsgdDecodeAdd(ordinal_, stream->native_handle(),
+                                        norms, codes, d, bucket, levels, dense);
+}
+
 absl::Status CudaDeviceOps::MatMul(Stream* stream, const float* m,
                                    const float* q, float* p, int64_t rows,
                                    int64_t cols, int64_t r) {

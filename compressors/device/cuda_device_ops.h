@@ -51,6 +51,13 @@ class CudaDeviceOps : public DeviceOps {
                              const uint8_t* bits, int64_t d, int64_t block,
                              float* dense) override;
 
+  absl::Status QsgdEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t bucket, int levels, const uint64_t* seeds,
+                          float* norms, uint8_t* codes) override;
+  absl::Status QsgdDecodeAdd(Stream* stream, const float* norms,
+                             const uint8_t* codes, int64_t d, int64_t bucket,
+                             int levels, float* dense) override;
+
  private:
   const int ordinal_;
 };

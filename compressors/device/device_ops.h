@@ -92,6 +92,23 @@ class DeviceOps {
                                      const uint8_t* bits, int64_t d,
                                      int64_t block, float* dense) = 0;
 
+  // QSGD (compressors/qsgd_compressor.h): per norm bucket b of `bucket`
+  // elements, norms[b] = float(sqrt(sum x^2 in double)), and per element a
+  // (1 + ceil(log2(levels + 1)))-bit code (level << 1 | sign) packed in a
+  // little-endian bit stream, the level rounded stochastically with
+  // SplitMix64 draws from seeds[b] (the CPU compressor's per-bucket seed,
+  // computed by the caller). `codes` (device) must be zeroed and hold a
+  // whole number of 4-byte words. Bitwise the CPU's on both devices.
+  virtual absl::Status QsgdEncode(Stream* stream, const float* x, int64_t d,
+                                  int64_t bucket, int levels,
+                                  const uint64_t* seeds, float* norms,
+                                  uint8_t* codes) = 0;
+  // dense[i] += +-(norms[b] / levels) * level_i; levels already validated.
+  virtual absl::Status QsgdDecodeAdd(Stream* stream, const float* norms,
+                                     const uint8_t* codes, int64_t d,
+                                     int64_t bucket, int levels,
+                                     float* dense) = 0;
+
   // PowerSGD's products, row-major float matrices (powersgd_compressor.h):
   //   p (rows x r)  = m (rows x cols) * q (cols x r)      (P = M Q)
   //   q (cols x r)  = m^T * p (rows x r)                  (Q = M^T P^)

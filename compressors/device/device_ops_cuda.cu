@@ -122,6 +122,82 @@ __global__ void SignDecodeAddKernel(const float* scales, const uint8_t* bits,
   }
 }
 
+__device__ uint64_t SplitMix64Device(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The CPU compressor's arithmetic, with explicit IEEE operations so that
+// nothing contracts to an FMA.
+__global__ void QsgdEncodeKernel(const float* x, int64_t d, int64_t bucket,
+                                 int64_t buckets, int levels, int bits,
+                                 const uint64_t* seeds, float* norms,
+                                 uint32_t* words) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < buckets;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t begin = b * bucket;
+    const int64_t end = begin + bucket < d ? begin + bucket : d;
+    double sq = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const double v = x[i];
+      sq = __dadd_rn(sq, __dmul_rn(v, v));
+    }
+    const float norm = static_cast<float>(sqrt(sq));
+    norms[b] = norm;
+    const bool usable = isfinite(norm) && norm > 0;
+    const double scale =
+        usable ? __ddiv_rn(static_cast<double>(levels), norm) : 0.0;
+    uint64_t state = seeds[b];
+    uint64_t random = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      if (((i - begin) & 1) == 0) random = SplitMix64Device(&state);
+      const uint32_t draw =
+          static_cast<uint32_t>(((i - begin) & 1) ? random >> 32 : random);
+      uint32_t level = 0;
+      const double a = __dmul_rn(fabs(static_cast<double>(x[i])), scale);
+      if (usable && a > 0) {
+        const double floor_a = floor(a);
+        level = static_cast<uint32_t>(floor_a < levels ? floor_a : levels);
+        if (__dmul_rn(static_cast<double>(draw), 1.0 / 4294967296.0) <
+            __dadd_rn(a, -floor_a)) {
+          ++level;
+        }
+        if (level > static_cast<uint32_t>(levels)) level = levels;
+      }
+      const uint64_t code = (level << 1) | (signbit(x[i]) ? 1u : 0u);
+      const uint64_t pos = static_cast<uint64_t>(i) * bits;
+      const uint64_t shifted = code << (pos & 31);
+      atomicOr(&words[pos >> 5], static_cast<uint32_t>(shifted));
+      if ((pos & 31) + bits > 32) {
+        atomicOr(&words[(pos >> 5) + 1], static_cast<uint32_t>(shifted >> 32));
+      }
+    }
+  }
+}
+
+__global__ void QsgdDecodeAddKernel(const float* norms, const uint8_t* codes,
+                                    int64_t d, int64_t bucket, int levels,
+                                    int bits, float* dense) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t pos = static_cast<uint64_t>(i) * bits;
+    uint32_t code = 0;
+    for (int done = 0; done < bits;) {
+      const int bit = static_cast<int>((pos + done) & 7);
+      const int take = 8 - bit < bits - done ? 8 - bit : bits - done;
+      code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
+               ((1u << take) - 1))
+              << done;
+      done += take;
+    }
+    const float unit = __fdiv_rn(norms[i / bucket], static_cast<float>(levels));
+    const float v = __fmul_rn(unit, static_cast<float>(code >> 1));
+    dense[i] = __fadd_rn(dense[i], (code & 1u) ? -v : v);
+  }
+}
+
 // p[i, c] = sum_j m[i, j] q[j, c].
 __global__ void MatMulKernel(const float* m, const float* q, float* p,
                              int64_t rows, int64_t cols, int64_t r) {
@@ -185,6 +261,38 @@ absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
                         static_cast<cudaStream_t>(stream)>>>(scales, bits, d,
                                                              block, dense);
   return LaunchError("SignDecodeAdd");
+}
+
+absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t bucket, int levels, const uint64_t* seeds,
+                        float* norms, uint8_t* codes) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "QsgdEncode");
+  if (!set.ok()) return set;
+  int bits = 0;
+  while ((1 << bits) <= levels) ++bits;
+  bits += 1;
+  const int64_t buckets = (d + bucket - 1) / bucket;
+  QsgdEncodeKernel<<<Blocks(buckets), kThreads, 0,
+                     static_cast<cudaStream_t>(stream)>>>(
+      x, d, bucket, buckets, levels, bits, seeds, norms,
+      reinterpret_cast<uint32_t*>(codes));
+  return LaunchError("QsgdEncode");
+}
+
+absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
+                           const uint8_t* codes, int64_t d, int64_t bucket,
+                           int levels, float* dense) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "QsgdDecodeAdd");
+  if (!set.ok()) return set;
+  int bits = 0;
+  while ((1 << bits) <= levels) ++bits;
+  bits += 1;
+  QsgdDecodeAddKernel<<<Blocks(d), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(
+      norms, codes, d, bucket, levels, bits, dense);
+  return LaunchError("QsgdDecodeAdd");
 }
 
 absl::Status MatMul(int device, void* stream, const float* m, const float* q,

@@ -40,6 +40,16 @@ absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
                            const uint8_t* bits, int64_t d, int64_t block,
                            float* dense);
 
+// QSGD's encode (one thread per norm bucket; codes OR-ed in with 32-bit
+// atomics, so `codes` is zeroed and word aligned) and decode (one thread per
+// element); DeviceOps::QsgdEncode / QsgdDecodeAdd.
+absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t bucket, int levels, const uint64_t* seeds,
+                        float* norms, uint8_t* codes);
+absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
+                           const uint8_t* codes, int64_t d, int64_t bucket,
+                           int levels, float* dense);
+
 // PowerSGD's products (DeviceOps::MatMul and friends), row-major; one
 // thread per output element, summing in float in index order.
 absl::Status MatMul(int device, void* stream, const float* m, const float* q,

@@ -10,10 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status.h"
+#include "compressors/compressor.h"
 #include "compressors/device/device_ops.h"
+#include "compressors/device/qsgd_bits.h"
+#include "compressors/kernels/randomk.h"
 #include "compressors/kernels/select.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "compressors/kernels/topk.h"
+#include "compressors/options.h"
+#include "compressors/payload.h"
+#include "compressors/qsgd_compressor.h"
 
 namespace terse {
 namespace testing {
@@ -231,6 +237,57 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     }
     TERSE_ASSIGN_OR_RETURN(std::vector<float> gy, f.Download(dy, d));
     TERSE_RETURN_IF_ERROR(SameBits(gy, want, "SignDecodeAdd"));
+  }
+  for (double cf : {4.0, 8.0, 16.0}) {  // QSGD against the CPU compressor.
+    const int64_t n = 5000;  // Not a multiple of the 512-element bucket.
+    CompressorOptions options;
+    std::unique_ptr<Compressor> qsgd = MakeQsgdCompressor(cf, options);
+    CompressContext ctx;
+    ctx.seed = 7;
+    ctx.step = 3;
+    ctx.stream = 11;
+    ctx.rank = 1;
+    Payload payload;
+    TERSE_RETURN_IF_ERROR(qsgd->Compress(x, ctx, &payload));
+    const int levels = QsgdLevels(cf, options);
+    const int64_t bucket = options.qsgd_bucket_size;
+    const int64_t buckets = (n + bucket - 1) / bucket;
+    const int bits = qsgd_bits::CodeBits(levels);
+    const uint64_t base = kernels::MixSeed(
+        kernels::MixSeed(ctx.seed, ctx.step, ctx.stream), ctx.rank);
+    std::vector<uint64_t> seeds(buckets);
+    for (int64_t b = 0; b < buckets; ++b) {
+      seeds[b] = kernels::MixSeed(base, static_cast<uint64_t>(b));
+    }
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(uint64_t * dseeds, f.Upload(seeds));
+    TERSE_ASSIGN_OR_RETURN(float* dnorms,
+                           f.Upload(std::vector<float>(buckets, 0)));
+    const int64_t words = qsgd_bits::PackedWords(n, bits);
+    TERSE_ASSIGN_OR_RETURN(uint8_t * dcodes,
+                           f.Upload(std::vector<uint8_t>(words * 4, 0)));
+    TERSE_RETURN_IF_ERROR(
+        ops->QsgdEncode(s, dx, n, bucket, levels, dseeds, dnorms, dcodes));
+    const uint8_t* body = payload.bytes.data() + kPayloadHeaderBytes + 8;
+    std::vector<float> want_norms(buckets);
+    std::memcpy(want_norms.data(), body, buckets * 4);
+    const int64_t packed = qsgd_bits::PackedBytes(n, bits);
+    std::vector<uint8_t> want_codes(body + buckets * 4,
+                                    body + buckets * 4 + packed);
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gn, f.Download(dnorms, buckets));
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint8_t> gc, f.Download(dcodes, packed));
+    const std::string what = absl::StrCat("QsgdEncode cf ", cf);
+    TERSE_RETURN_IF_ERROR(SameBits(gn, want_norms, what + " norms"));
+    TERSE_RETURN_IF_ERROR(SameBits(gc, want_codes, what + " codes"));
+    // Decode: the CPU compressor's AccumulateInto.
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_RETURN_IF_ERROR(
+        ops->QsgdDecodeAdd(s, dnorms, dcodes, n, bucket, levels, dy));
+    std::vector<float> want = y0;
+    TERSE_RETURN_IF_ERROR(
+        qsgd->AccumulateInto(payload.bytes, absl::MakeSpan(want)));
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> gy, f.Download(dy, n));
+    TERSE_RETURN_IF_ERROR(SameBits(gy, want, "QsgdDecodeAdd"));
   }
   {  // PowerSGD's products on a 300 x 170 matrix at rank 3.
     using RowMat =

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status.h"
+#include "compressors/device/qsgd_bits.h"
+#include "compressors/kernels/randomk.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "compressors/kernels/topk.h"
 
@@ -76,6 +78,94 @@ absl::Status SimDeviceOps::SignDecodeAdd(Stream* stream, const float* scales,
     for (int64_t i = 0; i < d; ++i) {
       const float scale = scales[i / block];
       dense[i] += ((bits[i >> 3] >> (i & 7)) & 1) ? -scale : scale;
+    }
+  });
+}
+
+absl::Status SimDeviceOps::QsgdEncode(Stream* stream, const float* x, int64_t d,
+                                      int64_t bucket, int levels,
+                                      const uint64_t* seeds, float* norms,
+                                      uint8_t* codes) {
+  if (d < 0 || bucket < 1 || levels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QsgdEncode: d = ", d, ", bucket = ", bucket, ", levels = ", levels));
+  }
+  const int bits = qsgd_bits::CodeBits(levels);
+  const int64_t buckets = (d + bucket - 1) / bucket;
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "QsgdEncode: x"));
+  TERSE_RETURN_IF_ERROR(Check(seeds, buckets * 8, "QsgdEncode: seeds"));
+  TERSE_RETURN_IF_ERROR(Check(norms, buckets * 4, "QsgdEncode: norms"));
+  TERSE_RETURN_IF_ERROR(
+      Check(codes, qsgd_bits::PackedWords(d, bits) * 4, "QsgdEncode: codes"));
+  return stream->LaunchHost([=] {
+    uint64_t bit_pos = 0;
+    for (int64_t b = 0; b < buckets; ++b) {
+      const int64_t begin = b * bucket, end = std::min(d, begin + bucket);
+      double sq = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        sq += static_cast<double>(x[i]) * x[i];
+      }
+      const float norm = static_cast<float>(std::sqrt(sq));
+      norms[b] = norm;
+      const bool usable = std::isfinite(norm) && norm > 0;
+      const double scale = usable ? levels / static_cast<double>(norm) : 0;
+      uint64_t state = seeds[b];
+      uint64_t random = 0;
+      for (int64_t i = begin; i < end; ++i, bit_pos += bits) {
+        if (((i - begin) & 1) == 0) random = kernels::SplitMix64(&state);
+        const uint32_t draw =
+            static_cast<uint32_t>(((i - begin) & 1) ? random >> 32 : random);
+        uint32_t level = 0;
+        const double a = std::fabs(static_cast<double>(x[i])) * scale;
+        if (usable && a > 0) {
+          const double floor_a = std::floor(a);
+          level = static_cast<uint32_t>(std::min<double>(floor_a, levels));
+          if (draw * (1.0 / 4294967296.0) < a - floor_a) ++level;
+          level = std::min<uint32_t>(level, levels);
+        }
+        const uint32_t code = (level << 1) | (std::signbit(x[i]) ? 1u : 0u);
+        for (int done = 0; done < bits;) {
+          const int bit = static_cast<int>((bit_pos + done) & 7);
+          const int take = std::min(8 - bit, bits - done);
+          codes[(bit_pos + done) >> 3] |= static_cast<uint8_t>(
+              ((code >> done) & ((1u << take) - 1)) << bit);
+          done += take;
+        }
+      }
+    }
+  });
+}
+
+absl::Status SimDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
+                                         const uint8_t* codes, int64_t d,
+                                         int64_t bucket, int levels,
+                                         float* dense) {
+  if (d < 0 || bucket < 1 || levels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("QsgdDecodeAdd: d = ", d,
+                                                   ", bucket = ", bucket,
+                                                   ", levels = ", levels));
+  }
+  const int bits = qsgd_bits::CodeBits(levels);
+  const int64_t buckets = (d + bucket - 1) / bucket;
+  TERSE_RETURN_IF_ERROR(Check(norms, buckets * 4, "QsgdDecodeAdd: norms"));
+  TERSE_RETURN_IF_ERROR(
+      Check(codes, qsgd_bits::PackedBytes(d, bits), "QsgdDecodeAdd: codes"));
+  TERSE_RETURN_IF_ERROR(Check(dense, d * 4, "QsgdDecodeAdd: dense"));
+  return stream->LaunchHost([=] {
+    for (int64_t i = 0; i < d; ++i) {
+      const uint64_t pos = static_cast<uint64_t>(i) * bits;
+      uint32_t code = 0;
+      for (int done = 0; done < bits;) {
+        const int bit = static_cast<int>((pos + done) & 7);
+        const int take = std::min(8 - bit, bits - done);
+        code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
+                 ((1u << take) - 1))
+                << done;
+        done += take;
+      }
+      const float unit = norms[i / bucket] / static_cast<float>(levels);
+      const float v = unit * static_cast<float>(code >> 1);
+      dense[i] += (code & 1u) ? -v : v;
     }
   });
 }
