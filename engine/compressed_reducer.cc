@@ -456,6 +456,54 @@ void CompressedReducer::Forget(int bucket_id) {
 void CompressedReducer::ForgetTensors(const std::vector<std::string>& names) {
   residuals_.EraseNames(names);
   momenta_.EraseNames(names);
+  absl::MutexLock lock(&mu_);
+  if (external_ != nullptr) external_->ForgetTensors(names);
+}
+
+void CompressedReducer::set_external_state(ExternalCompressionState* external) {
+  absl::MutexLock lock(&mu_);
+  external_ = external;
+}
+
+absl::Status CompressedReducer::RunExternalStep(
+    const std::function<absl::StatusOr<BucketReport>()>& step) {
+  BeginStep();
+  absl::StatusOr<BucketReport> report = step();
+  if (report.ok()) Publish(*std::move(report));
+  EndStep();
+  return report.status();
+}
+
+std::optional<proto::BucketCompressionState>
+CompressedReducer::TakeRestoredBucket(const std::string& key) {
+  auto it = restored_.find(key);
+  if (it == restored_.end()) return std::nullopt;
+  proto::BucketCompressionState out = std::move(it->second);
+  restored_.erase(it);
+  return out;
+}
+
+std::optional<std::vector<float>> CompressedReducer::TakeResidual(
+    const std::string& name, int64_t count) {
+  std::optional<std::vector<float>> found;
+  residuals_
+      .WithEntries([&](const std::vector<const ResidualStore::Entry*>& all) {
+        for (const ResidualStore::Entry* e : all) {
+          if (e->name == name && e->tensor_offset == 0 &&
+              static_cast<int64_t>(e->values.size()) == count) {
+            found = e->values;
+          }
+        }
+        return absl::OkStatus();
+      })
+      .IgnoreError();
+  if (found.has_value()) {
+    Segment seg;
+    seg.name = name;
+    seg.count = count;
+    residuals_.Erase({seg});
+  }
+  return found;
 }
 
 std::vector<BucketReport> CompressedReducer::Reports() const {
@@ -532,6 +580,7 @@ void CompressedReducer::InstallState(LoadedState loaded) {
   momenta_.Import(std::move(loaded.velocities));
   buckets_.clear();  // Rebuilt from the restored states on their next step.
   restored_ = std::move(loaded.restored);
+  if (external_ != nullptr) external_->OnStateLoaded();
   bytes_sent_ = loaded.bytes_sent;
   absl::MutexLock published(&report_mu_);
   bytes_published_ = bytes_sent_;

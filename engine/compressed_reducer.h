@@ -44,8 +44,10 @@
 #ifndef TERSE_ENGINE_COMPRESSED_REDUCER_H_
 #define TERSE_ENGINE_COMPRESSED_REDUCER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +63,7 @@
 #include "engine/checkpoint_format.h"
 #include "engine/checkpoint_io.h"
 #include "engine/compression_state.pb.h"
+#include "engine/external_compression_state.h"
 #include "engine/momentum_correction.h"
 #include "gravac/policy.h"
 
@@ -101,6 +104,25 @@ class CompressedReducer : public BucketReducer {
   }
   // Forwards a learning-rate drop to every bucket's policy (Accordion).
   void OnLearningRateDrop();
+
+  // Hooks for compression that runs outside this reducer (device buckets,
+  // engine/device_compression.h). `external` (not owned; null to detach)
+  // joins checkpoints and ForgetTensors; set it between steps.
+  void set_external_state(ExternalCompressionState* external);
+  // Runs `step` as one step of this reducer (SaveState and LoadState wait
+  // for it) and publishes the report it returns.
+  absl::Status RunExternalStep(
+      const std::function<absl::StatusOr<BucketReport>()>& step);
+  // Removes and returns the residual of tensor `name` (tensor offset 0,
+  // `count` elements) from this reducer's store; nullopt when it has none.
+  // For a caller that moves a restored residual elsewhere.
+  std::optional<std::vector<float>> TakeResidual(const std::string& name,
+                                                 int64_t count);
+  // Removes and returns the restored state of the bucket with key `key`
+  // (members' names joined by ','), warm-state values included; nullopt
+  // when a load restored none. Only inside RunExternalStep's step.
+  std::optional<proto::BucketCompressionState> TakeRestoredBucket(
+      const std::string& key);
 
   // Checkpoints in the chunked format (engine/checkpoint_format.h): bucket
   // policy states in its header, residuals, velocities and Accordion's
@@ -211,6 +233,7 @@ class CompressedReducer : public BucketReducer {
   std::map<std::string, proto::BucketCompressionState> restored_;
   int64_t bytes_sent_ = 0;  // Checkpointed; published as bytes_published_.
   int64_t checkpoint_chunk_bytes_ ABSL_GUARDED_BY(mu_);
+  ExternalCompressionState* external_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Running totals of every bucket's own time and bytes (for the share of
   // the rest of the step); background thread only.
   double own_seconds_total_ = 0;

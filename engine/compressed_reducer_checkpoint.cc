@@ -58,9 +58,27 @@ absl::Status CompressedReducer::WriteState(checkpoint::ByteSink* sink) const {
   }
   meta.set_bytes_sent(bytes_sent_);
   const int64_t chunk_bytes = checkpoint_chunk_bytes_;
+  // Residuals held elsewhere (device buckets'), copied for this write.
+  std::vector<ResidualStore::Entry> external;
+  std::vector<ExternalCompressionState::SavedBucket> external_buckets;
+  if (external_ != nullptr) {
+    TERSE_ASSIGN_OR_RETURN(external, external_->ExportResiduals());
+    TERSE_ASSIGN_OR_RETURN(external_buckets, external_->ExportBuckets());
+  }
+  for (const ExternalCompressionState::SavedBucket& b : external_buckets) {
+    *meta.add_buckets() = b.header;
+    for (size_t i = 0; i < b.warm.size(); ++i) {
+      tensors.push_back({b.header.key(), static_cast<int64_t>(i),
+                         CheckpointTensor::WARM_STATE, b.warm[i]});
+    }
+  }
   using Entries = std::vector<const ResidualStore::Entry*>;
   return residuals_.WithEntries([&](const Entries& residuals) {
     return momenta_.WithEntries([&](const Entries& velocities) {
+      for (const ResidualStore::Entry& e : external) {
+        tensors.push_back(
+            {e.name, e.tensor_offset, CheckpointTensor::RESIDUAL, e.values});
+      }
       for (const ResidualStore::Entry* e : residuals) {
         tensors.push_back(
             {e->name, e->tensor_offset, CheckpointTensor::RESIDUAL, e->values});

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "device/cuda_kernels.h"
 #include "compressors/registry.h"
+#include "device/cuda_kernels.h"
 #include "engine/momentum_correction.h"
 #include "engine/scale.h"
 
@@ -16,7 +16,7 @@ namespace terse {
 DeviceExecutor::DeviceExecutor(const Config& config,
                                CommunicatorRegistry* registry,
                                const DeviceRuntimes* runtimes,
-                               BucketReducer* reducer,
+                               CompressedReducer* reducer,
                                NeedsReducer needs_reducer)
     : config_(config),
       staged_(config.gpu_operations == "mpi"),
@@ -24,7 +24,9 @@ DeviceExecutor::DeviceExecutor(const Config& config,
       needs_reducer_(std::move(needs_reducer)),
       registry_(registry),
       runtimes_(runtimes),
-      local_rank_(registry->control()->local_rank()) {}
+      local_rank_(registry->control()->local_rank()),
+      compression_(config, registry->control()->rank(),
+                   registry->control()->size(), reducer) {}
 
 DeviceExecutor::~DeviceExecutor() {
   // Pending work may still read or write the fusion and staging buffers.
@@ -39,6 +41,7 @@ DeviceExecutor::~DeviceExecutor() {
 }
 
 void DeviceExecutor::Forget(int bucket_id) {
+  compression_.Forget(bucket_id);
   auto it = fusion_.find(bucket_id);
   if (it == fusion_.end()) return;
   auto ctx = contexts_.find(it->second.kind);
@@ -56,10 +59,10 @@ absl::Status DeviceExecutor::CheckView(const std::string& name,
                                        const char* what) {
   absl::StatusOr<DeviceRuntime*> runtime = runtimes_->Get(view.device.kind);
   if (!runtime.ok()) {
-    return absl::Status(runtime.status().code(),
-                        absl::StrCat("tensor '", name, "': ", what, " on ",
-                                     view.device.ToString(), ": ",
-                                     runtime.status().message()));
+    return absl::Status(
+        runtime.status().code(),
+        absl::StrCat("tensor '", name, "': ", what, " on ",
+                     view.device.ToString(), ": ", runtime.status().message()));
   }
   if (view.device.ordinal < 0) {
     return absl::InvalidArgumentError(
@@ -72,9 +75,8 @@ absl::Status DeviceExecutor::CheckView(const std::string& name,
     if (!fresh && it->second != view.device.ordinal) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", name, "': ", what, " is on ", view.device.ToString(),
-          " but this rank's engine moves ",
-          Device::KindName(view.device.kind), " tensors of ",
-          Device{view.device.kind, it->second}.ToString(),
+          " but this rank's engine moves ", Device::KindName(view.device.kind),
+          " tensors of ", Device{view.device.kind, it->second}.ToString(),
           " (one device per kind and rank)"));
     }
   }
@@ -106,14 +108,16 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
   }
   TERSE_RETURN_IF_ERROR(CheckView(e.name, e.output, "output"));
   if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
-  const CompressionChoice c = ChooseCompressionFor(e.name, e.compression,
-                                                   config_);
-  if (c.name != "none") {
+  const CompressionChoice c =
+      ChooseCompressionFor(e.name, e.compression, config_);
+  if (c.name != "none" && !DeviceCompression::Handles(c)) {
     return absl::UnimplementedError(absl::StrCat(
         "tensor '", e.name, "': compression '", c.name, "' of ",
         e.input.device.ToString(),
-        " tensors is not implemented yet; pass compression \"none\" or "
-        "exclude the tensor with TERSE_COMPRESSION_RULES"));
+        " tensors is not implemented yet (on this device the engine "
+        "compresses with fp16, bf16, topk, dgc, powersgd, randomk, efsignsgd "
+        "and qsgd); pass one of those or \"none\", or exclude the tensor "
+        "with TERSE_COMPRESSION_RULES"));
   }
   if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
     return absl::UnimplementedError(absl::StrCat(
@@ -151,9 +155,9 @@ absl::StatusOr<void*> DeviceExecutor::Staging(Context* ctx, int64_t bytes) {
   if (ctx->staging.data() == nullptr || ctx->staging.bytes() < bytes) {
     // The stream may still copy from the old buffer.
     TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
-    TERSE_ASSIGN_OR_RETURN(ctx->staging,
-                           DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal,
-                                                  bytes, /*host=*/true));
+    TERSE_ASSIGN_OR_RETURN(
+        ctx->staging, DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bytes,
+                                             /*host=*/true));
   }
   return ctx->staging.data();
 }
@@ -226,8 +230,7 @@ absl::Status DeviceExecutor::RunBucket(
         DeviceBuffer::Allocate(ctx->runtime, ctx->ordinal, bucket.bytes));
     const int64_t runs = it != fusion_.end() ? it->second.runs : 0;
     it = fusion_
-             .insert_or_assign(bucket.id,
-                               Fusion{kind, std::move(buffer), runs})
+             .insert_or_assign(bucket.id, Fusion{kind, std::move(buffer), runs})
              .first;
   }
   uint8_t* region = it->second.buffer.as<uint8_t>();
@@ -253,14 +256,27 @@ absl::Status DeviceExecutor::RunBucket(
     offset += count;
   }
 
-  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage
-                          ? ReduceOp::kSum
-                          : bucket.reduce_op;
+  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
+                                                             : bucket.reduce_op;
   const DataType dtype = bucket.dtype;
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
-  if (ctx->runtime->host_addressable() && needs_reducer_ &&
-      needs_reducer_(bucket)) {
+  const bool reduce = needs_reducer_ && needs_reducer_(bucket);
+  if (reduce && config_.momentum_correction <= 0 &&
+      DeviceCompression::Handles(ChooseCompressionFor(
+          bucket.members.front().name, bucket.compression, config_))) {
+    // Compression on the device, in stream order.
+    const DeviceCompression::Target target{ctx->runtime, ctx->ordinal,
+                                           ctx->stream.get()};
+    TERSE_RETURN_IF_ERROR(compression_.Reduce(
+        bucket, region, op, it->second.runs++, target, registry_->control(),
+        [&](void* data, int64_t n, DataType type) {
+          return Collective(ctx, data, n * DataTypeSize(type),
+                            [&](Communicator* comm, void* buffer) {
+                              return comm->Allreduce(buffer, n, type, op);
+                            });
+        }));
+  } else if (ctx->runtime->host_addressable() && reduce) {
     // The reducer's CPU kernels read and write the region: the fuse must
     // have run.
     TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
@@ -288,9 +304,8 @@ absl::Status DeviceExecutor::RunBucket(
   for (size_t i = 0; i < bucket.members.size(); ++i) {
     const int64_t n = bucket.members[i].count;
     if (const TensorEntry* e = entries[i]) {
-      TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, e->output.data,
-                                       region + offset * elem, n, dtype,
-                                       scale));
+      TERSE_RETURN_IF_ERROR(ScaledCopy(
+          ctx, e->output.data, region + offset * elem, n, dtype, scale));
     }
     offset += n;
   }

@@ -30,13 +30,18 @@
 // Allgather results are host memory (AllgatherResult), so an allgather is
 // always staged through the host.
 //
-// Compression (and TERSE_MOMENTUM_CORRECTION) of device buckets: only where
-// the runtime's memory is host-addressable (the simulated device). There a
-// bucket that `needs_reducer` says so is reduced by the engine's
-// BucketReducer (the CompressedReducer: its CPU kernels, residuals and
-// velocities, payloads over the control communicator) on the device fusion
-// buffer, after the engine stream is synchronised; fuse and unfuse stay on
-// the stream. The engine refuses such tensors on CUDA at enqueue.
+// Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
+// randomk, efsignsgd and qsgd run on the device, in stream order, with their
+// residuals in device memory (DeviceCompression,
+// engine/device_compression.h), on CUDA and on the simulated device. The
+// other compressors and policies and TERSE_MOMENTUM_CORRECTION run only
+// where the runtime's memory is host-addressable (the simulated device):
+// there a bucket that `needs_reducer` says so is reduced by the engine's
+// CompressedReducer (its CPU kernels, residuals and velocities, payloads
+// over the control communicator) on the device fusion buffer, after the
+// engine stream is synchronised; fuse and unfuse stay on the stream. The
+// engine refuses them on CUDA at enqueue (Unimplemented naming the
+// compressor and the device).
 //
 // Not thread-safe except CheckView and CheckEntry (any thread). Every rank
 // runs the same device collectives in the same order (the negotiated one).
@@ -58,6 +63,8 @@
 #include "device/runtime.h"
 #include "engine/bucket_assigner.h"
 #include "engine/bucket_reducer.h"
+#include "engine/compressed_reducer.h"
+#include "engine/device_compression.h"
 #include "engine/tensor_entry.h"
 
 namespace terse {
@@ -68,7 +75,7 @@ class DeviceExecutor {
   using NeedsReducer = std::function<bool(const Bucket&)>;
   // None owned; all must outlive the executor.
   DeviceExecutor(const Config& config, CommunicatorRegistry* registry,
-                 const DeviceRuntimes* runtimes, BucketReducer* reducer,
+                 const DeviceRuntimes* runtimes, CompressedReducer* reducer,
                  NeedsReducer needs_reducer);
   ~DeviceExecutor();
   DeviceExecutor(const DeviceExecutor&) = delete;
@@ -82,8 +89,8 @@ class DeviceExecutor {
                          const char* what);
   // Enqueue time (any thread): the device rules of an op: CheckView of its
   // views, output on the input's device, a ready event only for device
-  // tensors, and compression / momentum correction only where the device
-  // memory is host-addressable (Unimplemented on CUDA).
+  // tensors, and on CUDA only the compression DeviceCompression handles and
+  // no momentum correction (Unimplemented otherwise).
   absl::Status CheckEntry(const TensorEntry& e);
 
   // Whether `kind`'s memory is host-addressable (false without a runtime).
@@ -103,8 +110,7 @@ class DeviceExecutor {
   // Rank i's recv_bytes[i] bytes into host memory `recv`, rank-major;
   // `entry` may be null (no local op: zeros of this rank's size).
   absl::Status RunAllgather(Device::Kind kind, const TensorEntry* entry,
-                            const std::vector<int64_t>& recv_bytes,
-                            void* recv);
+                            const std::vector<int64_t>& recv_bytes, void* recv);
 
   // The bucket was dropped or changed: release its fusion buffer (after the
   // engine stream's pending work, which may use it).
@@ -154,6 +160,9 @@ class DeviceExecutor {
     int64_t runs = 0;
   };
   absl::flat_hash_map<int, Fusion> fusion_;  // By bucket id.
+  // Declared last: destroyed first, after the destructor synchronised the
+  // streams its work ran on.
+  DeviceCompression compression_;
 };
 
 }  // namespace terse

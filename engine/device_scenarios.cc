@@ -32,11 +32,13 @@ absl::StatusOr<RankDevice> MakeDevice(SimRuntime* sim, const Engine& engine) {
   d.sim = sim;
   d.ordinal = engine.local_rank();
   TERSE_ASSIGN_OR_RETURN(
-      d.producer, sim->CreateSimStream(d.ordinal, std::chrono::milliseconds(2)));
+      d.producer,
+      sim->CreateSimStream(d.ordinal, std::chrono::milliseconds(2)));
   // The consumer is prompt, so that reading a result before the engine's
   // (late) stream wrote it is visible.
-  TERSE_ASSIGN_OR_RETURN(d.consumer, sim->CreateSimStream(
-                                         d.ordinal, std::chrono::microseconds(0)));
+  TERSE_ASSIGN_OR_RETURN(
+      d.consumer,
+      sim->CreateSimStream(d.ordinal, std::chrono::microseconds(0)));
   return d;
 }
 
@@ -130,18 +132,17 @@ struct Uploaded {
   TensorView view;
 };
 
-absl::StatusOr<std::unique_ptr<Uploaded>> Upload(RankDevice& d,
-                                                 DataType dtype,
+absl::StatusOr<std::unique_ptr<Uploaded>> Upload(RankDevice& d, DataType dtype,
                                                  const std::vector<double>& v) {
   auto u = std::make_unique<Uploaded>();
   u->host = Encode(dtype, v);
-  TERSE_ASSIGN_OR_RETURN(u->buffer,
-                         DeviceBuffer::Allocate(d.sim, d.ordinal,
-                                                static_cast<int64_t>(u->host.size())));
+  TERSE_ASSIGN_OR_RETURN(
+      u->buffer, DeviceBuffer::Allocate(d.sim, d.ordinal,
+                                        static_cast<int64_t>(u->host.size())));
   // Stale contents, so that reading before the copy is visibly wrong.
   std::memset(u->buffer.data(), 0x7f, u->host.size());
-  TERSE_RETURN_IF_ERROR(d.producer->Memcpy(u->buffer.data(), u->host.data(),
-                                           static_cast<int64_t>(u->host.size())));
+  TERSE_RETURN_IF_ERROR(d.producer->Memcpy(
+      u->buffer.data(), u->host.data(), static_cast<int64_t>(u->host.size())));
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Event> ready,
                          d.sim->CreateEvent(d.ordinal));
   TERSE_RETURN_IF_ERROR(d.producer->Record(ready.get()));
@@ -176,9 +177,9 @@ double Value(int rank, int t, int64_t i) {
 // second on cached responses): results through the consumer stream.
 absl::Status AllreduceDtypes(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  const std::vector<DataType> dtypes = {
-      DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-      DataType::kBFloat16, DataType::kInt32, DataType::kInt64};
+  const std::vector<DataType> dtypes = {DataType::kFloat32, DataType::kFloat64,
+                                        DataType::kFloat16, DataType::kBFloat16,
+                                        DataType::kInt32,   DataType::kInt64};
   const int n = engine.size();
   for (int step = 0; step < 2; ++step) {
     std::vector<std::unique_ptr<Uploaded>> ups;
@@ -190,13 +191,13 @@ absl::Status AllreduceDtypes(SimRuntime* sim, int rank, Engine& engine) {
       std::vector<double> v(count);
       for (int64_t i = 0; i < count; ++i) v[i] = Value(rank, t, i);
       TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u, Upload(d, dt, v));
-      const ReduceOp op = t == 1 ? ReduceOp::kAverage
+      const ReduceOp op = t == 1   ? ReduceOp::kAverage
                           : t == 4 ? ReduceOp::kMax
                                    : ReduceOp::kSum;
       TERSE_ASSIGN_OR_RETURN(
-          Handle h, engine.AllreduceAsync(
-                        absl::StrCat("dt", t), u->view, u->view, {count}, op,
-                        1.0, 1.0, nullptr, "", u->ready));
+          Handle h,
+          engine.AllreduceAsync(absl::StrCat("dt", t), u->view, u->view,
+                                {count}, op, 1.0, 1.0, nullptr, "", u->ready));
       ups.push_back(std::move(u));
       handles.push_back(h);
       ops.push_back(op);
@@ -216,9 +217,9 @@ absl::Status AllreduceDtypes(SimRuntime* sim, int rank, Engine& engine) {
         }
         if (ops[t] == ReduceOp::kAverage) want /= n;
         if (std::abs(got[i] - want) > 1e-12 * std::abs(want)) {
-          return absl::InternalError(absl::StrCat(
-              "step ", step, " ", DataTypeName(dtypes[t]), "[", i,
-              "] = ", got[i], ", want ", want));
+          return absl::InternalError(
+              absl::StrCat("step ", step, " ", DataTypeName(dtypes[t]), "[", i,
+                           "] = ", got[i], ", want ", want));
         }
       }
     }
@@ -260,8 +261,8 @@ absl::Status FusionAndScaling(SimRuntime* sim, int rank, Engine& engine) {
       for (int r = 0; r < engine.size(); ++r) want += Value(r, t, i);
       want *= 0.5;
       if (got[i] != want) {
-        return absl::InternalError(absl::StrCat("f", t, "[", i, "] = ",
-                                                got[i], ", want ", want));
+        return absl::InternalError(
+            absl::StrCat("f", t, "[", i, "] = ", got[i], ", want ", want));
       }
     }
   }
@@ -278,9 +279,9 @@ absl::Status WaitsForTheProducer(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
                          Upload(d, DataType::kFloat32, v));
   TERSE_ASSIGN_OR_RETURN(
-      Handle h, engine.AllreduceAsync("held", u->view, u->view, {100},
-                                      ReduceOp::kSum, 1.0, 1.0, nullptr, "",
-                                      u->ready));
+      Handle h,
+      engine.AllreduceAsync("held", u->view, u->view, {100}, ReduceOp::kSum,
+                            1.0, 1.0, nullptr, "", u->ready));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   absl::StatusOr<bool> polled = engine.Poll(h);
   d.producer->Release();
@@ -288,8 +289,7 @@ absl::Status WaitsForTheProducer(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_RETURN_IF_ERROR(
       Expect(!*polled, "the op completed while its producer was held"));
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(h));
-  TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
-                         Download(d, done.get(), *u));
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> got, Download(d, done.get(), *u));
   const double want = engine.size() * (engine.size() + 1) / 2.0;
   for (double x : got) {
     if (x != want) {
@@ -307,19 +307,18 @@ absl::Status BroadcastAndAllgather(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> b,
                          Upload(d, DataType::kBFloat16, v));
   TERSE_ASSIGN_OR_RETURN(
-      Handle hb, engine.BroadcastAsync("bc", b->view, {8, 8}, root, nullptr,
-                                       b->ready));
+      Handle hb,
+      engine.BroadcastAsync("bc", b->view, {8, 8}, root, nullptr, b->ready));
   // Rank r contributes r + 1 rows of 3 int32.
   std::vector<double> rows(3 * (rank + 1));
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = 100 * rank + i;
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> g,
                          Upload(d, DataType::kInt32, rows));
   TERSE_ASSIGN_OR_RETURN(
-      Handle hg, engine.AllgatherAsync("ag", g->view, {rank + 1, 3}, nullptr,
-                                       g->ready));
+      Handle hg,
+      engine.AllgatherAsync("ag", g->view, {rank + 1, 3}, nullptr, g->ready));
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(hb));
-  TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
-                         Download(d, done.get(), *b));
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> got, Download(d, done.get(), *b));
   for (int i = 0; i < 64; ++i) {
     if (got[i] != Value(root, 3, i)) {
       return absl::InternalError(absl::StrCat("broadcast[", i, "] = ", got[i]));
@@ -355,16 +354,16 @@ absl::Status JoinOnDevice(SimRuntime* sim, int rank, Engine& engine) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
                            Upload(d, DataType::kFloat32, v));
     TERSE_ASSIGN_OR_RETURN(
-        Handle h, engine.AllreduceAsync("j", u->view, u->view, {20},
-                                        ReduceOp::kSum, 1.0, 1.0, nullptr, "",
-                                        u->ready));
+        Handle h,
+        engine.AllreduceAsync("j", u->view, u->view, {20}, ReduceOp::kSum, 1.0,
+                              1.0, nullptr, "", u->ready));
     TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(h));
     TERSE_ASSIGN_OR_RETURN(std::vector<double> got,
                            Download(d, done.get(), *u));
     const double want = last * (last + 1) / 2.0;
-    TERSE_RETURN_IF_ERROR(Expect(got[19] == want,
-                                 absl::StrCat("joined sum ", got[19], ", want ",
-                                              want)));
+    TERSE_RETURN_IF_ERROR(
+        Expect(got[19] == want,
+               absl::StrCat("joined sum ", got[19], ", want ", want)));
   }
   TERSE_ASSIGN_OR_RETURN(int joined_last, engine.Join());
   return Expect(joined_last >= 0 && joined_last < last,
@@ -421,10 +420,10 @@ absl::Status DeviceKindMismatch(SimRuntime* sim, int rank, Engine& engine) {
   std::vector<float> host(5, 1.0f);
   TensorView cpu(host.data(), 5, DataType::kFloat32);
   absl::StatusOr<Handle> h =
-      rank == 0 ? engine.AllreduceAsync("mm", u->view, u->view, {5},
-                                        ReduceOp::kSum, 1.0, 1.0, nullptr, "",
-                                        u->ready)
-                : engine.AllreduceAsync("mm", cpu, cpu, {5}, ReduceOp::kSum);
+      rank == 0
+          ? engine.AllreduceAsync("mm", u->view, u->view, {5}, ReduceOp::kSum,
+                                  1.0, 1.0, nullptr, "", u->ready)
+          : engine.AllreduceAsync("mm", cpu, cpu, {5}, ReduceOp::kSum);
   TERSE_RETURN_IF_ERROR(h.status());
   absl::Status status = engine.Wait(*h);
   TERSE_RETURN_IF_ERROR(ExpectContains(status, "device"));
@@ -450,18 +449,20 @@ std::vector<double> Gradient(int rank, int step, int64_t n) {
 absl::Status StepBoth(RankDevice& d, Engine& engine, const std::string& spec,
                       const std::string& dev_name, const std::string& cpu_name,
                       const std::vector<double>& v, std::vector<double>* dev,
-                      std::vector<float>* cpu) {
+                      std::vector<float>* cpu,
+                      std::vector<int64_t> shape = {}) {
   const int64_t n = static_cast<int64_t>(v.size());
+  if (shape.empty()) shape = {n};
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
                          Upload(d, DataType::kFloat32, v));
   cpu->assign(v.begin(), v.end());
   TensorView cv(cpu->data(), n, DataType::kFloat32);
   TERSE_ASSIGN_OR_RETURN(
-      Handle hd, engine.AllreduceAsync(dev_name, u->view, u->view, {n},
-                                       ReduceOp::kSum, 1.0, 1.0, nullptr, spec,
-                                       u->ready));
+      Handle hd,
+      engine.AllreduceAsync(dev_name, u->view, u->view, shape, ReduceOp::kSum,
+                            1.0, 1.0, nullptr, spec, u->ready));
   TERSE_ASSIGN_OR_RETURN(
-      Handle hc, engine.AllreduceAsync(cpu_name, cv, cv, {n}, ReduceOp::kSum,
+      Handle hc, engine.AllreduceAsync(cpu_name, cv, cv, shape, ReduceOp::kSum,
                                        1.0, 1.0, nullptr, spec));
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(hd));
   TERSE_RETURN_IF_ERROR(engine.Wait(hc));
@@ -474,25 +475,28 @@ absl::Status ExpectSame(const std::vector<double>& dev,
                         const std::string& what) {
   for (size_t i = 0; i < cpu.size(); ++i) {
     if (static_cast<float>(dev[i]) != cpu[i]) {
-      return absl::InternalError(absl::StrCat(what, "[", i, "]: device ",
-                                              dev[i], ", cpu ", cpu[i]));
+      return absl::InternalError(
+          absl::StrCat(what, "[", i, "]: device ", dev[i], ", cpu ", cpu[i]));
     }
   }
   return absl::OkStatus();
 }
 
 // Each compressor on simulated-device buckets equals the CPU path bit for
-// bit over several steps (residuals carried between steps).
+// bit over several steps (residuals carried between steps): fp16, bf16,
+// topk, dgc, efsignsgd and powersgd run on the device (DeviceCompression;
+// dgc's buckets are below its sampling size, so both select exactly),
+// threshold through the reducer on the engine thread.
 absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  for (const std::string spec : {"fp16", "bf16", "topk:10", "efsignsgd",
-                                 "powersgd:2"}) {
+  for (const std::string spec : {"fp16", "bf16", "topk:10", "dgc:10",
+                                 "efsignsgd", "powersgd:2", "threshold:10"}) {
     for (int step = 0; step < 3; ++step) {
       std::vector<double> dev;
       std::vector<float> cpu;
       TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "dev." + spec,
-                                     "cpu." + spec,
-                                     Gradient(rank, step, 3000), &dev, &cpu));
+                                     "cpu." + spec, Gradient(rank, step, 3000),
+                                     &dev, &cpu));
       TERSE_RETURN_IF_ERROR(
           ExpectSame(dev, cpu, absl::StrCat(spec, " step ", step)));
     }
@@ -503,38 +507,49 @@ absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   for (const BucketReport& r : engine.compression().Reports()) {
     if (r.compressor != "none") ++compressed;
   }
-  return Expect(compressed >= 10,
-                absl::StrCat(compressed, " of 10 buckets compressed"));
+  return Expect(compressed >= 14,
+                absl::StrCat(compressed, " of 14 buckets compressed"));
 }
 
 // A checkpoint of a simulated-device bucket's compression state loads for
 // the same tensor on the CPU (and the CPU's for the device): the step after
-// the load equals the step the saving engine took.
-absl::Status CheckpointAcrossDeviceKinds(SimRuntime* sim, int rank,
-                                         Engine& engine) {
+// the load equals the step the saving engine took. `spec` on tensors of
+// `shape` (top-k: residuals; PowerSGD on a matrix: residuals and warm
+// starts).
+absl::Status CheckpointAcross(SimRuntime* sim, Engine& engine,
+                              const std::string& spec, int rank,
+                              std::vector<int64_t> shape) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  const std::string spec = "topk:10";
-  const int64_t n = 2000;
+  int64_t n = 1;
+  for (int64_t dim : shape) n *= dim;
+  const std::string a = "a." + spec, b = "b." + spec;
   std::vector<double> dev;
   std::vector<float> cpu;
   for (int step = 0; step < 2; ++step) {
-    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "a", "b",
-                                   Gradient(rank, step, n), &dev, &cpu));
+    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, a, b,
+                                   Gradient(rank, step, n), &dev, &cpu, shape));
   }
   TERSE_ASSIGN_OR_RETURN(std::string saved, engine.compression().SaveState());
-  // Step 2 as the saving engine takes it: "a" on the device, "b" on the CPU.
-  TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "a", "b",
-                                 Gradient(rank, 2, n), &dev, &cpu));
+  // Step 2 as the saving engine takes it: a on the device, b on the CPU.
+  TERSE_RETURN_IF_ERROR(
+      StepBoth(d, engine, spec, a, b, Gradient(rank, 2, n), &dev, &cpu, shape));
   const std::vector<double> a_on_device = dev;
   const std::vector<float> b_on_cpu = cpu;
   // Back to the checkpoint, then step 2 with the kinds swapped.
   TERSE_RETURN_IF_ERROR(engine.compression().LoadState(saved));
-  TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "b", "a",
-                                 Gradient(rank, 2, n), &dev, &cpu));
-  TERSE_RETURN_IF_ERROR(ExpectSame(dev, b_on_cpu, "b: saved on cpu, on sim"));
+  TERSE_RETURN_IF_ERROR(
+      StepBoth(d, engine, spec, b, a, Gradient(rank, 2, n), &dev, &cpu, shape));
+  TERSE_RETURN_IF_ERROR(
+      ExpectSame(dev, b_on_cpu, spec + " b: saved on cpu, on sim"));
   std::vector<float> a_device_f(a_on_device.begin(), a_on_device.end());
   std::vector<double> cpu_d(cpu.begin(), cpu.end());
-  return ExpectSame(cpu_d, a_device_f, "a: saved on sim, on cpu");
+  return ExpectSame(cpu_d, a_device_f, spec + " a: saved on sim, on cpu");
+}
+
+absl::Status CheckpointAcrossDeviceKinds(SimRuntime* sim, int rank,
+                                         Engine& engine) {
+  TERSE_RETURN_IF_ERROR(CheckpointAcross(sim, engine, "topk:10", rank, {2000}));
+  return CheckpointAcross(sim, engine, "powersgd:2", rank, {40, 50});
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/loopback/loopback.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/registry.h"
@@ -21,7 +23,9 @@ namespace terse {
 namespace {
 
 // Value i of rank r: small integers, exact in fp32 sums.
-float Value(int r, int64_t i) { return static_cast<float>((r + 1) * (i % 5 + 1)); }
+float Value(int r, int64_t i) {
+  return static_cast<float>((r + 1) * (i % 5 + 1));
+}
 
 // Allreduces (Sum) and averages two tensors on cuda:0 with the ready and
 // done events, and checks them on the host.
@@ -64,10 +68,62 @@ absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
     float want = 0;
     for (int r = 0; r < size; ++r) want += Value(r, i);
     if (got[i] != want || avg[i] != want / size) {
-      return absl::InternalError(absl::StrCat("rank ", rank, " [", i,
-                                              "]: sum ", got[i], " avg ",
-                                              avg[i], ", want ", want));
+      return absl::InternalError(absl::StrCat("rank ", rank, " [", i, "]: sum ",
+                                              got[i], " avg ", avg[i],
+                                              ", want ", want));
     }
+  }
+  return absl::OkStatus();
+}
+
+// Compressed allreduces of CUDA tensors through the engine (DeviceCompression):
+// fp16, bf16, and topk / dgc / randomk keeping every entry (cf 1), on small
+// integers that every format carries exactly, so the result is the host sum;
+// and a compressor the device path lacks (threshold) is Unimplemented at
+// enqueue.
+absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
+  const int64_t n = 5000;
+  std::vector<float> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = Value(rank, i);
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, cuda->CreateStream(0));
+  for (const char* spec : {"fp16", "bf16", "topk:1", "dgc:1", "randomk:1"}) {
+    TERSE_ASSIGN_OR_RETURN(DeviceBuffer a,
+                           DeviceBuffer::Allocate(cuda, 0, n * 4));
+    TERSE_RETURN_IF_ERROR(stream->Memcpy(a.data(), host.data(), n * 4));
+    TERSE_RETURN_IF_ERROR(stream->Synchronize());
+    TensorView av(a.data(), n, DataType::kFloat32, Device::Cuda(0));
+    for (int step = 0; step < 2; ++step) {
+      if (step == 1) {
+        TERSE_RETURN_IF_ERROR(stream->Memcpy(a.data(), host.data(), n * 4));
+        TERSE_RETURN_IF_ERROR(stream->Synchronize());
+      }
+      TERSE_ASSIGN_OR_RETURN(
+          Handle h,
+          engine.AllreduceAsync(absl::StrCat("c.", spec), av, av, {n},
+                                ReduceOp::kSum, 1.0, 1.0, nullptr, spec));
+      TERSE_RETURN_IF_ERROR(engine.Wait(h));
+      std::vector<float> got(n);
+      TERSE_RETURN_IF_ERROR(stream->Memcpy(got.data(), a.data(), n * 4));
+      TERSE_RETURN_IF_ERROR(stream->Synchronize());
+      for (int64_t i = 0; i < n; ++i) {
+        float want = 0;
+        for (int r = 0; r < engine.size(); ++r) want += Value(r, i);
+        if (got[i] != want) {
+          return absl::InternalError(absl::StrCat(
+              spec, " rank ", rank, " [", i, "]: ", got[i], ", want ", want));
+        }
+      }
+    }
+  }
+  TERSE_ASSIGN_OR_RETURN(DeviceBuffer p, DeviceBuffer::Allocate(cuda, 0, 64));
+  TensorView pv(p.data(), 16, DataType::kFloat32, Device::Cuda(0));
+  absl::StatusOr<Handle> refused = engine.AllreduceAsync(
+      "p", pv, pv, {16}, ReduceOp::kSum, 1.0, 1.0, nullptr, "threshold");
+  if (refused.ok() ||
+      refused.status().code() != absl::StatusCode::kUnimplemented ||
+      refused.status().message().find("threshold") == absl::string_view::npos) {
+    return absl::InternalError(absl::StrCat("threshold of a CUDA tensor: ",
+                                            refused.status().ToString()));
   }
   return absl::OkStatus();
 }
@@ -88,23 +144,25 @@ TEST_F(EngineCudaGpuTest, OneRankOverNccl) {
   LoopbackGroup group(1);
   Communicator* comm = group.communicator(0);
   BackendTable table;
-  ASSERT_TRUE(table
-                  .Register("loop", Device::Kind::kCpu,
-                            [comm](Device, Communicator*)
-                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
-                              return BorrowCommunicator(comm);
-                            })
-                  .ok());
-  ASSERT_TRUE(table
-                  .Register("nccl", Device::Kind::kCuda,
-                            [](Device d, Communicator* control)
-                                -> absl::StatusOr<std::unique_ptr<Communicator>> {
-                              TERSE_ASSIGN_OR_RETURN(
-                                  std::unique_ptr<NcclCommunicator> c,
-                                  NcclCommunicator::Create(control, d.ordinal));
-                              return std::unique_ptr<Communicator>(std::move(c));
-                            })
-                  .ok());
+  ASSERT_TRUE(
+      table
+          .Register("loop", Device::Kind::kCpu,
+                    [comm](Device, Communicator*)
+                        -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                      return BorrowCommunicator(comm);
+                    })
+          .ok());
+  ASSERT_TRUE(
+      table
+          .Register("nccl", Device::Kind::kCuda,
+                    [](Device d, Communicator* control)
+                        -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                      TERSE_ASSIGN_OR_RETURN(
+                          std::unique_ptr<NcclCommunicator> c,
+                          NcclCommunicator::Create(control, d.ordinal));
+                      return std::unique_ptr<Communicator>(std::move(c));
+                    })
+          .ok());
   Config config = Config::Defaults();
   config.cycle_time_ms = 1;
   absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> registry =
@@ -130,6 +188,24 @@ TEST_F(EngineCudaGpuTest, FourRanksOnOneGpuStagedThroughTheHost) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                            Engine::Create(config, comm, options));
     absl::Status s = AllreduceOnCuda(*engine, &cuda_, rank);
+    if (s.ok()) s = engine->Barrier();
+    absl::Status shut = engine->Shutdown();
+    return s.ok() ? shut : s;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST_F(EngineCudaGpuTest, CompressedOnOneGpuStagedThroughTheHost) {
+  Config config = Config::Defaults();
+  config.cycle_time_ms = 1;
+  config.gpu_operations = "mpi";
+  config.min_compress_bytes = 0;
+  EngineOptions options;
+  options.devices = &runtimes_;
+  absl::Status status = RunLoopbackRanks(2, [&](int rank, Communicator* comm) {
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                           Engine::Create(config, comm, options));
+    absl::Status s = CompressedOnCuda(*engine, &cuda_, rank);
     if (s.ok()) s = engine->Barrier();
     absl::Status shut = engine->Shutdown();
     return s.ok() ? shut : s;

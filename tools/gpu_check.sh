@@ -162,6 +162,8 @@ else
     //compressors/kernels:cuda_checked_gpu_test //engine:engine_cuda_gpu_test
     //collectives/nccl:nccl_communicator_gpu_test
     //efcp:sparse_mfac_cuda_gpu_test //efcp:dense_mfac_cuda_gpu_test
+    //compressors/device:device_ops_cuda_gpu_test
+    //engine:device_compression_cuda_gpu_test
     //common:cuda_probe_test //device:cuda_runtime_test
     //compressors/kernels:cuda_checked_test
     //collectives/nccl:nccl_communicator_test
@@ -221,7 +223,7 @@ else
   fi
 fi
 
-note "not covered: compression on CUDA buckets, the PyTorch CUDA binding, multi-GPU NCCL (docs/gpu.md)"
+note "not covered: CUDA compression with redsync, threshold, gravac, accordion or momentum correction, the PyTorch CUDA binding, multi-GPU NCCL (docs/gpu.md)"
 echo "===== SUMMARY (${SECONDS} s) ====="
 printf '%s\n' "${RESULTS[@]}" >"$OUT/summary.txt"
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped" >>"$OUT/summary.txt"

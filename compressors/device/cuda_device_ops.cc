@@ -1,0 +1,195 @@
+#include "compressors/device/cuda_device_ops.h"
+
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "compressors/device/device_ops_cuda.h"
+#include "compressors/kernels/select_cuda.h"
+#include "compressors/kernels/sparse_ops_cuda.h"
+#include "compressors/kernels/topk_cuda.h"
+
+namespace terse {
+namespace {
+
+absl::Status FromCuda(int error, const char* what) {
+  if (error == 0) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", kernels::cuda::CudaErrorString(error)));
+}
+
+absl::Status SetDevice(int ordinal, const char* what) {
+  const cudaError_t err = cudaSetDevice(ordinal);
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": cudaSetDevice(", ordinal, "): ", cudaGetErrorString(err)));
+}
+
+bool IsBf16(DataType type) { return type == DataType::kBFloat16; }
+
+absl::Status CheckHalfType(DataType type, const char* op) {
+  if (type == DataType::kFloat16 || type == DataType::kBFloat16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": type ", DataTypeName(type), " is not float16 or bfloat16"));
+}
+
+}  // namespace
+
+absl::Status CudaDeviceOps::Add(Stream* stream, const float* x, float* y,
+                                int64_t n) {
+  return device_ops_cuda::Add(ordinal_, stream->native_handle(), x, y, n);
+}
+
+absl::Status CudaDeviceOps::Subtract(Stream* stream, const float* x,
+                                     const float* y, float* out, int64_t n) {
+  return device_ops_cuda::Subtract(ordinal_, stream->native_handle(), x, y, out,
+                                   n);
+}
+
+absl::Status CudaDeviceOps::CastToHalf(Stream* stream, const float* x,
+                                       uint16_t* out, int64_t n,
+                                       DataType type) {
+  absl::Status t = CheckHalfType(type, "CastToHalf");
+  if (!t.ok()) return t;
+  return device_ops_cuda::CastToHalf(ordinal_, stream->native_handle(), x, out,
+                                     n, IsBf16(type));
+}
+
+absl::Status CudaDeviceOps::AccumulateHalf(Stream* stream, const uint16_t* h,
+                                           float* y, int64_t n, DataType type) {
+  absl::Status t = CheckHalfType(type, "AccumulateHalf");
+  if (!t.ok()) return t;
+  return device_ops_cuda::AccumulateHalf(ordinal_, stream->native_handle(), h,
+                                         y, n, IsBf16(type));
+}
+
+absl::Status CudaDeviceOps::SquaredNorm(Stream* stream, const float* x,
+                                        int64_t n, double* out) {
+  return device_ops_cuda::SquaredNorm(ordinal_, stream->native_handle(), x, n,
+                                      out);
+}
+
+absl::Status CudaDeviceOps::TopK(Stream* stream, const float* x, int64_t d,
+                                 int64_t k, uint32_t* indices) {
+  if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TopK: k = ", k, " of d = ", d));
+  }
+  absl::Status set = SetDevice(ordinal_, "TopK");
+  if (!set.ok()) return set;
+  return FromCuda(
+      kernels::cuda::TopK(x, d, k, indices, stream->native_handle()), "TopK");
+}
+
+absl::StatusOr<int64_t> CudaDeviceOps::SampledTopK(
+    Stream* stream, const float* x, int64_t d, int64_t k,
+    const kernels::SampledTopKOptions& options, uint32_t* indices) {
+  if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SampledTopK: k = ", k, " of d = ", d));
+  }
+  absl::Status set = SetDevice(ordinal_, "SampledTopK");
+  if (!set.ok()) return set;
+  int64_t count = 0;
+  absl::Status st =
+      FromCuda(kernels::cuda::SampledTopK(x, d, k, options, indices, &count,
+                                          stream->native_handle()),
+               "SampledTopK");
+  if (!st.ok()) return st;
+  return count;
+}
+
+absl::Status CudaDeviceOps::Gather(Stream* stream, const float* dense,
+                                   const uint32_t* indices, int64_t k,
+                                   float* values) {
+  if (k <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(ordinal_, "Gather");
+  if (!set.ok()) return set;
+  return FromCuda(
+      kernels::cuda::Gather(dense, indices, k, values, stream->native_handle()),
+      "Gather");
+}
+
+absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
+                                       const float* values, int64_t k,
+                                       float* dense) {
+  if (k <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(ordinal_, "ScatterAdd");
+  if (!set.ok()) return set;
+  return FromCuda(kernels::cuda::ScatterAdd(indices, values, k, dense,
+                                            stream->native_handle()),
+                  "ScatterAdd");
+}
+
+absl::Status CudaDeviceOps::SignEncode(Stream* stream, const float* x,
+                                       int64_t d, int64_t block, float* scales,
+                                       uint8_t* bits) {
+  if (d < 0 || block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SignEncode: d = ", d, ", block = ", block));
+  }
+  return device_ops_cuda::SignEncode(ordinal_, stream->native_handle(), x, d,
+                                     block, scales, bits);
+}
+
+absl::Status CudaDeviceOps::SignDecodeAdd(Stream* stream, const float* scales,
+                                          const uint8_t* bits, int64_t d,
+                                          int64_t block, float* dense) {
+  if (d < 0 || block < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SignDecodeAdd: d = ", d, ", block = ", block));
+  }
+  return device_ops_cuda::SignDecodeAdd(ordinal_, stream->native_handle(),
+                                        scales, bits, d, block, dense);
+}
+
+absl::Status CudaDeviceOps::QsgdEncode(Stream* stream, const float* x,
+                                       int64_t d, int64_t bucket, int levels,
+                                       const uint64_t* seeds, float* norms,
+                                       uint8_t* codes) {
+  if (d < 0 || bucket < 1 || levels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QsgdEncode: d = ", d, ", bucket = ", bucket, ", levels = ", levels));
+  }
+  return device_ops_cuda::QsgdEncode(ordinal_, stream->native_handle(), x, d,
+                                     bucket, levels, seeds, norms, codes);
+}
+
+absl::Status CudaDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
+                                          const uint8_t* codes, int64_t d,
+                                          int64_t bucket, int levels,
+                                          float* dense) {
+  if (d < 0 || bucket < 1 || levels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("QsgdDecodeAdd: d = ", d,
+                                                   ", bucket = ", bucket,
+                                                   ", levels = ", levels));
+  }
+  return device_ops_cuda::QsgdDecodeAdd(ordinal_, stream->native_handle(),
+                                        norms, codes, d, bucket, levels, dense);
+}
+
+absl::Status CudaDeviceOps::MatMul(Stream* stream, const float* m,
+                                   const float* q, float* p, int64_t rows,
+                                   int64_t cols, int64_t r) {
+  return device_ops_cuda::MatMul(ordinal_, stream->native_handle(), m, q, p,
+                                 rows, cols, r);
+}
+
+absl::Status CudaDeviceOps::MatMulTransposed(Stream* stream, const float* m,
+                                             const float* p, float* q,
+                                             int64_t rows, int64_t cols,
+                                             int64_t r) {
+  return device_ops_cuda::MatMulTransposed(ordinal_, stream->native_handle(), m,
+                                           p, q, rows, cols, r);
+}
+
+absl::Status CudaDeviceOps::AddOuterProduct(Stream* stream, const float* p,
+                                            const float* q, float* m,
+                                            int64_t rows, int64_t cols,
+                                            int64_t r) {
+  return device_ops_cuda::AddOuterProduct(ordinal_, stream->native_handle(), p,
+                                          q, m, rows, cols, r);
+}
+
+}  // namespace terse

@@ -1,0 +1,67 @@
+// CudaDeviceOps: DeviceOps on a CUDA device (device_ops.h): the selection
+// and sparse kernels of compressors/kernels/*_cuda and the element-wise and
+// norm kernels of device_ops_cuda.h, enqueued on the stream's cudaStream_t.
+// Pointers are trusted (the engine's own allocations); CUDA errors are
+// Statuses. Nothing here has run on a GPU yet (docs/gpu.md).
+#ifndef TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_
+#define TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_
+
+#include "compressors/device/device_ops.h"
+
+namespace terse {
+
+class CudaDeviceOps : public DeviceOps {
+ public:
+  explicit CudaDeviceOps(int ordinal) : ordinal_(ordinal) {}
+
+  absl::Status Add(Stream* stream, const float* x, float* y,
+                   int64_t n) override;
+  absl::Status Subtract(Stream* stream, const float* x, const float* y,
+                        float* out, int64_t n) override;
+  absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,
+                          int64_t n, DataType type) override;
+  absl::Status AccumulateHalf(Stream* stream, const uint16_t* h, float* y,
+                              int64_t n, DataType type) override;
+  absl::Status SquaredNorm(Stream* stream, const float* x, int64_t n,
+                           double* out) override;
+  absl::Status TopK(Stream* stream, const float* x, int64_t d, int64_t k,
+                    uint32_t* indices) override;
+  absl::StatusOr<int64_t> SampledTopK(
+      Stream* stream, const float* x, int64_t d, int64_t k,
+      const kernels::SampledTopKOptions& options, uint32_t* indices) override;
+  absl::Status Gather(Stream* stream, const float* dense,
+                      const uint32_t* indices, int64_t k,
+                      float* values) override;
+  absl::Status ScatterAdd(Stream* stream, const uint32_t* indices,
+                          const float* values, int64_t k,
+                          float* dense) override;
+
+  absl::Status MatMul(Stream* stream, const float* m, const float* q, float* p,
+                      int64_t rows, int64_t cols, int64_t r) override;
+  absl::Status MatMulTransposed(Stream* stream, const float* m, const float* p,
+                                float* q, int64_t rows, int64_t cols,
+                                int64_t r) override;
+  absl::Status AddOuterProduct(Stream* stream, const float* p, const float* q,
+                               float* m, int64_t rows, int64_t cols,
+                               int64_t r) override;
+
+  absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t block, float* scales, uint8_t* bits) override;
+  absl::Status SignDecodeAdd(Stream* stream, const float* scales,
+                             const uint8_t* bits, int64_t d, int64_t block,
+                             float* dense) override;
+
+  absl::Status QsgdEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t bucket, int levels, const uint64_t* seeds,
+                          float* norms, uint8_t* codes) override;
+  absl::Status QsgdDecodeAdd(Stream* stream, const float* norms,
+                             const uint8_t* codes, int64_t d, int64_t bucket,
+                             int levels, float* dense) override;
+
+ private:
+  const int ordinal_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_

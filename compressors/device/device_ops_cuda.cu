@@ -1,0 +1,388 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "compressors/device/device_ops_cuda.h"
+
+namespace terse {
+namespace device_ops_cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 4096 ? (blocks < 1 ? 1 : blocks) : 4096);
+}
+
+absl::Status SetDevice(int device, const char* what) {
+  const cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      std::string(what) + ": cudaSetDevice: " + cudaGetErrorString(err));
+}
+
+absl::Status LaunchError(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(std::string(what) + ": " +
+                             cudaGetErrorString(err));
+}
+
+__global__ void AddKernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += x[i];
+  }
+}
+
+__global__ void SubtractKernel(const float* x, const float* y, float* out,
+                               int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = x[i] - y[i];
+  }
+}
+
+__global__ void CastToHalfKernel(const float* x, uint16_t* out, int64_t n,
+                                 bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (bf16) {
+      out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+    } else {
+      out[i] = __half_as_ushort(__float2half_rn(x[i]));
+    }
+  }
+}
+
+__global__ void AccumulateHalfKernel(const uint16_t* h, float* y, int64_t n,
+                                     bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += bf16 ? __bfloat162float(__ushort_as_bfloat16(h[i]))
+                 : __half2float(__ushort_as_half(h[i]));
+  }
+}
+
+__global__ void SquaredNormKernel(const float* x, int64_t n, double* out) {
+  __shared__ double partial[kThreads];
+  double sum = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const double v = x[i];
+    sum += v * v;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
+
+// One thread per block: the CPU's sum of |x| in double, in index order.
+__global__ void SignScaleKernel(const float* x, int64_t d, int64_t block,
+                                int64_t blocks, float* scales) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t begin = b * block;
+    const int64_t end = begin + block < d ? begin + block : d;
+    double sum = 0;
+    for (int64_t i = begin; i < end; ++i)
+      sum += fabs(static_cast<double>(x[i]));
+    scales[b] =
+        static_cast<float>(__ddiv_rn(sum, static_cast<double>(end - begin)));
+  }
+}
+
+// One thread per byte of sign bits.
+__global__ void SignBitsKernel(const float* x, int64_t d, uint8_t* bits) {
+  const int64_t bytes = (d + 7) / 8;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < bytes;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    uint8_t byte = 0;
+    for (int64_t i = j * 8; i < j * 8 + 8 && i < d; ++i) {
+      if (signbit(x[i])) byte |= static_cast<uint8_t>(1u << (i & 7));
+    }
+    bits[j] = byte;
+  }
+}
+
+__global__ void SignDecodeAddKernel(const float* scales, const uint8_t* bits,
+                                    int64_t d, int64_t block, float* dense) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float scale = scales[i / block];
+    dense[i] += ((bits[i >> 3] >> (i & 7)) & 1) ? -scale : scale;
+  }
+}
+
+__device__ uint64_t SplitMix64Device(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The CPU compressor's arithmetic, with explicit IEEE operations so that
+// nothing contracts to an FMA.
+__global__ void QsgdEncodeKernel(const float* x, int64_t d, int64_t bucket,
+                                 int64_t buckets, int levels, int bits,
+                                 const uint64_t* seeds, float* norms,
+                                 uint32_t* words) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < buckets;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t begin = b * bucket;
+    const int64_t end = begin + bucket < d ? begin + bucket : d;
+    double sq = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const double v = x[i];
+      sq = __dadd_rn(sq, __dmul_rn(v, v));
+    }
+    const float norm = static_cast<float>(sqrt(sq));
+    norms[b] = norm;
+    const bool usable = isfinite(norm) && norm > 0;
+    const double scale =
+        usable ? __ddiv_rn(static_cast<double>(levels), norm) : 0.0;
+    uint64_t state = seeds[b];
+    uint64_t random = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      if (((i - begin) & 1) == 0) random = SplitMix64Device(&state);
+      const uint32_t draw =
+          static_cast<uint32_t>(((i - begin) & 1) ? random >> 32 : random);
+      uint32_t level = 0;
+      const double a = __dmul_rn(fabs(static_cast<double>(x[i])), scale);
+      if (usable && a > 0) {
+        const double floor_a = floor(a);
+        level = static_cast<uint32_t>(floor_a < levels ? floor_a : levels);
+        if (__dmul_rn(static_cast<double>(draw), 1.0 / 4294967296.0) <
+            __dadd_rn(a, -floor_a)) {
+          ++level;
+        }
+        if (level > static_cast<uint32_t>(levels)) level = levels;
+      }
+      const uint64_t code = (level << 1) | (signbit(x[i]) ? 1u : 0u);
+      const uint64_t pos = static_cast<uint64_t>(i) * bits;
+      const uint64_t shifted = code << (pos & 31);
+      atomicOr(&words[pos >> 5], static_cast<uint32_t>(shifted));
+      if ((pos & 31) + bits > 32) {
+        atomicOr(&words[(pos >> 5) + 1], static_cast<uint32_t>(shifted >> 32));
+      }
+    }
+  }
+}
+
+__global__ void QsgdDecodeAddKernel(const float* norms, const uint8_t* codes,
+                                    int64_t d, int64_t bucket, int levels,
+                                    int bits, float* dense) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t pos = static_cast<uint64_t>(i) * bits;
+    uint32_t code = 0;
+    for (int done = 0; done < bits;) {
+      const int bit = static_cast<int>((pos + done) & 7);
+      const int take = 8 - bit < bits - done ? 8 - bit : bits - done;
+      code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
+               ((1u << take) - 1))
+              << done;
+      done += take;
+    }
+    const float unit = __fdiv_rn(norms[i / bucket], static_cast<float>(levels));
+    const float v = __fmul_rn(unit, static_cast<float>(code >> 1));
+    dense[i] = __fadd_rn(dense[i], (code & 1u) ? -v : v);
+  }
+}
+
+// p[i, c] = sum_j m[i, j] q[j, c].
+__global__ void MatMulKernel(const float* m, const float* q, float* p,
+                             int64_t rows, int64_t cols, int64_t r) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < rows * r;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = o / r, c = o % r;
+    float sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += m[i * cols + j] * q[j * r + c];
+    p[o] = sum;
+  }
+}
+
+// q[j, c] = sum_i m[i, j] p[i, c].
+__global__ void MatMulTransposedKernel(const float* m, const float* p, float* q,
+                                       int64_t rows, int64_t cols, int64_t r) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < cols * r;
+       o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = o / r, c = o % r;
+    float sum = 0;
+    for (int64_t i = 0; i < rows; ++i) sum += m[i * cols + j] * p[i * r + c];
+    q[o] = sum;
+  }
+}
+
+// m[i, j] += sum_c p[i, c] q[j, c].
+__global__ void AddOuterProductKernel(const float* p, const float* q, float* m,
+                                      int64_t rows, int64_t cols, int64_t r) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       o < rows * cols; o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = o / cols, j = o % cols;
+    float sum = 0;
+    for (int64_t c = 0; c < r; ++c) sum += p[i * r + c] * q[j * r + c];
+    m[o] += sum;
+  }
+}
+
+}  // namespace
+
+absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t block, float* scales, uint8_t* bits) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "SignEncode");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t blocks = (d + block - 1) / block;
+  SignScaleKernel<<<Blocks(blocks), kThreads, 0, s>>>(x, d, block, blocks,
+                                                      scales);
+  absl::Status st = LaunchError("SignEncode (scales)");
+  if (!st.ok()) return st;
+  SignBitsKernel<<<Blocks((d + 7) / 8), kThreads, 0, s>>>(x, d, bits);
+  return LaunchError("SignEncode (bits)");
+}
+
+absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
+                           const uint8_t* bits, int64_t d, int64_t block,
+                           float* dense) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "SignDecodeAdd");
+  if (!set.ok()) return set;
+  SignDecodeAddKernel<<<Blocks(d), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(scales, bits, d,
+                                                             block, dense);
+  return LaunchError("SignDecodeAdd");
+}
+
+absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t bucket, int levels, const uint64_t* seeds,
+                        float* norms, uint8_t* codes) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "QsgdEncode");
+  if (!set.ok()) return set;
+  int bits = 0;
+  while ((1 << bits) <= levels) ++bits;
+  bits += 1;
+  const int64_t buckets = (d + bucket - 1) / bucket;
+  QsgdEncodeKernel<<<Blocks(buckets), kThreads, 0,
+                     static_cast<cudaStream_t>(stream)>>>(
+      x, d, bucket, buckets, levels, bits, seeds, norms,
+      reinterpret_cast<uint32_t*>(codes));
+  return LaunchError("QsgdEncode");
+}
+
+absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
+                           const uint8_t* codes, int64_t d, int64_t bucket,
+                           int levels, float* dense) {
+  if (d <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "QsgdDecodeAdd");
+  if (!set.ok()) return set;
+  int bits = 0;
+  while ((1 << bits) <= levels) ++bits;
+  bits += 1;
+  QsgdDecodeAddKernel<<<Blocks(d), kThreads, 0,
+                        static_cast<cudaStream_t>(stream)>>>(
+      norms, codes, d, bucket, levels, bits, dense);
+  return LaunchError("QsgdDecodeAdd");
+}
+
+absl::Status MatMul(int device, void* stream, const float* m, const float* q,
+                    float* p, int64_t rows, int64_t cols, int64_t r) {
+  if (rows * r <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "MatMul");
+  if (!set.ok()) return set;
+  MatMulKernel<<<Blocks(rows * r), kThreads, 0,
+                 static_cast<cudaStream_t>(stream)>>>(m, q, p, rows, cols, r);
+  return LaunchError("MatMul");
+}
+
+absl::Status MatMulTransposed(int device, void* stream, const float* m,
+                              const float* p, float* q, int64_t rows,
+                              int64_t cols, int64_t r) {
+  if (cols * r <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "MatMulTransposed");
+  if (!set.ok()) return set;
+  MatMulTransposedKernel<<<Blocks(cols * r), kThreads, 0,
+                           static_cast<cudaStream_t>(stream)>>>(m, p, q, rows,
+                                                                cols, r);
+  return LaunchError("MatMulTransposed");
+}
+
+absl::Status AddOuterProduct(int device, void* stream, const float* p,
+                             const float* q, float* m, int64_t rows,
+                             int64_t cols, int64_t r) {
+  if (rows * cols <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "AddOuterProduct");
+  if (!set.ok()) return set;
+  AddOuterProductKernel<<<Blocks(rows * cols), kThreads, 0,
+                          static_cast<cudaStream_t>(stream)>>>(p, q, m, rows,
+                                                               cols, r);
+  return LaunchError("AddOuterProduct");
+}
+
+absl::Status Add(int device, void* stream, const float* x, float* y,
+                 int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "Add");
+  if (!set.ok()) return set;
+  AddKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y,
+                                                                           n);
+  return LaunchError("Add");
+}
+
+absl::Status Subtract(int device, void* stream, const float* x, const float* y,
+                      float* out, int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "Subtract");
+  if (!set.ok()) return set;
+  SubtractKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, y, out, n);
+  return LaunchError("Subtract");
+}
+
+absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,
+                        int64_t n, bool bf16) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "CastToHalf");
+  if (!set.ok()) return set;
+  CastToHalfKernel<<<Blocks(n), kThreads, 0,
+                     static_cast<cudaStream_t>(stream)>>>(x, out, n, bf16);
+  return LaunchError("CastToHalf");
+}
+
+absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
+                            float* y, int64_t n, bool bf16) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "AccumulateHalf");
+  if (!set.ok()) return set;
+  AccumulateHalfKernel<<<Blocks(n), kThreads, 0,
+                         static_cast<cudaStream_t>(stream)>>>(h, y, n, bf16);
+  return LaunchError("AccumulateHalf");
+}
+
+absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
+                         double* out) {
+  absl::Status set = SetDevice(device, "SquaredNorm");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const cudaError_t zero = cudaMemsetAsync(out, 0, sizeof(double), s);
+  if (zero != cudaSuccess) {
+    return absl::InternalError(std::string("SquaredNorm: ") +
+                               cudaGetErrorString(zero));
+  }
+  if (n <= 0) return absl::OkStatus();
+  SquaredNormKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, out);
+  return LaunchError("SquaredNorm");
+}
+
+}  // namespace device_ops_cuda
+}  // namespace terse

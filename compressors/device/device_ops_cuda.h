@@ -1,0 +1,67 @@
+// The CUDA kernels behind CudaDeviceOps (cuda_device_ops.h) that
+// compressors/kernels does not have: element-wise add, fp16/bf16 casts and
+// a squared norm reduced on the device. Declared in plain C++ so that host
+// code needs no CUDA headers.
+//
+// Pointers are DEVICE pointers; `stream` is a cudaStream_t as void*. Each
+// function makes `device` current, only enqueues work, and returns the
+// launch error as a Status (Internal, with the runtime's text;
+// FailedPrecondition when the device cannot be made current).
+// UNCHECKED: pointers must be device memory (the caller's allocations).
+#ifndef TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_H_
+#define TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace terse {
+namespace device_ops_cuda {
+
+// y[i] += x[i].
+absl::Status Add(int device, void* stream, const float* x, float* y, int64_t n);
+// out[i] = x[i] - y[i].
+absl::Status Subtract(int device, void* stream, const float* x, const float* y,
+                      float* out, int64_t n);
+// out[i] = half(x[i]) (bf16 when `bf16`), round to nearest even.
+absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,
+                        int64_t n, bool bf16);
+// y[i] += float(h[i]).
+absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
+                            float* y, int64_t n, bool bf16);
+// *out = sum x[i]^2 in double (a tree over blocks; *out is zeroed first).
+absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
+                         double* out);
+
+// EF-signSGD's encode and decode (DeviceOps::SignEncode / SignDecodeAdd).
+absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t block, float* scales, uint8_t* bits);
+absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
+                           const uint8_t* bits, int64_t d, int64_t block,
+                           float* dense);
+
+// QSGD's encode (one thread per norm bucket; codes OR-ed in with 32-bit
+// atomics, so `codes` is zeroed and word aligned) and decode (one thread per
+// element); DeviceOps::QsgdEncode / QsgdDecodeAdd.
+absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
+                        int64_t bucket, int levels, const uint64_t* seeds,
+                        float* norms, uint8_t* codes);
+absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
+                           const uint8_t* codes, int64_t d, int64_t bucket,
+                           int levels, float* dense);
+
+// PowerSGD's products (DeviceOps::MatMul and friends), row-major; one
+// thread per output element, summing in float in index order.
+absl::Status MatMul(int device, void* stream, const float* m, const float* q,
+                    float* p, int64_t rows, int64_t cols, int64_t r);
+absl::Status MatMulTransposed(int device, void* stream, const float* m,
+                              const float* p, float* q, int64_t rows,
+                              int64_t cols, int64_t r);
+absl::Status AddOuterProduct(int device, void* stream, const float* p,
+                             const float* q, float* m, int64_t rows,
+                             int64_t cols, int64_t r);
+
+}  // namespace device_ops_cuda
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_H_

@@ -1,0 +1,25 @@
+// Shared checks of DeviceOps against the CPU kernels, for the simulated
+// device (device_ops_test) and CUDA (device_ops_cuda_gpu_test): every
+// operation on device buffers of `runtime`'s device `ordinal`, downloaded and
+// compared with the CPU kernel on the same inputs. Testing only.
+#ifndef TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_TESTING_H_
+#define TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_TESTING_H_
+
+#include "absl/status/status.h"
+#include "device/runtime.h"
+
+namespace terse {
+namespace testing {
+
+// OK when each operation equals the CPU kernel: bitwise, except
+// SquaredNorm and the PowerSGD products when `exact_norm` is false (then
+// the norm within 1e-12 relative; the products within 1e-5 of the sum of
+// their terms' magnitudes against an fp64 oracle, which they always meet).
+// The first difference is an Internal error naming the operation and index.
+absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
+                                      bool exact_norm);
+
+}  // namespace testing
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_TESTING_H_

@@ -1,0 +1,74 @@
+// SimDeviceOps: DeviceOps on the simulated device (device/sim_runtime.h).
+// Each operation checks its device spans (CheckDeviceMemory: a host pointer
+// or another ordinal's memory is InvalidArgument naming the argument) and
+// enqueues the CPU kernel with Stream::LaunchHost, so it runs late, in
+// stream order, on the stream's worker. Results are bitwise the CPU
+// kernels'. See device_ops.h for the contract.
+#ifndef TERSE_COMPRESSORS_DEVICE_SIM_DEVICE_OPS_H_
+#define TERSE_COMPRESSORS_DEVICE_SIM_DEVICE_OPS_H_
+
+#include "compressors/device/device_ops.h"
+
+namespace terse {
+
+class SimDeviceOps : public DeviceOps {
+ public:
+  // `runtime` must be host-addressable (the simulated device) and outlive
+  // the ops.
+  SimDeviceOps(DeviceRuntime* runtime, int ordinal)
+      : runtime_(runtime), ordinal_(ordinal) {}
+
+  absl::Status Add(Stream* stream, const float* x, float* y,
+                   int64_t n) override;
+  absl::Status Subtract(Stream* stream, const float* x, const float* y,
+                        float* out, int64_t n) override;
+  absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,
+                          int64_t n, DataType type) override;
+  absl::Status AccumulateHalf(Stream* stream, const uint16_t* h, float* y,
+                              int64_t n, DataType type) override;
+  absl::Status SquaredNorm(Stream* stream, const float* x, int64_t n,
+                           double* out) override;
+  absl::Status TopK(Stream* stream, const float* x, int64_t d, int64_t k,
+                    uint32_t* indices) override;
+  absl::StatusOr<int64_t> SampledTopK(
+      Stream* stream, const float* x, int64_t d, int64_t k,
+      const kernels::SampledTopKOptions& options, uint32_t* indices) override;
+  absl::Status Gather(Stream* stream, const float* dense,
+                      const uint32_t* indices, int64_t k,
+                      float* values) override;
+  absl::Status ScatterAdd(Stream* stream, const uint32_t* indices,
+                          const float* values, int64_t k,
+                          float* dense) override;
+
+  absl::Status MatMul(Stream* stream, const float* m, const float* q, float* p,
+                      int64_t rows, int64_t cols, int64_t r) override;
+  absl::Status MatMulTransposed(Stream* stream, const float* m, const float* p,
+                                float* q, int64_t rows, int64_t cols,
+                                int64_t r) override;
+  absl::Status AddOuterProduct(Stream* stream, const float* p, const float* q,
+                               float* m, int64_t rows, int64_t cols,
+                               int64_t r) override;
+
+  absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t block, float* scales, uint8_t* bits) override;
+  absl::Status SignDecodeAdd(Stream* stream, const float* scales,
+                             const uint8_t* bits, int64_t d, int64_t block,
+                             float* dense) override;
+
+  absl::Status QsgdEncode(Stream* stream, const float* x, int64_t d,
+                          int64_t bucket, int levels, const uint64_t* seeds,
+                          float* norms, uint8_t* codes) override;
+  absl::Status QsgdDecodeAdd(Stream* stream, const float* norms,
+                             const uint8_t* codes, int64_t d, int64_t bucket,
+                             int levels, float* dense) override;
+
+ private:
+  absl::Status Check(const void* ptr, int64_t bytes, const char* what);
+
+  DeviceRuntime* const runtime_;
+  const int ordinal_;
+};
+
+}  // namespace terse
+
+#endif  // TERSE_COMPRESSORS_DEVICE_SIM_DEVICE_OPS_H_

@@ -1,0 +1,307 @@
+#include "engine/device_compression.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "compressors/compressor.h"
+#include "compressors/kernels/randomk.h"
+#include "compressors/payload.h"
+#include "engine/device_compression_internal.h"
+#include "engine/device_powersgd.h"
+#include "gravac/policy_factory.h"
+
+namespace terse {
+using namespace device_compression_internal;  // NOLINT: own internals.
+
+DeviceCompression::DeviceCompression(const Config& config, int rank, int size,
+                                     CompressedReducer* reducer)
+    : config_(config), rank_(rank), size_(size), reducer_(reducer) {
+  reducer_->set_external_state(this);
+}
+
+DeviceCompression::~DeviceCompression() {
+  reducer_->set_external_state(nullptr);
+}
+
+bool DeviceCompression::Handles(const CompressionChoice& choice) {
+  if (choice.is_policy) return false;
+  return choice.name == "fp16" || choice.name == "bf16" ||
+         choice.name == "topk" || choice.name == "dgc" ||
+         choice.name == "powersgd" || choice.name == "randomk" ||
+         choice.name == "efsignsgd" || choice.name == "qsgd";
+}
+
+absl::StatusOr<DeviceOps*> DeviceCompression::OpsFor(const Target& target) {
+  std::unique_ptr<DeviceOps>& ops = ops_[target.runtime->kind()];
+  if (ops == nullptr) {
+    TERSE_ASSIGN_OR_RETURN(ops, MakeDeviceOps(target.runtime, target.ordinal));
+  }
+  return ops.get();
+}
+
+absl::Status DeviceCompression::Prepare(const Target& target) {
+  if (stale_) {
+    // Rebuilt from the restored states on their next step, as the
+    // reducer's; their stream's work may still use their buffers.
+    for (auto& [id, state] : buckets_) {
+      TERSE_RETURN_IF_ERROR(state->target.stream->Synchronize());
+    }
+    buckets_.clear();
+    for (auto& [name, r] : residuals_) graveyard_.push_back(std::move(r));
+    residuals_.clear();
+    stale_ = false;
+  }
+  if (!graveyard_.empty()) {
+    // Their stream's work may still use them.
+    for (Residual& r : graveyard_) {
+      TERSE_RETURN_IF_ERROR(r.target.stream->Synchronize());
+    }
+    graveyard_.clear();
+  }
+  (void)target;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeviceCompression::BucketState*> DeviceCompression::StateFor(
+    const Bucket& bucket, const CompressionChoice& choice,
+    const Target& target) {
+  std::unique_ptr<BucketState>& slot = buckets_[bucket.id];
+  if (slot != nullptr) return slot.get();
+  auto s = std::make_unique<BucketState>();
+  s->target = target;
+  TERSE_ASSIGN_OR_RETURN(s->ops, OpsFor(target));
+  s->id = bucket.id;
+  s->tensors = static_cast<int>(bucket.members.size());
+  s->count = bucket.count;
+  s->bytes = bucket.bytes;
+  s->stream_hash = BucketStream(bucket);
+  int64_t offset = 0;
+  for (const BucketMember& m : bucket.members) {
+    Segment seg;
+    seg.name = m.name;
+    seg.offset = offset;
+    seg.count = m.count;
+    seg.shape = m.shape;
+    s->segments.push_back(seg);
+    offset += m.count;
+  }
+  s->policy = gravac::CreatePolicy(choice.name, choice.cf, config_, size_);
+  TERSE_ASSIGN_OR_RETURN(s->id_kind, CompressorIdFromName(choice.name));
+  s->options = OptionsFromConfig(config_);
+  s->cf = choice.cf;
+  for (size_t i = 0; i < bucket.members.size(); ++i) {
+    absl::StrAppend(&s->key, i > 0 ? "," : "", bucket.members[i].name);
+  }
+  if (s->id_kind == CompressorId::kPowerSgd) {
+    // The CPU path's state key: "bucket:" and the members' names.
+    s->powersgd = std::make_unique<DevicePowerSgd>(
+        s->options, config_.seed, absl::StrCat("bucket:", s->key), s->segments,
+        bucket.count);
+  }
+  // A loaded checkpoint's state of this bucket (saved on either device
+  // kind): the policy's, and PowerSGD's warm starts.
+  std::optional<proto::BucketCompressionState> restored =
+      reducer_->TakeRestoredBucket(s->key);
+  if (restored.has_value()) {
+    absl::Status st = s->policy->RestoreState(restored->policy());
+    if (!st.ok()) {
+      TERSE_LOG(Warning) << "bucket " << bucket.id
+                         << ": policy state not restored: " << st;
+    }
+    if (s->powersgd != nullptr) {
+      std::map<std::string, std::vector<float>> warm;
+      for (const proto::WarmState& w : restored->warm_states()) {
+        if (w.compressor() == choice.name && w.cf() == choice.cf &&
+            w.level() == 0) {
+          warm[w.key()].assign(w.values().begin(), w.values().end());
+        }
+      }
+      s->powersgd->ImportWarm(std::move(warm));
+    }
+  }
+  slot = std::move(s);
+  return slot.get();
+}
+
+absl::StatusOr<DeviceCompression::Residual*> DeviceCompression::ResidualFor(
+    const std::string& name, int64_t count, const Target& target) {
+  auto it = residuals_.find(name);
+  if (it != residuals_.end() && it->second.count == count &&
+      it->second.target.runtime == target.runtime) {
+    return &it->second;
+  }
+  if (it != residuals_.end()) {
+    graveyard_.push_back(std::move(it->second));
+    residuals_.erase(it);
+  }
+  Residual r;
+  r.target = target;
+  r.count = count;
+  TERSE_ASSIGN_OR_RETURN(
+      r.buffer,
+      DeviceBuffer::Allocate(target.runtime, target.ordinal,
+                             count * static_cast<int64_t>(sizeof(float))));
+  std::optional<std::vector<float>> restored =
+      reducer_->TakeResidual(name, count);
+  if (restored.has_value()) {
+    // The copy reads the host vector later: upload and wait (first use of
+    // the tensor only).
+    TERSE_RETURN_IF_ERROR(target.stream->Memcpy(
+        r.buffer.data(), restored->data(), count * sizeof(float)));
+    TERSE_RETURN_IF_ERROR(target.stream->Synchronize());
+    r.valid = true;
+  }
+  return &residuals_.emplace(name, std::move(r)).first->second;
+}
+
+absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
+                                       ReduceOp op, int64_t step,
+                                       const Target& target,
+                                       Communicator* control,
+                                       const DeviceAllreduce& allreduce) {
+  const CompressionChoice choice = ChooseCompressionFor(
+      bucket.members.front().name, bucket.compression, config_);
+  const bool compressible = bucket.dtype == DataType::kFloat32 &&
+                            op == ReduceOp::kSum && Handles(choice) &&
+                            ShouldCompress(bucket.bytes, config_);
+  return reducer_->RunExternalStep([&]() -> absl::StatusOr<BucketReport> {
+    absl::MutexLock lock(&mu_);
+    TERSE_RETURN_IF_ERROR(Prepare(target));
+    if (!compressible) {
+      TERSE_RETURN_IF_ERROR(allreduce(data, bucket.count, bucket.dtype));
+      return BucketReport{bucket.id,    static_cast<int>(bucket.members.size()),
+                          bucket.bytes, "none",
+                          "none",       1,
+                          bucket.bytes};
+    }
+    TERSE_ASSIGN_OR_RETURN(BucketState * s, StateFor(bucket, choice, target));
+    float* g = static_cast<float*>(data);
+    // a = g + residual, per tensor, on the device.
+    for (const Segment& seg : s->segments) {
+      TERSE_ASSIGN_OR_RETURN(Residual * r,
+                             ResidualFor(seg.name, seg.count, target));
+      if (r->valid) {
+        TERSE_RETURN_IF_ERROR(s->ops->Add(target.stream, r->buffer.as<float>(),
+                                          g + seg.offset, seg.count));
+      }
+    }
+    absl::StatusOr<BucketReport> report =
+        s->id_kind == CompressorId::kFp16 || s->id_kind == CompressorId::kBf16
+            ? CastStep(*s, g, allreduce)
+        : s->id_kind == CompressorId::kPowerSgd
+            ? PowerSgdStep(*s, g, step, allreduce)
+        : s->id_kind == CompressorId::kRandomK
+            ? RandomKStep(*s, g, step, allreduce)
+        : s->id_kind == CompressorId::kEfSignSgd ? EfSignSgdStep(*s, g, control)
+        : s->id_kind == CompressorId::kQsgd ? QsgdStep(*s, g, step, control)
+                                            : SparseStep(*s, g, step, control);
+    TERSE_RETURN_IF_ERROR(report.status());
+    TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
+    return report;
+  });
+}
+
+absl::Status DeviceCompression::MarkResidualsWritten(const Target& target) {
+  std::unique_ptr<Event>& event = written_[target.stream];
+  if (event == nullptr) {
+    TERSE_ASSIGN_OR_RETURN(event, target.runtime->CreateEvent(target.ordinal));
+  }
+  return target.stream->Record(event.get());
+}
+
+void DeviceCompression::Forget(int bucket_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = buckets_.find(bucket_id);
+  if (it == buckets_.end()) return;
+  absl::Status synced = it->second->target.stream->Synchronize();
+  if (!synced.ok()) {
+    TERSE_LOG(Error) << "engine stream: " << synced.message();
+  }
+  buckets_.erase(it);
+}
+
+absl::StatusOr<std::vector<ResidualStore::Entry>>
+DeviceCompression::ExportResiduals() {
+  absl::MutexLock lock(&mu_);
+  std::vector<ResidualStore::Entry> out;
+  if (stale_) return out;
+  for (auto& [stream, event] : written_) {
+    TERSE_RETURN_IF_ERROR(event->HostWait());
+  }
+  // This thread may not enqueue on the engine streams: copies go on
+  // streams of its own (one per runtime), waited for at the end.
+  std::map<DeviceRuntime*, std::unique_ptr<Stream>> copies;
+  for (auto& [name, r] : residuals_) {
+    if (!r.valid) continue;
+    ResidualStore::Entry e;
+    e.name = name;
+    e.values.resize(r.count);
+    const int64_t bytes = r.count * static_cast<int64_t>(sizeof(float));
+    if (r.target.runtime->host_addressable()) {
+      std::memcpy(e.values.data(), r.buffer.data(), bytes);
+    } else {
+      std::unique_ptr<Stream>& copy = copies[r.target.runtime];
+      if (copy == nullptr) {
+        TERSE_ASSIGN_OR_RETURN(
+            copy, r.target.runtime->CreateStream(r.target.ordinal));
+      }
+      TERSE_RETURN_IF_ERROR(
+          copy->Memcpy(e.values.data(), r.buffer.data(), bytes));
+    }
+    out.push_back(std::move(e));
+  }
+  for (auto& [runtime, copy] : copies) {
+    TERSE_RETURN_IF_ERROR(copy->Synchronize());
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ExternalCompressionState::SavedBucket>>
+DeviceCompression::ExportBuckets() {
+  absl::MutexLock lock(&mu_);
+  std::vector<SavedBucket> out;
+  if (stale_) return out;  // The reducer writes what it loaded.
+  const gravac::Decision none;
+  for (const auto& [id, s] : buckets_) {
+    SavedBucket b;
+    proto::BucketCompressionState& h = b.header;
+    h.set_key(s->key);
+    s->policy->SaveState(h.mutable_policy());
+    h.set_pending_compressor(none.compressor);
+    h.set_pending_send_cf(none.send_cf);
+    h.set_pending_quiet(!none.wants_stats);
+    if (s->powersgd != nullptr) {
+      for (const auto& [key, q] : s->powersgd->warm()) {
+        proto::WarmState* w = h.add_warm_states();
+        w->set_compressor(CompressorName(s->id_kind));
+        w->set_cf(s->cf);
+        w->set_level(0);
+        w->set_key(key);
+        b.warm.push_back(q);
+      }
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+void DeviceCompression::OnStateLoaded() {
+  absl::MutexLock lock(&mu_);
+  stale_ = true;
+}
+
+void DeviceCompression::ForgetTensors(const std::vector<std::string>& names) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& name : names) {
+    auto it = residuals_.find(name);
+    if (it == residuals_.end()) continue;
+    graveyard_.push_back(std::move(it->second));
+    residuals_.erase(it);
+  }
+}
+
+}  // namespace terse

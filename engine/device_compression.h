@@ -1,0 +1,181 @@
+// DeviceCompression: compression of device buckets on the device, in stream
+// order (the engine's path for CUDA and simulated-device tensors whose
+// compression this class handles; engine/device_executor.h calls it).
+//
+// Handles static compression policies with the compressors fp16, bf16 (cast
+// on the device, the 16-bit body summed over ranks by the device
+// communicator or host staging, cast back), powersgd (DevicePowerSgd,
+// engine/device_powersgd.h: products on the device, its rounds through the
+// device collective, residual a - own share on the device), randomk (the
+// shared-seed positions drawn on the host, gathered on the device, the
+// values summed by the device collective), efsignsgd (per-block scales and
+// sign bits encoded on the device, the CPU path's payload allgathered over
+// the control communicator, decoded on the device in rank order), qsgd
+// (the same with per-bucket norms and stochastically rounded codes, the
+// CPU compressor's seeds) and topk, dgc (error feedback:
+// a = g + residual on the device; selection, gather and the residual
+// update a - sent on the device; only the k indices and values and one
+// squared norm reach the host). Sparse payloads are built and parsed by
+// compressors/payload.h, so they are byte for byte the CPU path's wire
+// format (payload plus the reducer's statistics trailer), allgathered over
+// the control communicator, validated on the host, and scattered in rank
+// order into the bucket on the device. Results equal the CompressedReducer's
+// on the same inputs bit for bit on the simulated device.
+//
+// Residuals live in device allocations of the bucket's DeviceRuntime, one
+// per tensor (keyed by name, as ResidualStore keys them). They join the
+// reducer's checkpoints through ExternalCompressionState (downloaded when a
+// checkpoint is written), with the buckets' policy states and PowerSGD's
+// warm starts in the reducer's format; after a load, and for a tensor or
+// bucket seen for the first time, a step takes the tensor's residual and
+// the bucket's state from the reducer (TakeResidual, TakeRestoredBucket),
+// so state saved on one device kind loads on another.
+//
+// Not handled here (DeviceExecutor runs them through the CompressedReducer
+// on the simulated device and refuses them on CUDA): the adaptive policies
+// (gravac, accordion), redsync, threshold, and TERSE_MOMENTUM_CORRECTION.
+//
+// Threading: Reduce and Forget run on the engine's background thread (the
+// only one enqueuing on the engine streams); the ExternalCompressionState
+// hooks may come from other threads (see that header) and take mu_.
+#ifndef TERSE_ENGINE_DEVICE_COMPRESSION_H_
+#define TERSE_ENGINE_DEVICE_COMPRESSION_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "collectives/communicator.h"
+#include "common/config.h"
+#include "compressors/device/device_ops.h"
+#include "compressors/registry.h"
+#include "device/runtime.h"
+#include "engine/bucket_assigner.h"
+#include "engine/compressed_reducer.h"
+#include "engine/external_compression_state.h"
+
+namespace terse {
+
+class DeviceCompression : public ExternalCompressionState {
+ public:
+  // Sums `count` elements of `dtype` at device memory `data` over ranks, in
+  // stream order (DeviceExecutor's collective: the device communicator or
+  // host staging).
+  using DeviceAllreduce =
+      std::function<absl::Status(void* data, int64_t count, DataType dtype)>;
+  // Where a bucket's work runs: the engine stream of its device.
+  struct Target {
+    DeviceRuntime* runtime = nullptr;
+    int ordinal = 0;
+    Stream* stream = nullptr;  // Outlives this object's use of it.
+  };
+
+  // `reducer` (not owned) must outlive this object; this object attaches
+  // itself (set_external_state) and detaches in its destructor.
+  DeviceCompression(const Config& config, int rank, int size,
+                    CompressedReducer* reducer);
+  // The streams of every Target used must still exist (the executor
+  // destroys this object before its streams).
+  ~DeviceCompression() override;
+  DeviceCompression(const DeviceCompression&) = delete;
+  DeviceCompression& operator=(const DeviceCompression&) = delete;
+
+  // Whether buckets whose tensors have compression `choice` go through
+  // Reduce: a static policy of fp16, bf16, topk, dgc, powersgd, randomk,
+  // efsignsgd or qsgd.
+  static bool Handles(const CompressionChoice& choice);
+
+  // Collective (every rank, same buckets, same order). Reduces device
+  // bucket `bucket` (fused region `data`, this rank's contribution, device
+  // memory of `target`) in place to its sum over ranks with op `op`
+  // (non-Sum ops, non-fp32 buckets and buckets under
+  // TERSE_MIN_COMPRESS_BYTES go dense through `allreduce`), as the bucket's
+  // `step`-th run. The work is enqueued on target.stream; the calling
+  // thread blocks for the host parts (the payload exchange). Errors are
+  // fatal for the engine; a peer payload that does not decode is
+  // InvalidArgument naming the rank and the bucket.
+  absl::Status Reduce(const Bucket& bucket, void* data, ReduceOp op,
+                      int64_t step, const Target& target, Communicator* control,
+                      const DeviceAllreduce& allreduce);
+
+  // The bucket was dropped or changed: free its buffers (after its stream's
+  // pending work).
+  void Forget(int bucket_id);
+
+  // ExternalCompressionState.
+  absl::StatusOr<std::vector<ResidualStore::Entry>> ExportResiduals() override;
+  absl::StatusOr<std::vector<SavedBucket>> ExportBuckets() override;
+  void OnStateLoaded() override;
+  void ForgetTensors(const std::vector<std::string>& names) override;
+
+ private:
+  struct Residual {
+    Target target;
+    int64_t count = 0;
+    DeviceBuffer buffer;
+    bool valid = false;  // Holds a residual (else: none, as if zero).
+  };
+  struct BucketState;
+
+  absl::Status Prepare(const Target& target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<DeviceOps*> OpsFor(const Target& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketState*> StateFor(const Bucket& bucket,
+                                        const CompressionChoice& choice,
+                                        const Target& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The residual of a tensor of `count` elements (created, with what the
+  // reducer's store held for it, on first use).
+  absl::StatusOr<Residual*> ResidualFor(const std::string& name, int64_t count,
+                                        const Target& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> CastStep(BucketState& s, float* data,
+                                        const DeviceAllreduce& allreduce)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> SparseStep(BucketState& s, float* data,
+                                          int64_t step, Communicator* control)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
+                                        int64_t step, Communicator* control)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> EfSignSgdStep(BucketState& s, float* data,
+                                             Communicator* control)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> RandomKStep(BucketState& s, float* data,
+                                           int64_t step,
+                                           const DeviceAllreduce& allreduce)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<BucketReport> PowerSgdStep(BucketState& s, float* data,
+                                            int64_t step,
+                                            const DeviceAllreduce& allreduce)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the event ExportResiduals waits for.
+  absl::Status MarkResidualsWritten(const Target& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Config config_;
+  const int rank_;
+  const int size_;
+  CompressedReducer* const reducer_;
+
+  absl::Mutex mu_;
+  std::map<Device::Kind, std::unique_ptr<DeviceOps>> ops_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<BucketState>> buckets_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Residual> residuals_ ABSL_GUARDED_BY(mu_);
+  // Residuals dropped between steps, freed after their stream's work.
+  std::vector<Residual> graveyard_ ABSL_GUARDED_BY(mu_);
+  // A load happened: the residuals here are stale (dropped at the next
+  // step; ExportResiduals exports none).
+  bool stale_ ABSL_GUARDED_BY(mu_) = false;
+  // Per stream: recorded after the last step's residual writes.
+  std::map<Stream*, std::unique_ptr<Event>> written_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_DEVICE_COMPRESSION_H_

@@ -1,0 +1,601 @@
+// One step of each compressor DeviceCompression runs on the device (see
+// device_compression.h); state, residuals and checkpoints are in
+// device_compression.cc.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "compressors/compressor.h"
+#include "compressors/device/qsgd_bits.h"
+#include "compressors/kernels/randomk.h"
+#include "compressors/payload.h"
+#include "compressors/qsgd_compressor.h"
+#include "engine/device_compression.h"
+#include "engine/device_compression_internal.h"
+
+namespace terse {
+using namespace device_compression_internal;  // NOLINT: own internals.
+
+absl::StatusOr<BucketReport> DeviceCompression::CastStep(
+    BucketState& s, float* data, const DeviceAllreduce& allreduce) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  const int64_t n = s.count;
+  const DataType type = s.id_kind == CompressorId::kFp16 ? DataType::kFloat16
+                                                         : DataType::kBFloat16;
+  // Not lossy: nothing stays behind (the CPU path erases the residuals).
+  for (const Segment& seg : s.segments) residuals_[seg.name].valid = false;
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 2, &s.half));
+  uint16_t* half = s.half.as<uint16_t>();
+  TERSE_RETURN_IF_ERROR(s.ops->CastToHalf(t.stream, data, half, n, type));
+  TERSE_RETURN_IF_ERROR(allreduce(half, n, type));
+  // dense = 0 + the decoded sum, as the CPU's AccumulateInto.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(data, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->AccumulateHalf(t.stream, half, data, n, type));
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      n * 2};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::PowerSgdStep(
+    BucketState& s, float* a, int64_t step, const DeviceAllreduce& allreduce) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  TERSE_RETURN_IF_ERROR(Ensure(t, s.count * 4, &s.local));
+  float* local = s.local.as<float>();
+  TERSE_ASSIGN_OR_RETURN(
+      const int64_t bytes,
+      s.powersgd->Step(
+          s.ops, t.runtime, t.ordinal, t.stream, a, local, step,
+          [&](float* data, int64_t count) {
+            return allreduce(data, count, DataType::kFloat32);
+          },
+          [&]() -> absl::Status {
+            // Error feedback: residual = a - this rank's share.
+            for (const Segment& seg : s.segments) {
+              Residual& r = residuals_[seg.name];
+              TERSE_RETURN_IF_ERROR(
+                  s.ops->Subtract(t.stream, a + seg.offset, local + seg.offset,
+                                  r.buffer.as<float>(), seg.count));
+              r.valid = true;
+            }
+            return absl::OkStatus();
+          }));
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      bytes};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::RandomKStep(
+    BucketState& s, float* a, int64_t step, const DeviceAllreduce& allreduce) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  const int64_t n = s.count;
+  if (s.options.randomk_value_type != ValueType::kFloat32) {
+    return absl::UnimplementedError(
+        absl::StrCat("bucket ", s.id, ": randomk with ",
+                     ValueTypeName(s.options.randomk_value_type), " values on ",
+                     Device::KindName(t.runtime->kind()), " devices"));
+  }
+  if (n >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", s.id, ": randomk of ", n, " elements is too large"));
+  }
+  const int64_t k = KeepCount(n, decision.send_cf);
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+  // The positions depend on the shared seed only: drawn on the host (as the
+  // CUDA select kernels do), uploaded. The collective below waits for the
+  // stream before the host vector is reused.
+  const uint64_t seed = kernels::MixSeed(
+      config_.seed, static_cast<uint64_t>(step), s.stream_hash);
+  kernels::RandomKIndices(seed, n, k, &s.host_indices);
+  uint32_t* indices = s.indices.as<uint32_t>();
+  float* values = s.values.as<float>();
+  float* local = s.local.as<float>();
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(indices, s.host_indices.data(), k * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->Gather(t.stream, a, indices, k, values));
+  // Error feedback: residual = a - (0 + what was sent), per tensor.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->ScatterAdd(t.stream, indices, values, k, local));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(s.ops->Subtract(t.stream, a + seg.offset,
+                                          local + seg.offset,
+                                          r.buffer.as<float>(), seg.count));
+    r.valid = true;
+  }
+  // The values are the summable body of the CPU path's payload.
+  TERSE_RETURN_IF_ERROR(allreduce(values, k, DataType::kFloat32));
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(s.ops->ScatterAdd(t.stream, indices, values, k, a));
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      k * 4};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
+    BucketState& s, float* a, Communicator* control) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  // The CPU compressor's block: sign_block_size, or the whole bucket.
+  const int64_t option = std::max<int64_t>(0, s.options.sign_block_size);
+  const int64_t block =
+      option == 0 || option > n ? std::max<int64_t>(n, 1) : option;
+  const int64_t blocks = n == 0 ? 0 : (n + block - 1) / block;
+  const int64_t bit_bytes = (n + 7) / 8;
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(blocks, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(bit_bytes, 1), &s.sign_bits));
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
+  float* scales = s.values.as<float>();
+  uint8_t* bits = s.sign_bits.as<uint8_t>();
+  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
+  TERSE_RETURN_IF_ERROR(ops->SignEncode(t.stream, a, n, block, scales, bits));
+  s.host_values.resize(blocks);
+  s.host_bits.resize(bit_bytes);
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_values.data(), scales, blocks * 4));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_bits.data(), bits, bit_bytes));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
+  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+
+  // The CPU compressor's payload: the block size as its parameter, the
+  // scales then the bits as its body; the statistics trailer behind it.
+  PayloadHeader h;
+  h.compressor = CompressorId::kEfSignSgd;
+  h.value_type = ValueType::kFloat32;
+  h.index_coding = IndexCoding::kImplicit;
+  h.dense_count = static_cast<uint64_t>(n);
+  h.entry_count = static_cast<uint64_t>(n);
+  h.ext_bytes = 8;
+  h.body_bytes = static_cast<uint64_t>(4 * blocks + bit_bytes);
+  Payload payload;
+  PayloadRegions regions = StartPayload(h, &payload);
+  StoreLe<uint64_t>(regions.ext, static_cast<uint64_t>(block));
+  std::memcpy(regions.body, s.host_values.data(), blocks * 4);
+  std::memcpy(regions.body + 4 * blocks, s.host_bits.data(), bit_bytes);
+  const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
+  double stats[kStatsTrailer] = {};
+  stats[kStatNormEf] = s.host_norm;
+  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
+  std::vector<uint8_t> message = std::move(payload.bytes);
+  message.resize(payload_bytes + sizeof(stats));
+  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
+  const int64_t each = static_cast<int64_t>(message.size());
+  std::vector<uint8_t> gathered(each * control->size());
+  TERSE_RETURN_IF_ERROR(
+      control->Allgather(message.data(), gathered.data(), each));
+
+  // Validate every rank's payload on the host (as the CPU decoder does),
+  // then upload the bodies, each in an 8-byte aligned slot.
+  struct Slot {
+    int64_t at = 0, block = 1, blocks = 0;
+  };
+  std::vector<Slot> slots(control->size());
+  s.up_bytes.clear();
+  for (int r = 0; r < control->size(); ++r) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": the efsignsgd payload from rank ", r,
+                       " does not decode: ", why));
+    };
+    absl::StatusOr<PayloadView> view = ParsePayload(
+        absl::MakeConstSpan(gathered.data() + r * each, payload_bytes),
+        CompressorId::kEfSignSgd, static_cast<uint64_t>(n));
+    if (!view.ok()) return bad(view.status().message());
+    if (view->header.ext_bytes != 8 ||
+        view->header.entry_count != static_cast<uint64_t>(n)) {
+      return bad("bad payload: efsignsgd layout");
+    }
+    const uint64_t their_block = LoadLe<uint64_t>(view->ext.data());
+    if (their_block < 1 || (n > 0 && their_block > static_cast<uint64_t>(n))) {
+      return bad("bad payload: efsignsgd block size");
+    }
+    Slot& slot = slots[r];
+    slot.block = static_cast<int64_t>(their_block);
+    slot.blocks = n == 0 ? 0 : (n + slot.block - 1) / slot.block;
+    if (view->header.body_bytes !=
+        static_cast<uint64_t>(4 * slot.blocks + bit_bytes)) {
+      return bad("bad payload: efsignsgd body size");
+    }
+    slot.at = static_cast<int64_t>(s.up_bytes.size());
+    s.up_bytes.insert(s.up_bytes.end(), view->body.begin(), view->body.end());
+    s.up_bytes.resize((s.up_bytes.size() + 7) / 8 * 8, 0);
+  }
+  const int64_t total = static_cast<int64_t>(s.up_bytes.size());
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 8), &s.sign_received));
+  uint8_t* received = s.sign_received.as<uint8_t>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(received, s.up_bytes.data(), total));
+  auto decode_into = [&](int r, float* dense) {
+    const Slot& slot = slots[r];
+    const uint8_t* body = received + slot.at;
+    return ops->SignDecodeAdd(t.stream, reinterpret_cast<const float*>(body),
+                              body + 4 * slot.blocks, n, slot.block, dense);
+  };
+  // Error feedback: residual = a - (0 + this rank's decoded payload).
+  float* local = s.local.as<float>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(decode_into(rank_, local));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
+                                        local + seg.offset,
+                                        r.buffer.as<float>(), seg.count));
+    r.valid = true;
+  }
+  // The sum over ranks, decoded in rank order.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  for (int r = 0; r < control->size(); ++r) {
+    TERSE_RETURN_IF_ERROR(decode_into(r, a));
+  }
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      payload_bytes};
+}
+
+namespace {
+
+// Level of element i's code in a packed QSGD code stream (the CPU
+// decoder's bit order).
+uint32_t QsgdLevelAt(const uint8_t* codes, uint64_t i, int bits) {
+  const uint64_t pos = i * bits;
+  uint32_t code = 0;
+  for (int done = 0; done < bits;) {
+    const int bit = static_cast<int>((pos + done) & 7);
+    const int take = std::min(8 - bit, bits - done);
+    code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
+             ((1u << take) - 1))
+            << done;
+    done += take;
+  }
+  return code >> 1;
+}
+
+}  // namespace
+
+absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
+    BucketState& s, float* a, int64_t step, Communicator* control) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  // The CPU compressor's parameters.
+  const int levels = QsgdLevels(decision.send_cf, s.options);
+  const int64_t bucket = std::max<int64_t>(
+      1, std::min<int64_t>(s.options.qsgd_bucket_size, UINT32_MAX));
+  const int64_t buckets = (n + bucket - 1) / bucket;
+  const int bits = qsgd_bits::CodeBits(levels);
+  const int64_t packed = qsgd_bits::PackedBytes(n, bits);
+  const int64_t words = qsgd_bits::PackedWords(n, bits);
+  // Per-bucket seeds, as the CPU compressor draws them for this rank.
+  const uint64_t base = kernels::MixSeed(
+      kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
+                       s.stream_hash),
+      static_cast<uint64_t>(rank_));
+  s.host_seeds.resize(buckets);
+  for (int64_t b = 0; b < buckets; ++b) {
+    s.host_seeds[b] = kernels::MixSeed(base, static_cast<uint64_t>(b));
+  }
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(buckets, 1) * 8, &s.seeds));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(buckets, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(words, 1) * 4, &s.sign_bits));
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
+  float* norms = s.values.as<float>();
+  uint8_t* codes = s.sign_bits.as<uint8_t>();
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.seeds.data(), s.host_seeds.data(), buckets * 8));
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(codes, 0, words * 4));
+  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
+  TERSE_RETURN_IF_ERROR(ops->QsgdEncode(t.stream, a, n, bucket, levels,
+                                        s.seeds.as<uint64_t>(), norms, codes));
+  s.host_values.resize(buckets);
+  s.host_bits.resize(packed);
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_values.data(), norms, buckets * 4));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_bits.data(), codes, packed));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
+  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+
+  // The CPU compressor's payload: levels and bucket size as parameters,
+  // the norms then the codes as the body; the statistics trailer behind.
+  PayloadHeader h;
+  h.compressor = CompressorId::kQsgd;
+  h.value_type = ValueType::kFloat32;
+  h.index_coding = IndexCoding::kImplicit;
+  h.dense_count = static_cast<uint64_t>(n);
+  h.entry_count = static_cast<uint64_t>(n);
+  h.ext_bytes = 8;
+  h.body_bytes = static_cast<uint64_t>(4 * buckets + packed);
+  Payload payload;
+  PayloadRegions regions = StartPayload(h, &payload);
+  StoreLe<uint32_t>(regions.ext, static_cast<uint32_t>(levels));
+  StoreLe<uint32_t>(regions.ext + 4, static_cast<uint32_t>(bucket));
+  std::memcpy(regions.body, s.host_values.data(), buckets * 4);
+  std::memcpy(regions.body + 4 * buckets, s.host_bits.data(), packed);
+  const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
+  double stats[kStatsTrailer] = {};
+  stats[kStatNormEf] = s.host_norm;
+  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
+  std::vector<uint8_t> message = std::move(payload.bytes);
+  message.resize(payload_bytes + sizeof(stats));
+  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
+  const int64_t each = static_cast<int64_t>(message.size());
+  std::vector<uint8_t> gathered(each * control->size());
+  TERSE_RETURN_IF_ERROR(
+      control->Allgather(message.data(), gathered.data(), each));
+
+  // Validate every rank's payload on the host, as the CPU decoder does
+  // (levels above s refused), then upload the bodies in aligned slots.
+  struct Slot {
+    int64_t at = 0, bucket = 1, buckets = 0;
+    int levels = 1;
+  };
+  std::vector<Slot> slots(control->size());
+  s.up_bytes.clear();
+  for (int r = 0; r < control->size(); ++r) {
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": the qsgd payload from rank ", r,
+                       " does not decode: ", why));
+    };
+    absl::StatusOr<PayloadView> view = ParsePayload(
+        absl::MakeConstSpan(gathered.data() + r * each, payload_bytes),
+        CompressorId::kQsgd, static_cast<uint64_t>(n));
+    if (!view.ok()) return bad(view.status().message());
+    if (view->header.ext_bytes != 8 ||
+        view->header.entry_count != static_cast<uint64_t>(n)) {
+      return bad("bad payload: qsgd layout");
+    }
+    const uint32_t their_levels = LoadLe<uint32_t>(view->ext.data());
+    const uint32_t their_bucket = LoadLe<uint32_t>(view->ext.data() + 4);
+    if (their_levels < 1 || their_levels > 32767 || their_bucket < 1) {
+      return bad("bad payload: qsgd parameters");
+    }
+    Slot& slot = slots[r];
+    slot.levels = static_cast<int>(their_levels);
+    slot.bucket = their_bucket;
+    slot.buckets = (n + slot.bucket - 1) / slot.bucket;
+    const int their_bits = qsgd_bits::CodeBits(slot.levels);
+    if (view->header.body_bytes != static_cast<uint64_t>(4 * slot.buckets) +
+                                       qsgd_bits::PackedBytes(n, their_bits)) {
+      return bad("bad payload: qsgd body size");
+    }
+    const uint8_t* their_codes = view->body.data() + 4 * slot.buckets;
+    for (int64_t i = 0; i < n; ++i) {
+      if (QsgdLevelAt(their_codes, i, their_bits) > their_levels) {
+        return bad("bad payload: qsgd level > s");
+      }
+    }
+    slot.at = static_cast<int64_t>(s.up_bytes.size());
+    s.up_bytes.insert(s.up_bytes.end(), view->body.begin(), view->body.end());
+    s.up_bytes.resize((s.up_bytes.size() + 7) / 8 * 8, 0);
+  }
+  const int64_t total = static_cast<int64_t>(s.up_bytes.size());
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 8), &s.sign_received));
+  uint8_t* received = s.sign_received.as<uint8_t>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(received, s.up_bytes.data(), total));
+  auto decode_into = [&](int r, float* dense) {
+    const Slot& slot = slots[r];
+    const uint8_t* body = received + slot.at;
+    return ops->QsgdDecodeAdd(t.stream, reinterpret_cast<const float*>(body),
+                              body + 4 * slot.buckets, n, slot.bucket,
+                              slot.levels, dense);
+  };
+  // Error feedback: residual = a - (0 + this rank's decoded payload).
+  float* local = s.local.as<float>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(decode_into(rank_, local));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
+                                        local + seg.offset,
+                                        r.buffer.as<float>(), seg.count));
+    r.valid = true;
+  }
+  // The sum over ranks, decoded in rank order.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  for (int r = 0; r < control->size(); ++r) {
+    TERSE_RETURN_IF_ERROR(decode_into(r, a));
+  }
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      payload_bytes};
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
+    BucketState& s, float* a, int64_t step, Communicator* control) {
+  const gravac::Decision decision = s.policy->Decide();
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  const int64_t k = KeepCount(n, decision.send_cf);
+  if (n >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket ", s.id, ": ", CompressorName(s.id_kind), " of ",
+                     n, " elements needs 64-bit indices"));
+  }
+  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.a));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
+  uint32_t* indices = s.indices.as<uint32_t>();
+
+  // Select and gather on the device; only k entries and ||a||^2 come back.
+  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
+  int64_t kept = k;
+  if (s.id_kind == CompressorId::kDgc) {
+    kernels::SampledTopKOptions opt = s.options.dgc;
+    opt.num_threads = s.options.num_threads;
+    opt.seed = kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
+                                s.stream_hash);
+    TERSE_ASSIGN_OR_RETURN(kept,
+                           ops->SampledTopK(t.stream, a, n, k, opt, indices));
+  } else {
+    TERSE_RETURN_IF_ERROR(ops->TopK(t.stream, a, n, k, indices));
+  }
+  TERSE_RETURN_IF_ERROR(
+      ops->Gather(t.stream, a, indices, kept, s.values.as<float>()));
+  s.host_indices.resize(kept);
+  s.host_values.resize(kept);
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_indices.data(), indices, kept * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_values.data(), s.values.data(), kept * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
+  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+
+  // The CPU path's message: the sparse payload, then the statistics.
+  Payload payload;
+  EncodeSparsePayload(s.id_kind, s.options.value_type, s.options.index_coding,
+                      static_cast<uint64_t>(n), s.host_indices.data(),
+                      s.host_values.data(), kept, &payload);
+  const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
+  double stats[kStatsTrailer] = {};
+  stats[kStatNormEf] = s.host_norm;
+  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
+  std::vector<uint8_t> message = std::move(payload.bytes);
+  message.resize(payload_bytes + sizeof(stats));
+  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
+  std::vector<uint8_t> gathered;
+  std::vector<int64_t> sizes;
+  const bool fixed = s.id_kind == CompressorId::kTopK &&
+                     s.options.index_coding == IndexCoding::kU32;
+  if (fixed) {
+    const int64_t each = static_cast<int64_t>(message.size());
+    gathered.resize(each * control->size());
+    TERSE_RETURN_IF_ERROR(
+        control->Allgather(message.data(), gathered.data(), each));
+    sizes.assign(control->size(), each);
+  } else {
+    TERSE_RETURN_IF_ERROR(control->AllgathervUnknownSizes(
+        message.data(), static_cast<int64_t>(message.size()), &gathered,
+        &sizes));
+  }
+
+  // Validate and decode every rank's payload on the host.
+  s.up_indices.clear();
+  s.up_values.clear();
+  std::vector<int64_t> starts, counts;
+  int64_t own_start = 0, own_count = 0;
+  size_t at = 0;
+  for (int r = 0; r < control->size(); ++r) {
+    const int64_t size = sizes[r];
+    if (size < static_cast<int64_t>(sizeof(stats))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": rank ", r, " sent ", size,
+                       " bytes, too short for a payload"));
+    }
+    absl::StatusOr<SparseEntries> entries = DecodeSparsePayload(
+        absl::MakeConstSpan(gathered.data() + at, size - sizeof(stats)),
+        s.id_kind, static_cast<uint64_t>(n));
+    if (!entries.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": the ", CompressorName(s.id_kind),
+                       " payload from rank ", r,
+                       " does not decode: ", entries.status().message()));
+    }
+    starts.push_back(static_cast<int64_t>(s.up_indices.size()));
+    counts.push_back(static_cast<int64_t>(entries->indices.size()));
+    if (r == rank_) {
+      own_start = starts.back();
+      own_count = counts.back();
+    }
+    s.up_indices.insert(s.up_indices.end(), entries->indices.begin(),
+                        entries->indices.end());
+    s.up_values.insert(s.up_values.end(), entries->values.begin(),
+                       entries->values.end());
+    at += static_cast<size_t>(size);
+  }
+  // What this rank sent, as its peers decode it, negated: residual = a - sent.
+  s.up_negated.resize(own_count);
+  for (int64_t i = 0; i < own_count; ++i) {
+    s.up_negated[i] = -s.up_values[own_start + i];
+  }
+  const int64_t total = static_cast<int64_t>(s.up_indices.size());
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_indices));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_values));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(own_count, 1) * 4, &s.sent_negated));
+  uint32_t* recv_indices = s.recv_indices.as<uint32_t>();
+  float* recv_values = s.recv_values.as<float>();
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(recv_indices, s.up_indices.data(), total * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(recv_values, s.up_values.data(), total * 4));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.sent_negated.data(),
+                                         s.up_negated.data(), own_count * 4));
+
+  // Error feedback on the device: residual = a - sent, per tensor.
+  float* kept_a = s.a.as<float>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(kept_a, a, n * 4));
+  TERSE_RETURN_IF_ERROR(ops->ScatterAdd(t.stream, recv_indices + own_start,
+                                        s.sent_negated.as<float>(), own_count,
+                                        kept_a));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(
+        t.stream->Memcpy(r.buffer.data(), kept_a + seg.offset, seg.count * 4));
+    r.valid = true;
+  }
+  // The sum over ranks, in rank order (every rank adds the same floats in
+  // the same order, as the CPU path).
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  for (size_t r = 0; r < starts.size(); ++r) {
+    TERSE_RETURN_IF_ERROR(ops->ScatterAdd(t.stream, recv_indices + starts[r],
+                                          recv_values + starts[r], counts[r],
+                                          a));
+  }
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      payload_bytes};
+}
+
+}  // namespace terse

@@ -1,0 +1,181 @@
+#include "engine/device_compression_testing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/loopback/loopback.h"
+#include "common/status.h"
+#include "engine/device_compression.h"
+
+namespace terse {
+namespace testing {
+
+absl::StatusOr<Config> DeviceCompressionConfig(const std::string& compression,
+                                               const std::string& cf) {
+  return Config::FromMap({{"TERSE_COMPRESSION", compression},
+                          {"TERSE_CF", cf},
+                          {"TERSE_MIN_COMPRESS_BYTES", "0"}});
+}
+
+// Two tensors; 70001 elements, enough for DGC to sample (not exact top-k).
+Bucket DeviceCompressionBucket() {
+  Bucket b;
+  b.id = 3;
+  b.members.push_back({"layer0.weight", 40000});
+  b.members.back().shape = {200, 200};  // A matrix; the bias has no shape.
+  b.members.push_back({"layer0.bias", 30001});
+  b.count = 70001;
+  b.bytes = b.count * 4;
+  b.device_kind = static_cast<int32_t>(Device::Kind::kSim);
+  return b;
+}
+
+std::vector<float> DeviceCompressionGradient(int rank, int step, int64_t n) {
+  std::mt19937 rng(977 * rank + 31 * step + 5);
+  std::normal_distribution<float> noise(0.0f, 0.01f);
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = noise(rng) * (1 + static_cast<float>(i % 13));
+  }
+  return g;
+}
+
+absl::Status RunDeviceAndCpu(int size, const std::string& compression,
+                             const std::string& cf, int steps, Outcome* run,
+                             DeviceRuntime* runtime,
+                             const std::function<int(int)>& ordinal_of) {
+  TERSE_ASSIGN_OR_RETURN(const Config config,
+                         DeviceCompressionConfig(compression, cf));
+  const Bucket bucket = DeviceCompressionBucket();
+  const int64_t n = bucket.count;
+  run->device.assign(steps, std::vector<std::vector<float>>(size));
+  run->cpu = run->device;
+  run->residuals.assign(size, {});
+  run->device_report.assign(size, {});
+  run->cpu_report.assign(size, {});
+  run->store_residual.assign(size, {});
+  return RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
+    CompressedReducer device_reducer(config, rank, size);
+    CompressedReducer cpu_reducer(config, rank, size);
+    const int ordinal = ordinal_of(rank);
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
+                           runtime->CreateStream(ordinal));
+    TERSE_ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                           DeviceBuffer::Allocate(runtime, ordinal, n * 4));
+    std::vector<uint8_t> staging;
+    {
+      DeviceCompression dc(config, rank, size, &device_reducer);
+      const DeviceCompression::Target target{runtime, ordinal, stream.get()};
+      // The executor's staged collective (TERSE_GPU_OPERATIONS=mpi): device
+      // to host, the host collective, host to device, in stream order.
+      auto allreduce = [&](void* data, int64_t count, DataType type) {
+        const int64_t bytes = count * static_cast<int64_t>(DataTypeSize(type));
+        staging.resize(bytes);
+        TERSE_RETURN_IF_ERROR(stream->Memcpy(staging.data(), data, bytes));
+        TERSE_RETURN_IF_ERROR(stream->Synchronize());
+        TERSE_RETURN_IF_ERROR(
+            comm->Allreduce(staging.data(), count, type, ReduceOp::kSum));
+        TERSE_RETURN_IF_ERROR(stream->Memcpy(data, staging.data(), bytes));
+        return stream->Synchronize();
+      };
+      for (int step = 0; step < steps; ++step) {
+        const std::vector<float> g = DeviceCompressionGradient(rank, step, n);
+        TERSE_RETURN_IF_ERROR(stream->Memcpy(buffer.data(), g.data(), n * 4));
+        TERSE_RETURN_IF_ERROR(dc.Reduce(bucket, buffer.data(), ReduceOp::kSum,
+                                        step, target, comm, allreduce));
+        std::vector<float>& out = run->device[step][rank];
+        out.resize(n);
+        TERSE_RETURN_IF_ERROR(stream->Memcpy(out.data(), buffer.data(), n * 4));
+        TERSE_RETURN_IF_ERROR(stream->Synchronize());
+
+        std::vector<float> host = g;
+        BucketReduceContext ctx;
+        ctx.bucket = &bucket;
+        ctx.data = host.data();
+        ctx.comm = comm;
+        ctx.step = step;
+        TERSE_RETURN_IF_ERROR(cpu_reducer.Reduce(ctx));
+        run->cpu[step][rank] = host;
+      }
+      TERSE_ASSIGN_OR_RETURN(std::vector<ResidualStore::Entry> entries,
+                             dc.ExportResiduals());
+      for (ResidualStore::Entry& e : entries) {
+        run->residuals[rank][e.name] = std::move(e.values);
+      }
+      run->device_report[rank] = device_reducer.Reports().at(0);
+      run->cpu_report[rank] = cpu_reducer.Reports().at(0);
+      run->store_residual[rank] =
+          device_reducer.Residual("layer0.weight", 40000);
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what) {
+  for (size_t step = 0; step < run.device.size(); ++step) {
+    for (size_t r = 0; r < run.device[step].size(); ++r) {
+      const std::vector<float>& d = run.device[step][r];
+      const std::vector<float>& c = run.cpu[step][r];
+      if (d.size() != c.size()) {
+        return absl::InternalError(absl::StrCat(what, ": sizes differ"));
+      }
+      for (size_t i = 0; i < d.size(); ++i) {
+        if (std::memcmp(&d[i], &c[i], 4) != 0) {
+          return absl::InternalError(
+              absl::StrCat(what, " step ", step, " rank ", r, " [", i,
+                           "]: device ", d[i], ", cpu ", c[i]));
+        }
+      }
+    }
+    for (size_t r = 0; r < run.device_report.size(); ++r) {
+      const BucketReport& d = run.device_report[r];
+      const BucketReport& c = run.cpu_report[r];
+      if (d.compressor != c.compressor || d.bytes_sent != c.bytes_sent ||
+          d.policy != c.policy) {
+        return absl::InternalError(
+            absl::StrCat(what, " rank ", r, ": device reported ", d.compressor,
+                         " ", d.bytes_sent, " bytes ", d.policy, "; cpu ",
+                         c.compressor, " ", c.bytes_sent, " bytes ", c.policy));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectClose(const Outcome& run, const std::string& what,
+                         double tolerance) {
+  for (size_t step = 0; step < run.device.size(); ++step) {
+    for (size_t r = 0; r < run.device[step].size(); ++r) {
+      const std::vector<float>& d = run.device[step][r];
+      const std::vector<float>& c = run.cpu[step][r];
+      if (d.size() != c.size()) {
+        return absl::InternalError(absl::StrCat(what, ": sizes differ"));
+      }
+      double scale = 0;
+      for (float v : c) scale = std::max(scale, std::fabs(double{v}));
+      for (size_t i = 0; i < d.size(); ++i) {
+        if (!(std::fabs(double{d[i]} - c[i]) <= tolerance * scale)) {
+          return absl::InternalError(absl::StrCat(
+              what, " step ", step, " rank ", r, " [", i, "]: device ", d[i],
+              ", cpu ", c[i], " (tolerance ", tolerance * scale, ")"));
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < run.device_report.size(); ++r) {
+    if (run.device_report[r].compressor != run.cpu_report[r].compressor) {
+      return absl::InternalError(absl::StrCat(
+          what, " rank ", r, ": device sent ", run.device_report[r].compressor,
+          ", cpu ", run.cpu_report[r].compressor));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace testing
+}  // namespace terse

@@ -1,0 +1,63 @@
+// Shared by device_compression_test (the simulated device) and
+// device_compression_cuda_gpu_test (CUDA): DeviceCompression and the
+// CompressedReducer (the CPU path) run the same gradients on loopback ranks
+// (threads), step by step, with the device collective staged through the
+// host. Testing only.
+#ifndef TERSE_ENGINE_DEVICE_COMPRESSION_TESTING_H_
+#define TERSE_ENGINE_DEVICE_COMPRESSION_TESTING_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/config.h"
+#include "device/runtime.h"
+#include "engine/bucket_assigner.h"
+#include "engine/compressed_reducer.h"
+
+namespace terse {
+namespace testing {
+
+// TERSE_COMPRESSION=`compression`, TERSE_CF=`cf`, no minimum bucket size.
+absl::StatusOr<Config> DeviceCompressionConfig(const std::string& compression,
+                                               const std::string& cf);
+// Two tensors, 70001 floats (enough for DGC to sample): a 200 x 200
+// matrix and one of unknown shape (PowerSGD views it near-square, padded).
+Bucket DeviceCompressionBucket();
+// Rank `rank`'s gradient at `step` (deterministic).
+std::vector<float> DeviceCompressionGradient(int rank, int step, int64_t n);
+
+struct Outcome {
+  // [step][rank]: the device path's and the CPU path's reduced bucket.
+  std::vector<std::vector<std::vector<float>>> device, cpu;
+  // [rank]: the device path's residuals after the last step, by tensor.
+  std::vector<std::map<std::string, std::vector<float>>> residuals;
+  // [rank]: the last reports of the device and the CPU reducer.
+  std::vector<BucketReport> device_report, cpu_report;
+  // [rank]: the device reducer's own store for the first tensor (zeros:
+  // the residuals live on the device).
+  std::vector<std::vector<float>> store_residual;
+};
+
+// `size` loopback ranks, rank r on `runtime`'s device ordinal_of(r), run
+// `steps` steps of both paths under DeviceCompressionConfig(compression, cf).
+absl::Status RunDeviceAndCpu(int size, const std::string& compression,
+                             const std::string& cf, int steps, Outcome* run,
+                             DeviceRuntime* runtime,
+                             const std::function<int(int)>& ordinal_of);
+
+// OK when every step's results are bitwise equal and the reports agree.
+absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what);
+// OK when every step's results agree within `tolerance` times the step's
+// largest CPU magnitude (float products summed in another order: PowerSGD
+// on CUDA) and the reports name the same compressor.
+absl::Status ExpectClose(const Outcome& run, const std::string& what,
+                         double tolerance);
+
+}  // namespace testing
+}  // namespace terse
+
+#endif  // TERSE_ENGINE_DEVICE_COMPRESSION_TESTING_H_
