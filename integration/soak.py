@@ -57,9 +57,17 @@ Random events between batches (drawn from the shared seed):
 Reported per rank: ops and ops/s, peak RSS (VmHWM), RSS growth after the
 warm-up (the first 20% of the time; RSS sampled at quiescent points, between
 batches, after gc), open fds at start and end, every mismatch (op index,
-kind, dtype, shape, name, rank, worst element). Exits 1 (every rank) on any
-mismatch, RSS growth above --max-rss-growth, or more fds at the end than at
-the start.
+kind, dtype, shape, name, rank, worst element). RSS growth is read from the
+floor (integration/rss_trend.py): the lowest sample of the last third of
+the run after warm-up against the lowest of the first third, because RSS at
+a quiescent point also holds buffers sized by the shapes drawn last, which
+swing by hundreds of MiB without a trend; a leak raises the floor with
+everything else. The least-squares slope and its standard error are
+reported beside it, and end vs warm-up for comparison. Exits 1 (every rank)
+on any mismatch, floor growth above --max-rss-growth, or more fds at the
+end than at the start. --leak-kib (a positive control, never in CI) keeps
+that many KiB alive per batch, so a run can show that the measure sees a
+leak.
 """
 
 import argparse
@@ -74,6 +82,7 @@ import numpy as np
 import torch
 
 import terse.torch as terse
+from rss_trend import floor_growth
 
 DTYPES = {
     "float32": (torch.float32, np.float32),
@@ -653,6 +662,7 @@ class Soak:
         ops = 0
         batch = 0
         ctl = torch.zeros(1, dtype=torch.int32)
+        leaked = []  # --leak-kib: the positive control's kept buffers
         while True:
             event = self.rng.random()
             if event < args.join_rate:
@@ -672,6 +682,8 @@ class Soak:
                     ("restore", "-", "-"), 0) + 1
             ops += self.run_batch(batch)
             batch += 1
+            if args.leak_kib:
+                leaked.append(np.ones(args.leak_kib * 256, np.float32))
             # Rank 0's clock decides for everyone.
             now = time.monotonic()
             ctl[0] = 1 if now - t0 >= args.seconds else 0
@@ -691,21 +703,24 @@ class Soak:
         fds_end = open_fds()
         if baseline is None:
             baseline = rss_end
-        late = [(t, r) for t, r in rss_samples if t >= 0.2 * args.seconds]
-        slope = 0.0
-        if len(late) >= 3:
-            t = np.array([p[0] for p in late])
-            r = np.array([p[1] for p in late], dtype=np.float64)
-            slope = float(np.polyfit(t, r, 1)[0])  # KiB/s
-        growth = (rss_end - baseline) / baseline
+        rss_samples.append((elapsed, rss_end))
+        floor = floor_growth(rss_samples, warmup_fraction=0.2, windows=3)
+        end_vs_warmup = (rss_end - baseline) / baseline
         return dict(
             rank=self.rank, seconds=round(elapsed, 1), ops=ops,
             batches=batch, ops_per_s=round(ops / elapsed, 1),
             peak_rss_mib=round(status_kib("VmHWM") / 1024, 1),
             rss_after_warmup_mib=round(baseline / 1024, 1),
             rss_end_mib=round(rss_end / 1024, 1),
-            rss_growth_pct=round(100 * growth, 2),
-            rss_slope_kib_per_s=round(slope, 1),
+            rss_growth_pct=round(100 * floor["floor_growth"], 2),
+            rss_floor_mib=(round(floor["floor_early"] / 1024, 1),
+                           round(floor["floor_late"] / 1024, 1)),
+            rss_floor_samples=(floor["samples_early"],
+                               floor["samples_late"]),
+            rss_end_vs_warmup_pct=round(100 * end_vs_warmup, 2),
+            rss_slope_kib_per_s=round(floor["slope"], 1),
+            rss_slope_stderr_kib_per_s=round(floor["slope_stderr"], 1),
+            leaked_mib=round(len(leaked) * args.leak_kib / 1024, 1),
             fds_start=fds_start, fds_end=fds_end,
             mismatches=len(self.mismatches),
             rss_trace_mib=[(round(t), round(r / 1024)) for t, r in
@@ -741,8 +756,11 @@ def main():
     p.add_argument("--join-rate", type=float, default=0.03)
     p.add_argument("--checkpoint-rate", type=float, default=0.02)
     p.add_argument("--max-rss-growth", type=float, default=0.01,
-                   help="largest accepted RSS growth after the warm-up "
-                        "(fraction)")
+                   help="largest accepted growth of the RSS floor after the "
+                        "warm-up (fraction; see integration/rss_trend.py)")
+    p.add_argument("--leak-kib", type=int, default=0,
+                   help="positive control: keep this many KiB alive per "
+                        "batch (a deliberate leak the measure must see)")
     p.add_argument("--json", help="write rank 0's summary here")
     args = p.parse_args()
 
@@ -758,8 +776,9 @@ def main():
     if report["mismatches"]:
         problems.append(f"{report['mismatches']} mismatches")
     if report["rss_growth_pct"] > 100 * args.max_rss_growth:
-        problems.append(f"RSS grew {report['rss_growth_pct']}% after the "
-                        f"warm-up (limit {100 * args.max_rss_growth:g}%)")
+        problems.append(f"the RSS floor grew {report['rss_growth_pct']}% "
+                        "after the warm-up (limit "
+                        f"{100 * args.max_rss_growth:g}%)")
     if report["fds_end"] > report["fds_start"]:
         problems.append(f"fds {report['fds_start']} -> {report['fds_end']}")
     report["problems"] = problems
@@ -776,8 +795,8 @@ def main():
         worst = max(r["seconds"] for r in everyone)
         print(f"soak: {terse.size()} ranks, {worst:.0f} s, "
               f"{total / worst:.1f} ops/s per rank, peak RSS "
-              f"{max(r['peak_rss_mib'] for r in everyone)} MiB, RSS growth "
-              f"max {max(r['rss_growth_pct'] for r in everyone)}%, "
+              f"{max(r['peak_rss_mib'] for r in everyone)} MiB, RSS floor "
+              f"growth max {max(r['rss_growth_pct'] for r in everyone)}%, "
               f"mismatches {sum(r['mismatches'] for r in everyone)}: "
               + ("FAILED" if failed else "ok"), flush=True)
         if args.json:
