@@ -98,10 +98,12 @@ def test_tf1_optimizer_and_hook(_):
     # Starts from rank 0's zeros; the gradient is x (rank + 1), averaged.
     mean = sum(r + 1 for r in range(size)) / size
     close(got, -0.5 * x * mean, "TF1 DistributedOptimizer step")
-    expect_raises(NotImplementedError, ["backward_passes_per_step=1"],
-                  terse.DistributedOptimizer,
-                  tf.compat.v1.train.GradientDescentOptimizer(0.5),
-                  backward_passes_per_step=2)
+    # backward_passes_per_step with a TF1 optimizer: tf_v1_test.
+    v1_opt = terse.DistributedOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5),
+        backward_passes_per_step=2)
+    expect(isinstance(v1_opt, tf.compat.v1.train.Optimizer),
+           "TF1 optimizer wrapped with backward_passes_per_step=2")
     keras_opt = terse.DistributedOptimizer(tf.keras.optimizers.SGD(0.1),
                                            backward_passes_per_step=2)
     expect(hasattr(keras_opt, "terse_reduce"), "keras optimizer wrapped")
