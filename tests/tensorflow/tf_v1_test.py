@@ -8,6 +8,8 @@ mpirun, against numpy references computed without terse:
     dense with sparse_as_dense;
   - broadcast_object, broadcast_object_fn and allgather_object run through
     a session (given, or the default one);
+  - elastic.TensorFlowState over a session: the graph's global variables
+    synced from rank 0, a commit restored after a failure on every rank;
   - the errors: eager aggregation with a TF1 optimizer, a graph without a
     session, backward_passes_per_step=0.
 """
@@ -154,6 +156,46 @@ def test_objects_through_a_session(_):
     with tf.compat.v1.Session(graph=graph) as session:
         got = terse.allgather_object(rank * 10, session=session)
     expect(got == [10 * r for r in range(size)], f"from eager: {got}")
+
+
+def test_elastic_state_in_session(_):
+    rank = terse.rank()
+    with tf.Graph().as_default():
+        a = tf.compat.v1.get_variable(
+            "a", initializer=tf.constant([float(rank), 2.0 * rank]))
+        b = tf.compat.v1.get_variable(
+            "b", initializer=tf.constant(rank + 1, tf.int64))
+        bump = [a.assign_add([1.0, 1.0]), b.assign_add(10)]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            with session.as_default():
+                state = terse.elastic.TensorFlowState(epoch=rank)
+            expect(state.variables == [a, b], "the graph's global variables")
+            calls = []
+
+            @terse.elastic.run
+            def train(state):
+                # Synced from rank 0 before each call.
+                got = session.run([a, b])
+                calls.append((got[0].tolist(), int(got[1]), state.epoch))
+                session.run(bump)
+                state.epoch += 1
+                if len(calls) == 1:
+                    state.commit()
+                    session.run(bump)
+                    state.epoch += 1
+                    raise tf.errors.FailedPreconditionError(
+                        None, None, "a collective failed on every rank")
+                return session.run([a, b])
+
+            final = train(state)
+    # Call 1 starts from rank 0's values, commits after one bump; the
+    # failure restores that commit (not the second bump), syncs, calls 2.
+    want = [([0.0, 0.0], 1, 0), ([1.0, 1.0], 11, 1)]
+    expect(calls == want, f"elastic calls: {calls} != {want}")
+    close(final[0], [2.0, 2.0], "final a")
+    expect(int(final[1]) == 21 and state.epoch == 2,
+           f"final b {final[1]}, epoch {state.epoch}")
 
 
 def setup():
