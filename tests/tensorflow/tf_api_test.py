@@ -5,8 +5,11 @@ graph and session), broadcast_object(_fn), allgather_object,
 grouped_allreduce, grouped_allgather, reducescatter (uneven rows),
 grouped_reducescatter and alltoall (with and without splits), and the
 gradient of each of the composed ops (Horovod's definition: the upstream
-gradients of every rank's loss, summed).
+gradients of every rank's loss, summed); Horovod's helpers
+check_num_rank_power_of_2 and handle_average_backwards_compatibility.
 """
+
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -110,6 +113,23 @@ def test_tf1_optimizer_and_hook(_):
 
 
 DIM_V1 = 3
+
+
+def test_helpers(_):
+    powers = {2 ** k for k in range(8)}
+    for n in range(130):
+        expect(terse.check_num_rank_power_of_2(n) == (n in powers),
+               f"check_num_rank_power_of_2({n})")
+    h = terse.handle_average_backwards_compatibility
+    expect(h(None, None) == terse.Average and h(terse.Max, None) == terse.Max,
+           "op by default / given")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expect(h(None, True) == terse.Average and
+               h(None, False) == terse.Sum, "average=True/False")
+    expect(len(caught) == 2 and all(issubclass(w.category, DeprecationWarning)
+                                    for w in caught), f"warnings: {caught}")
+    expect_raises(ValueError, ["supersedes average"], h, terse.Sum, True)
 
 
 def test_objects(_):

@@ -40,7 +40,9 @@ def _local_addresses(port):
     """{interface-ish name: [(host, port)]}: the host's name and loopback."""
     out = {}
     try:
-        out["host"] = [(socket.gethostbyname(socket.getfqdn()), port)]
+        host = socket.gethostbyname(socket.getfqdn())
+        if host != "127.0.0.1":
+            out["host"] = [(host, port)]
     except OSError:
         pass
     out["lo"] = [("127.0.0.1", port)]
