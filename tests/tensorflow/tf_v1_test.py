@@ -4,6 +4,8 @@ mpirun, against numpy references computed without terse:
     backward_passes_per_step=N: N runs' gradients summed (or averaged)
     locally, reduced and applied on every N-th run, nothing applied in
     between (momentum shows it), global_step advanced on every run;
+  - op=Adasum: Horovod's Adasum optimizer (each rank steps; the updates
+    combined by the paper's operator in recursive-doubling order);
   - sparse gradients (tf.IndexedSlices of an embedding) gathered, or made
     dense with sparse_as_dense;
   - broadcast_object, broadcast_object_fn and allgather_object run through
@@ -88,6 +90,51 @@ def test_backward_passes_per_step(_):
                     f"{momentum} run {k}")
             close(gw, ww, what)
             expect(gs == ws, f"{what}: global_step {gs} != {ws}")
+
+
+def adasum_pair(a, b):
+    """The Adasum paper's operator, in float64."""
+    dot = float(np.dot(a, b))
+    return ((1 - dot / (2 * np.dot(a, a))) * a
+            + (1 - dot / (2 * np.dot(b, b))) * b)
+
+
+def adasum_tree(parts):
+    """Recursive doubling: ranks (0,1), (2,3), ..., then pairs of pairs."""
+    while len(parts) > 1:
+        parts = [adasum_pair(parts[i], parts[i + 1])
+                 for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def test_adasum_optimizer(_):
+    size, rank = terse.size(), terse.rank()
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.ones([DIM],
+                                                               tf.float64))
+        x = tf.compat.v1.placeholder(tf.float64, [DIM])
+        step = tf.compat.v1.train.get_or_create_global_step()
+        opt = terse.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(LR), op=terse.Adasum)
+        train = opt.minimize(tf.reduce_sum(w * w * x), global_step=step)
+        got = []
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for k in range(2):
+                session.run(train, {x: x_of(rank, k)})
+                got.append(session.run([w, step]))
+    # Each rank's SGD update of sum(w * w * x) is -LR * 2 w x; the step is
+    # the Adasum of those updates.
+    w_ref = np.ones(DIM)
+    for k, (gw, gs) in enumerate(got):
+        w_ref = w_ref + adasum_tree(
+            [-LR * 2 * w_ref * x_of(r, k) for r in range(size)])
+        close(gw, w_ref, f"Adasum optimizer step {k}")
+        expect(gs == k + 1, f"global_step {gs}")
+    expect_raises(NotImplementedError, ["backward_passes_per_step must be 1"],
+                  terse.DistributedOptimizer,
+                  tf.compat.v1.train.GradientDescentOptimizer(LR),
+                  op=terse.Adasum, backward_passes_per_step=2)
 
 
 def test_aggregation_errors(_):

@@ -10,7 +10,10 @@ reduce). With backward_passes_per_step=N it adds each step's gradients to
 local accumulators (variables in LOCAL_VARIABLES) and, every N-th run,
 reduces their sum (their mean with average_aggregated_gradients) and
 applies it; the other runs apply nothing and only advance global_step.
-Every rank must run the training op the same number of times.
+Every rank must run the training op the same number of times. With
+op=Adasum it is Horovod's Adasum optimizer: each rank applies its own
+gradients, and each variable then takes its value before the step plus the
+Adasum of the ranks' updates.
 """
 
 import numpy as np
@@ -39,6 +42,8 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
 
     def compute_gradients(self, *args, **kwargs):
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        if self._terse["op"] == ops.Adasum:
+            return pairs  # local: apply_gradients combines the updates
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
         if self._terse["passes"] > 1:
@@ -96,6 +101,8 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         return out
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        if self._terse["op"] == ops.Adasum:
+            return self._adasum_apply(list(grads_and_vars), global_step, name)
         if self._terse["passes"] == 1:
             return self._optimizer.apply_gradients(grads_and_vars,
                                                    global_step, name)
@@ -118,6 +125,28 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
             return tf.group(tf.compat.v1.assign_add(global_step, 1))
 
         return tf.compat.v1.cond(self._terse_due, apply, skip)
+
+    def _adasum_apply(self, grads_and_vars, global_step, name):
+        """Horovod's Adasum optimizer: each rank applies its own gradients,
+        then every variable becomes its value before the step plus the
+        Adasum of the ranks' updates (new - old)."""
+        if tf.executing_eagerly():
+            raise NotImplementedError(
+                "op=Adasum with a tf.compat.v1.train.Optimizer runs in a TF1 "
+                "graph")
+        variables = [v for g, v in grads_and_vars if g is not None]
+        old = [tf.identity(v.read_value()) for v in variables]
+        with tf.control_dependencies(old):
+            applied = self._optimizer.apply_gradients(grads_and_vars,
+                                                      global_step, name)
+        with tf.control_dependencies([applied]):
+            deltas = [v.read_value() - o for v, o in zip(variables, old)]
+        s = self._terse
+        combined = functions.reduce_gradients(
+            deltas, variables, op=ops.Adasum, prefix=f"{s['prefix']}.adasum",
+            compression=s["compression"])
+        return tf.group(*[v.assign(o + d)
+                          for v, o, d in zip(variables, old, combined)])
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -156,6 +185,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
         if op not in (ops.Sum, ops.Average, ops.Adasum):
             raise ValueError("DistributedOptimizer reduces with Sum, Average "
                              "or Adasum")
+        if op == ops.Adasum and backward_passes_per_step != 1:
+            raise NotImplementedError(
+                "terse's TF1 Adasum optimizer combines every step's update: "
+                "backward_passes_per_step must be 1 with op=Adasum")
         return _DistributedV1Optimizer(optimizer, name, use_locking, dict(
             op=op, prefix=name_prefix, sparse_as_dense=sparse_as_dense,
             predivide=float(gradient_predivide_factor),
