@@ -704,7 +704,11 @@ class Soak:
         if baseline is None:
             baseline = rss_end
         rss_samples.append((elapsed, rss_end))
-        floor = floor_growth(rss_samples, warmup_fraction=0.2, windows=3)
+        try:
+            floor = floor_growth(rss_samples, warmup_fraction=0.2, windows=3)
+        except ValueError as e:  # too short a run: said, not gated
+            self.skipped["RSS floor"] = str(e)
+            floor = None
         end_vs_warmup = (rss_end - baseline) / baseline
         return dict(
             rank=self.rank, seconds=round(elapsed, 1), ops=ops,
@@ -712,14 +716,19 @@ class Soak:
             peak_rss_mib=round(status_kib("VmHWM") / 1024, 1),
             rss_after_warmup_mib=round(baseline / 1024, 1),
             rss_end_mib=round(rss_end / 1024, 1),
-            rss_growth_pct=round(100 * floor["floor_growth"], 2),
-            rss_floor_mib=(round(floor["floor_early"] / 1024, 1),
-                           round(floor["floor_late"] / 1024, 1)),
-            rss_floor_samples=(floor["samples_early"],
-                               floor["samples_late"]),
+            rss_growth_pct=(None if floor is None else
+                            round(100 * floor["floor_growth"], 2)),
+            rss_floor_mib=(None if floor is None else
+                           (round(floor["floor_early"] / 1024, 1),
+                            round(floor["floor_late"] / 1024, 1))),
+            rss_floor_samples=(None if floor is None else
+                               (floor["samples_early"],
+                                floor["samples_late"])),
             rss_end_vs_warmup_pct=round(100 * end_vs_warmup, 2),
-            rss_slope_kib_per_s=round(floor["slope"], 1),
-            rss_slope_stderr_kib_per_s=round(floor["slope_stderr"], 1),
+            rss_slope_kib_per_s=(None if floor is None else
+                                 round(floor["slope"], 1)),
+            rss_slope_stderr_kib_per_s=(None if floor is None else
+                                        round(floor["slope_stderr"], 1)),
             leaked_mib=round(len(leaked) * args.leak_kib / 1024, 1),
             fds_start=fds_start, fds_end=fds_end,
             mismatches=len(self.mismatches),
@@ -727,6 +736,12 @@ class Soak:
                            rss_samples[::max(1, len(rss_samples) // 12)]],
             counts={"/".join(k): v for k, v in sorted(self.counts.items())},
             skipped=self.skipped)
+
+
+def max_growth(reports):
+    known = [r["rss_growth_pct"] for r in reports
+             if r["rss_growth_pct"] is not None]
+    return f"{max(known)}%" if known else "not measured (too short)"
 
 
 def main():
@@ -775,7 +790,8 @@ def main():
     problems = []
     if report["mismatches"]:
         problems.append(f"{report['mismatches']} mismatches")
-    if report["rss_growth_pct"] > 100 * args.max_rss_growth:
+    growth = report["rss_growth_pct"]
+    if growth is not None and growth > 100 * args.max_rss_growth:
         problems.append(f"the RSS floor grew {report['rss_growth_pct']}% "
                         "after the warm-up (limit "
                         f"{100 * args.max_rss_growth:g}%)")
@@ -796,7 +812,7 @@ def main():
         print(f"soak: {terse.size()} ranks, {worst:.0f} s, "
               f"{total / worst:.1f} ops/s per rank, peak RSS "
               f"{max(r['peak_rss_mib'] for r in everyone)} MiB, RSS floor "
-              f"growth max {max(r['rss_growth_pct'] for r in everyone)}%, "
+              f"growth max {max_growth(everyone)}, "
               f"mismatches {sum(r['mismatches'] for r in everyone)}: "
               + ("FAILED" if failed else "ok"), flush=True)
         if args.json:
