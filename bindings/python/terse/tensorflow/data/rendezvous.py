@@ -14,10 +14,10 @@ that has the service's addresses and key reaches it:
     shutdown()
     wait_for_shutdown()
 
-Transport: multiprocessing.connection over TCP, one connection per request.
-A connection is accepted (one at a time, on the service's accept thread)
-only after an HMAC challenge on the shared key
-(the bytes of TfDataServiceConfig.key); requests and answers are small
+Transport: multiprocessing.connection over TCP, one connection per request,
+each answered on a thread of its own, and only after an HMAC challenge on
+the shared key (the bytes of TfDataServiceConfig.key): nothing from a peer
+is unpickled before it proves the key. Requests and answers are small
 pickled tuples. Errors travel back as exceptions: an id outside
 [0, dispatchers), a dispatcher registered twice under different addresses
 (ValueError), a wait that outlasts its timeout (TimeoutError naming what it
@@ -30,7 +30,9 @@ thread (each request opens its own connection).
 
 import socket
 import threading
-from multiprocessing.connection import Client, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (Client, Listener, answer_challenge,
+                                        deliver_challenge)
 
 # Connections the kernel queues before the service accepts them.
 _BACKLOG = 128
@@ -80,8 +82,8 @@ class ComputeService:
         # multiprocessing's default backlog is 1: with a job's worth of
         # clients connecting at once, connections overflowed the queue and
         # hung in the handshake (seen with 4 ranks).
-        self._listener = Listener(("0.0.0.0", 0), backlog=_BACKLOG,
-                                  authkey=key)
+        self._key = key
+        self._listener = Listener(("0.0.0.0", 0), backlog=_BACKLOG)
         self._port = self._listener.address[1]
         self._thread = threading.Thread(target=self._serve, daemon=True,
                                         name="terse-compute-service")
@@ -98,7 +100,7 @@ class ComputeService:
                 return
             self._shutdown = True
             self._cond.notify_all()
-        # Unblock accept(): connect once (the handshake fails; ignored).
+        # Unblock accept(): connect once (its handshake fails; ignored).
         try:
             with socket.create_connection(("127.0.0.1", self._port), 5):
                 pass
@@ -113,9 +115,7 @@ class ComputeService:
         while True:
             try:
                 conn = self._listener.accept()
-            except (OSError, EOFError):
-                conn = None  # a failed handshake (or shutdown's poke)
-            except Exception:  # noqa: BLE001 (AuthenticationError and kin)
+            except OSError:
                 conn = None
             with self._cond:
                 if self._shutdown:
@@ -128,13 +128,17 @@ class ComputeService:
 
     def _answer(self, conn):
         try:
+            # The HMAC handshake on this connection's own thread, so a slow
+            # or silent client holds up no other.
+            deliver_challenge(conn, self._key)
+            answer_challenge(conn, self._key)
             request, args = conn.recv()
             try:
                 reply = ("ok", self._handle(request, *args))
             except Exception as e:  # noqa: BLE001 (sent to the client)
                 reply = ("error", e)
             conn.send(reply)
-        except (OSError, EOFError):
+        except (OSError, EOFError, AuthenticationError):
             pass
         finally:
             conn.close()
