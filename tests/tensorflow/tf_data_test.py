@@ -13,11 +13,13 @@ computed with numpy:
     tf_data_service yields the task's own dispatcher, which has its worker;
     send_to_data_service refuses that side, as Horovod;
   - the compute service's requests and errors (bad ids, a second address,
-    a timeout, a wrong key) on a service of this rank's own.
+    a timeout, a wrong key) on a service of this rank's own, with a silent
+    peer connected that must hold up nothing.
 """
 
 import multiprocessing
 import os
+import socket
 import tempfile
 import threading
 
@@ -124,6 +126,11 @@ def test_compute_service_requests(_):
     key = os.urandom(16)
     service = ComputeService(2, 2, key)
     client = ComputeClient(service.addresses(), key)
+    # A peer that connects and says nothing holds up no request (before,
+    # the handshake ran on the accept loop: this would hang to the mpirun
+    # timeout).
+    host, port = service.addresses()["lo"][0]
+    silent = socket.create_connection((host, port))
     try:
         client.register_dispatcher(1, "grpc://a:1")
         client.register_dispatcher(1, "grpc://a:1")  # the same: accepted
@@ -152,6 +159,7 @@ def test_compute_service_requests(_):
         waiter.join(30)
         expect(not waiter.is_alive(), "wait_for_shutdown returns")
     finally:
+        silent.close()
         service.shutdown()
     expect_raises(ValueError, ["dispatchers must be larger than 0"],
                   ComputeService, 0, 1, key)
