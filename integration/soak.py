@@ -686,7 +686,9 @@ class Soak:
                 leaked.append(np.ones(args.leak_kib * 256, np.float32))
             # Rank 0's clock decides for everyone.
             now = time.monotonic()
-            ctl[0] = 1 if now - t0 >= args.seconds else 0
+            done = now - t0 >= args.seconds or (
+                args.max_batches and batch >= args.max_batches)
+            ctl[0] = 1 if done else 0
             terse.broadcast_(ctl, 0, name="soak.ctl")
             if True:  # Every batch: a quiescent point.
                 gc.collect()
@@ -755,6 +757,11 @@ def main():
         os.execv(sys.executable, [sys.executable] + sys.argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--max-batches", type=int, default=0,
+                   help="stop after this many batches if --seconds has not "
+                        "passed (0: no cap). The draws are a function of "
+                        "--seed, so a cap makes the run the same sequence "
+                        "on any machine (CI: RSS then swings alike)")
     p.add_argument("--seed", type=int, default=20)
     p.add_argument("--max-bytes", type=int, default=64 << 20,
                    help="largest tensor (bytes)")
