@@ -1,5 +1,6 @@
-"""The compute job of terse.tensorflow.data (Horovod's
-horovod.tensorflow.data.compute_worker):
+"""The compute job of tf.data service for terse training jobs.
+
+Horovod's horovod.tensorflow.data.compute_worker:
 
     terserun -np W python -m terse.tensorflow.data.compute_worker CONFIG \
         [--dispatchers D] [--dispatcher-side compute|training] [--timeout S]
