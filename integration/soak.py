@@ -35,8 +35,9 @@ compressor, so choosing a compressor per call is choosing a name:
                                   = sum_r g_r + sum_r e_r(before)
                               where e_r is rank r's residual as the engine
                               itself reports it (save_compression_state(),
-                              parsed by soak_state.py, allgathered); top-k: at most
-                              size*ceil(d/cf) nonzeros in the result.
+                              parsed by soak_state.py, allgathered); top-k
+                              also: at most size*ceil(d/cf) nonzeros in the
+                              result.
   everything else             none (dense): integer results exact, float sums
                               within (size+1)*eps(dtype)*sum_r |x_r|.
 Random events between batches (drawn from the shared seed):
