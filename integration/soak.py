@@ -35,8 +35,9 @@ compressor, so choosing a compressor per call is choosing a name:
                                   = sum_r g_r + sum_r e_r(before)
                               where e_r is rank r's residual as the engine
                               itself reports it (save_compression_state(),
-                              parsed here, allgathered); top-k also: at most
-                              size*ceil(d/cf) nonzeros in the result.
+                              parsed by soak_state.py, allgathered); top-k
+                              also: at most size*ceil(d/cf) nonzeros in the
+                              result.
   everything else             none (dense): integer results exact, float sums
                               within (size+1)*eps(dtype)*sum_r |x_r|.
 Random events between batches (drawn from the shared seed):
@@ -57,9 +58,17 @@ Random events between batches (drawn from the shared seed):
 Reported per rank: ops and ops/s, peak RSS (VmHWM), RSS growth after the
 warm-up (the first 20% of the time; RSS sampled at quiescent points, between
 batches, after gc), open fds at start and end, every mismatch (op index,
-kind, dtype, shape, name, rank, worst element). Exits 1 (every rank) on any
-mismatch, RSS growth above --max-rss-growth, or more fds at the end than at
-the start.
+kind, dtype, shape, name, rank, worst element). RSS growth is read from the
+floor (integration/rss_trend.py): the lowest sample of the last third of
+the run after warm-up against the lowest of the first third, because RSS at
+a quiescent point also holds buffers sized by the shapes drawn last, which
+swing by hundreds of MiB without a trend; a leak raises the floor with
+everything else. The least-squares slope and its standard error are
+reported beside it, and end vs warm-up for comparison. Exits 1 (every rank)
+on any mismatch, floor growth above --max-rss-growth, or more fds at the
+end than at the start. --leak-kib (a positive control, never in CI) keeps
+that many KiB alive per batch, so a run can show that the measure sees a
+leak.
 """
 
 import argparse
@@ -74,6 +83,8 @@ import numpy as np
 import torch
 
 import terse.torch as terse
+from rss_trend import floor_growth
+from soak_state import residuals_of
 
 DTYPES = {
     "float32": (torch.float32, np.float32),
@@ -152,95 +163,6 @@ def to_numpy(t, dtype):
     if dtype == "bfloat16":
         return t.to(torch.float32).numpy()
     return t.numpy()
-
-
-# --- the engine's compression state (engine/compression_state.proto) ---------
-
-def _varint(buf, i):
-    shift = value = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-
-
-def _fields(buf):
-    """(field number, wire type, value or memoryview) of a message."""
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            length, i = _varint(buf, i)
-            value, i = buf[i:i + length], i + length
-        elif wire == 5:
-            value, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wire} in the compression state")
-        yield field, wire, value
-
-
-def residuals_of(state):
-    """{(name, tensor_offset): float32 array} of the engine's compression
-    state: the chunked format (engine/checkpoint_format.h: "TERSECKP", u32
-    version, u32 header length, u32 header CRC, a CheckpointHeader, then
-    every tensor's float32 bytes in header order), or the older
-    CompressionState protobuf."""
-    buf = memoryview(state)
-    if bytes(buf[:8]) == b"TERSECKP":
-        return _chunked_residuals(buf)
-    out = {}
-    for field, wire, value in _fields(buf):
-        if field != 2 or wire != 2:
-            continue
-        name, offset, values = "", 0, []
-        for f, w, v in _fields(value):
-            if f == 1:
-                name = bytes(v).decode()
-            elif f == 2:
-                offset = v
-            elif f == 3 and w == 2:
-                values.append(np.frombuffer(v, dtype="<f4"))
-            elif f == 3 and w == 5:
-                values.append(np.frombuffer(v, dtype="<f4"))
-        out[(name, offset)] = (np.concatenate(values) if values
-                               else np.zeros(0, np.float32))
-    return out
-
-
-RESIDUAL_KIND = 1  # CheckpointTensor.Kind.RESIDUAL
-
-
-def _chunked_residuals(buf):
-    header_len = int.from_bytes(buf[12:16], "little")
-    header = buf[20:20 + header_len]
-    at = 20 + header_len
-    out = {}
-    for field, wire, value in _fields(header):
-        if field != 4 or wire != 2:  # CheckpointHeader.tensors
-            continue
-        name, offset, kind, count = "", 0, 0, 0
-        for f, w, v in _fields(value):
-            if f == 1:
-                name = bytes(v).decode()
-            elif f == 2:
-                offset = v
-            elif f == 3:
-                kind = v
-            elif f == 5:
-                count = v
-        data = np.frombuffer(buf[at:at + 4 * count], dtype="<f4")
-        at += 4 * count
-        if kind == RESIDUAL_KIND:
-            out[(name, offset)] = data.copy()
-    return out
 
 
 # --- process figures -----------------------------------------------------------
@@ -653,6 +575,7 @@ class Soak:
         ops = 0
         batch = 0
         ctl = torch.zeros(1, dtype=torch.int32)
+        leaked = []  # --leak-kib: the positive control's kept buffers
         while True:
             event = self.rng.random()
             if event < args.join_rate:
@@ -672,9 +595,13 @@ class Soak:
                     ("restore", "-", "-"), 0) + 1
             ops += self.run_batch(batch)
             batch += 1
+            if args.leak_kib:
+                leaked.append(np.ones(args.leak_kib * 256, np.float32))
             # Rank 0's clock decides for everyone.
             now = time.monotonic()
-            ctl[0] = 1 if now - t0 >= args.seconds else 0
+            done = now - t0 >= args.seconds or (
+                args.max_batches and batch >= args.max_batches)
+            ctl[0] = 1 if done else 0
             terse.broadcast_(ctl, 0, name="soak.ctl")
             if True:  # Every batch: a quiescent point.
                 gc.collect()
@@ -691,27 +618,45 @@ class Soak:
         fds_end = open_fds()
         if baseline is None:
             baseline = rss_end
-        late = [(t, r) for t, r in rss_samples if t >= 0.2 * args.seconds]
-        slope = 0.0
-        if len(late) >= 3:
-            t = np.array([p[0] for p in late])
-            r = np.array([p[1] for p in late], dtype=np.float64)
-            slope = float(np.polyfit(t, r, 1)[0])  # KiB/s
-        growth = (rss_end - baseline) / baseline
+        rss_samples.append((elapsed, rss_end))
+        try:
+            floor = floor_growth(rss_samples, warmup_fraction=0.2, windows=3)
+        except ValueError as e:  # too short a run: said, not gated
+            self.skipped["RSS floor"] = str(e)
+            floor = None
+        end_vs_warmup = (rss_end - baseline) / baseline
         return dict(
             rank=self.rank, seconds=round(elapsed, 1), ops=ops,
             batches=batch, ops_per_s=round(ops / elapsed, 1),
             peak_rss_mib=round(status_kib("VmHWM") / 1024, 1),
             rss_after_warmup_mib=round(baseline / 1024, 1),
             rss_end_mib=round(rss_end / 1024, 1),
-            rss_growth_pct=round(100 * growth, 2),
-            rss_slope_kib_per_s=round(slope, 1),
+            rss_growth_pct=(None if floor is None else
+                            round(100 * floor["floor_growth"], 2)),
+            rss_floor_mib=(None if floor is None else
+                           (round(floor["floor_early"] / 1024, 1),
+                            round(floor["floor_late"] / 1024, 1))),
+            rss_floor_samples=(None if floor is None else
+                               (floor["samples_early"],
+                                floor["samples_late"])),
+            rss_end_vs_warmup_pct=round(100 * end_vs_warmup, 2),
+            rss_slope_kib_per_s=(None if floor is None else
+                                 round(floor["slope"], 1)),
+            rss_slope_stderr_kib_per_s=(None if floor is None else
+                                        round(floor["slope_stderr"], 1)),
+            leaked_mib=round(len(leaked) * args.leak_kib / 1024, 1),
             fds_start=fds_start, fds_end=fds_end,
             mismatches=len(self.mismatches),
             rss_trace_mib=[(round(t), round(r / 1024)) for t, r in
                            rss_samples[::max(1, len(rss_samples) // 12)]],
             counts={"/".join(k): v for k, v in sorted(self.counts.items())},
             skipped=self.skipped)
+
+
+def max_growth(reports):
+    known = [r["rss_growth_pct"] for r in reports
+             if r["rss_growth_pct"] is not None]
+    return f"{max(known)}%" if known else "not measured (too short)"
 
 
 def main():
@@ -725,6 +670,11 @@ def main():
         os.execv(sys.executable, [sys.executable] + sys.argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--max-batches", type=int, default=0,
+                   help="stop after this many batches if --seconds has not "
+                        "passed (0: no cap). The draws are a function of "
+                        "--seed, so a cap makes the run the same sequence "
+                        "on any machine (CI: RSS then swings alike)")
     p.add_argument("--seed", type=int, default=20)
     p.add_argument("--max-bytes", type=int, default=64 << 20,
                    help="largest tensor (bytes)")
@@ -741,8 +691,11 @@ def main():
     p.add_argument("--join-rate", type=float, default=0.03)
     p.add_argument("--checkpoint-rate", type=float, default=0.02)
     p.add_argument("--max-rss-growth", type=float, default=0.01,
-                   help="largest accepted RSS growth after the warm-up "
-                        "(fraction)")
+                   help="largest accepted growth of the RSS floor after the "
+                        "warm-up (fraction; see integration/rss_trend.py)")
+    p.add_argument("--leak-kib", type=int, default=0,
+                   help="positive control: keep this many KiB alive per "
+                        "batch (a deliberate leak the measure must see)")
     p.add_argument("--json", help="write rank 0's summary here")
     args = p.parse_args()
 
@@ -757,9 +710,11 @@ def main():
     problems = []
     if report["mismatches"]:
         problems.append(f"{report['mismatches']} mismatches")
-    if report["rss_growth_pct"] > 100 * args.max_rss_growth:
-        problems.append(f"RSS grew {report['rss_growth_pct']}% after the "
-                        f"warm-up (limit {100 * args.max_rss_growth:g}%)")
+    growth = report["rss_growth_pct"]
+    if growth is not None and growth > 100 * args.max_rss_growth:
+        problems.append(f"the RSS floor grew {report['rss_growth_pct']}% "
+                        "after the warm-up (limit "
+                        f"{100 * args.max_rss_growth:g}%)")
     if report["fds_end"] > report["fds_start"]:
         problems.append(f"fds {report['fds_start']} -> {report['fds_end']}")
     report["problems"] = problems
@@ -776,8 +731,8 @@ def main():
         worst = max(r["seconds"] for r in everyone)
         print(f"soak: {terse.size()} ranks, {worst:.0f} s, "
               f"{total / worst:.1f} ops/s per rank, peak RSS "
-              f"{max(r['peak_rss_mib'] for r in everyone)} MiB, RSS growth "
-              f"max {max(r['rss_growth_pct'] for r in everyone)}%, "
+              f"{max(r['peak_rss_mib'] for r in everyone)} MiB, RSS floor "
+              f"growth max {max_growth(everyone)}, "
               f"mismatches {sum(r['mismatches'] for r in everyone)}: "
               + ("FAILED" if failed else "ok"), flush=True)
         if args.json:

@@ -5,8 +5,11 @@ graph and session), broadcast_object(_fn), allgather_object,
 grouped_allreduce, grouped_allgather, reducescatter (uneven rows),
 grouped_reducescatter and alltoall (with and without splits), and the
 gradient of each of the composed ops (Horovod's definition: the upstream
-gradients of every rank's loss, summed).
+gradients of every rank's loss, summed); Horovod's helpers
+check_num_rank_power_of_2 and handle_average_backwards_compatibility.
 """
+
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -98,16 +101,35 @@ def test_tf1_optimizer_and_hook(_):
     # Starts from rank 0's zeros; the gradient is x (rank + 1), averaged.
     mean = sum(r + 1 for r in range(size)) / size
     close(got, -0.5 * x * mean, "TF1 DistributedOptimizer step")
-    expect_raises(NotImplementedError, ["backward_passes_per_step=1"],
-                  terse.DistributedOptimizer,
-                  tf.compat.v1.train.GradientDescentOptimizer(0.5),
-                  backward_passes_per_step=2)
+    # backward_passes_per_step with a TF1 optimizer: tf_v1_test.
+    v1_opt = terse.DistributedOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5),
+        backward_passes_per_step=2)
+    expect(isinstance(v1_opt, tf.compat.v1.train.Optimizer),
+           "TF1 optimizer wrapped with backward_passes_per_step=2")
     keras_opt = terse.DistributedOptimizer(tf.keras.optimizers.SGD(0.1),
                                            backward_passes_per_step=2)
     expect(hasattr(keras_opt, "terse_reduce"), "keras optimizer wrapped")
 
 
 DIM_V1 = 3
+
+
+def test_helpers(_):
+    powers = {2 ** k for k in range(8)}
+    for n in range(130):
+        expect(terse.check_num_rank_power_of_2(n) == (n in powers),
+               f"check_num_rank_power_of_2({n})")
+    h = terse.handle_average_backwards_compatibility
+    expect(h(None, None) == terse.Average and h(terse.Max, None) == terse.Max,
+           "op by default / given")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expect(h(None, True) == terse.Average and
+               h(None, False) == terse.Sum, "average=True/False")
+    expect(len(caught) == 2 and all(issubclass(w.category, DeprecationWarning)
+                                    for w in caught), f"warnings: {caught}")
+    expect_raises(ValueError, ["supersedes average"], h, terse.Sum, True)
 
 
 def test_objects(_):

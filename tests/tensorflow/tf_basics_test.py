@@ -1,11 +1,12 @@
-"""Horovod's introspection functions and the Product reduction through
-terse.tensorflow and terse.keras, under mpirun.
+"""Horovod's introspection functions and the Product and Adasum
+reductions through terse.tensorflow and terse.keras, under mpirun.
 
-The functions are framework-neutral terse.basics ones (another branch adds
-them; terse.tensorflow re-exports them by name), and Product is the
-engine's ReduceOp 4: until both are merged this test fails, naming what is
-missing. References: the mpirun layout (every rank on this host), numpy's
-product, a timeline file that names the op run while it was recording.
+The functions are framework-neutral terse.basics ones (terse.tensorflow
+re-exports them by name); Product and Adasum are the engine's ReduceOps 4
+and 5. References: the mpirun layout (every rank on this host), numpy's
+product, the Adasum paper's pairwise operator in float64 applied in
+recursive-doubling order, a timeline file that names the op run while it
+was recording.
 """
 
 import os
@@ -71,6 +72,35 @@ def test_product(_):
                            op=terse.Product, name="product.int")
     want = np.prod([[r + 2, -1] for r in range(size)], axis=0)
     expect(np.array_equal(ints.numpy(), want), f"int Product {ints.numpy()}")
+
+
+def adasum_pair(a, b):
+    """The Adasum paper's operator, in float64."""
+    dot = float(np.dot(a, b))
+    return ((1 - dot / (2 * np.dot(a, a))) * a
+            + (1 - dot / (2 * np.dot(b, b))) * b)
+
+
+def test_adasum(_):
+    size, rank = terse.size(), terse.rank()
+
+    def values(r):
+        return np.random.RandomState(7 + r).uniform(-1, 1, 6)
+
+    # Recursive doubling: ranks (0,1), (2,3), ..., then pairs of pairs.
+    level = [values(r) for r in range(size)]
+    while len(level) > 1:
+        level = [adasum_pair(level[i], level[i + 1])
+                 for i in range(0, len(level), 2)]
+    for dtype in (np.float64, np.float32):
+        for how, fn in (("eager", terse.allreduce),
+                        ("tf.function", tf.function(terse.allreduce))):
+            out = fn(tf.constant(values(rank).astype(dtype)),
+                     op=terse.Adasum, name=f"adasum.{how}.{dtype.__name__}")
+            tol = 1e-12 if dtype == np.float64 else 1e-5
+            expect(np.allclose(out.numpy(), level[0], rtol=tol, atol=tol),
+                   f"{how} {dtype.__name__} Adasum {out.numpy()} != "
+                   f"{level[0]}")
 
 
 def setup():

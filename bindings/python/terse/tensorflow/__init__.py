@@ -32,6 +32,8 @@ from terse.tensorflow.legacy import (BroadcastGlobalVariablesHook,
                                      DistributedOptimizer)
 from terse.tensorflow.gradient_tape import (DistributedGradientTape,
                                             PartialDistributedGradientTape)
+from terse.tensorflow.helpers import (check_num_rank_power_of_2,
+                                     handle_average_backwards_compatibility)
 from terse.tensorflow.ops import (FLOAT_DTYPES, INT_DTYPES, MOVED_DTYPES,
                                   SUPPORTED_DTYPES, Adasum, Average, Max, Min,
                                   Product, Sum, allgather, allreduce,
@@ -95,4 +97,5 @@ __all__ = [
     "reduce_gradients", "DistributedGradientTape",
     "PartialDistributedGradientTape", "SyncBatchNormalization",
     "DistributedOptimizer", "BroadcastGlobalVariablesHook", "elastic",
+    "handle_average_backwards_compatibility", "check_num_rank_power_of_2",
 ] + [n for n in BASICS_FORWARDED if hasattr(_basics, n)]

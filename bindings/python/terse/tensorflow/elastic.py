@@ -58,23 +58,35 @@ class ObjectState(_common.ObjectState, State):
 
 
 class TensorFlowState(ObjectState):
-    """tf.Variables (eager) and picklable attributes: commit keeps copies of
-    the variables' values, restore assigns them back, sync broadcasts rank
-    0's. TF1 sessions are not supported (`session` must be None)."""
+    """tf.Variables and picklable attributes: commit keeps copies of the
+    variables' values, restore assigns them back, sync broadcasts rank
+    0's. Eagerly the variables are `variables`. In a TF1 graph (or with
+    `session`) they default to the graph's global variables, and every
+    save, restore and sync runs in `session` (default: the default session
+    when the state is made), as Horovod's."""
 
     def __init__(self, variables=None, session=None, **kwargs):
-        if session is not None:
-            raise NotImplementedError("terse's elastic state is eager "
-                                      "(TensorFlow 2); session must be None")
-        self.variables = list(variables or [])
+        self._session = None
+        if session is not None or not tf.executing_eagerly():
+            self._session = _session_graph_ops(self, variables, session)
+            kwargs["bcast_object"] = self._broadcast_object_in_session
+        else:
+            self.variables = list(variables or [])
         self._values = None
         super().__init__(**kwargs)
         self._save_variables()
+
+    def _broadcast_object_in_session(self, obj, root_rank=0, name=None):
+        return functions.broadcast_object(obj, root_rank,
+                                          session=self._session, name=name)
 
     def _all_variables(self):
         return self.variables
 
     def _save_variables(self):
+        if self._session is not None:
+            self._values = self._session.run(self.variables)
+            return
         self._values = [v.numpy() for v in self._all_variables()]
 
     def save(self):
@@ -82,17 +94,43 @@ class TensorFlowState(ObjectState):
         super().save()
 
     def restore(self):
-        for var, value in zip(self._all_variables(), self._values):
-            var.assign(value)
+        if self._session is not None:
+            self._session.run(self._assign_op,
+                              dict(zip(self._feeds, self._values)))
+        else:
+            for var, value in zip(self._all_variables(), self._values):
+                var.assign(value)
         super().restore()
 
     def sync(self):
-        variables = self._all_variables()
-        if variables:
-            functions.broadcast_variables(
-                variables, root_rank=0,
-                prefix=ops._names.default("elastic.variables", None))
+        if self._session is not None:
+            if self._bcast_op is not None:
+                self._session.run(self._bcast_op)
+        else:
+            variables = self._all_variables()
+            if variables:
+                functions.broadcast_variables(
+                    variables, root_rank=0,
+                    prefix=ops._names.default("elastic.variables", None))
         super().sync()
+
+
+def _session_graph_ops(state, variables, session):
+    """TF1: builds the state's assign and broadcast ops in the session's
+    graph (once); returns the session."""
+    from terse.tensorflow import legacy
+    session = legacy._session_of(session, "TensorFlowState")
+    with session.graph.as_default():
+        state.variables = list(variables if variables is not None
+                               else tf.compat.v1.global_variables())
+        state._feeds = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape)
+                        for v in state.variables]
+        state._assign_op = tf.group(*[v.assign(f) for v, f in
+                                      zip(state.variables, state._feeds)])
+        state._bcast_op = functions.broadcast_variables(
+            state.variables, root_rank=0,
+            prefix=ops._names.default("elastic.variables", None))
+    return session
 
 
 class TensorFlowKerasState(TensorFlowState):

@@ -8,7 +8,8 @@ flight at once and the engine fuses them into buckets. grouped_allreduce
 and grouped_allgather do the same inside a tf.function; called eagerly they
 run their ops one after the other (each eager op waits for its result).
 broadcast_object / allgather_object move picklable objects (cloudpickle
-where installed, else pickle) as uint8 tensors; they run eagerly.
+where installed, else pickle) as uint8 tensors: eagerly, or in a TF1 graph
+through a session (terse.tensorflow.legacy).
 """
 
 import pickle
@@ -117,11 +118,9 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
             for t, n in zip(tensors, names)]
 
 
-def _eager_only(what, session):
-    if session is not None or not tf.executing_eagerly():
-        raise NotImplementedError(
-            f"terse's {what} runs eagerly (TensorFlow 2); TF1 sessions and "
-            "graphs are not supported")
+def _in_session(session):
+    """True when the object helpers run TF1-style: a session, or a graph."""
+    return session is not None or not tf.executing_eagerly()
 
 
 def _to_bytes_tensor(obj):
@@ -131,8 +130,12 @@ def _to_bytes_tensor(obj):
 
 def broadcast_object(obj, root_rank=0, session=None, name=None,
                      process_set=None):
-    """root_rank's `obj` (any picklable object), on every rank."""
-    _eager_only("broadcast_object", session)
+    """root_rank's `obj` (any picklable object), on every rank. In a TF1
+    graph the ops run in `session` (default: the default session)."""
+    if _in_session(session):
+        from terse.tensorflow import legacy
+        return legacy.broadcast_object_in_session(obj, root_rank, session,
+                                                  name, process_set)
     basics.check_initialized("broadcast_object()")
     ops.check_process_set(process_set, "broadcast_object()")
     name = name or ops._names.default("broadcast_object", None)
@@ -160,8 +163,12 @@ def broadcast_object_fn(root_rank=0, session=None, name=None,
 
 
 def allgather_object(obj, session=None, name=None, process_set=None):
-    """Every rank's `obj` (picklable), as a list in rank order."""
-    _eager_only("allgather_object", session)
+    """Every rank's `obj` (picklable), as a list in rank order. In a TF1
+    graph the ops run in `session` (default: the default session)."""
+    if _in_session(session):
+        from terse.tensorflow import legacy
+        return legacy.allgather_object_in_session(obj, session, name,
+                                                  process_set)
     basics.check_initialized("allgather_object()")
     ops.check_process_set(process_set, "allgather_object()")
     name = name or ops._names.default("allgather_object", None)

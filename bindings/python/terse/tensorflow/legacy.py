@@ -1,15 +1,25 @@
 """Horovod's TF1 pieces for tf.compat.v1 graphs: DistributedOptimizer over
-a tf.compat.v1.train.Optimizer, and BroadcastGlobalVariablesHook.
+a tf.compat.v1.train.Optimizer, BroadcastGlobalVariablesHook, and the
+object helpers run through a session.
 
 terse.tensorflow.DistributedOptimizer takes either kind of optimizer, as
 Horovod's does: a tf.keras one goes to terse.tensorflow.keras'
 DistributedOptimizer; a tf.compat.v1.train one is wrapped here, reducing
 in compute_gradients() (so minimize() and explicit compute/apply both
-reduce).
+reduce). With backward_passes_per_step=N it adds each step's gradients to
+local accumulators (variables in LOCAL_VARIABLES) and, every N-th run,
+reduces their sum (their mean with average_aggregated_gradients) and
+applies it; the other runs apply nothing and only advance global_step.
+Every rank must run the training op the same number of times. With
+op=Adasum it is Horovod's Adasum optimizer: each rank applies its own
+gradients, and each variable then takes its value before the step plus the
+Adasum of the ranks' updates.
 """
 
+import numpy as np
 import tensorflow as tf
 
+from terse import basics
 from terse.tensorflow import functions, ops
 
 
@@ -22,19 +32,122 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         self._optimizer = optimizer
         self._terse = settings
 
-    def compute_gradients(self, *args, **kwargs):
-        pairs = self._optimizer.compute_gradients(*args, **kwargs)
+    def _reduce(self, grads, variables):
         s = self._terse
-        grads = functions.reduce_gradients(
-            [g for g, _ in pairs], [v for _, v in pairs], op=s["op"],
+        return functions.reduce_gradients(
+            grads, variables, op=s["op"],
             prefix=s["prefix"], sparse_as_dense=s["sparse_as_dense"],
             prescale_factor=1.0 / s["predivide"],
             postscale_factor=s["predivide"], compression=s["compression"],
             process_set=s.get("process_set"))
-        return list(zip(grads, [v for _, v in pairs]))
 
-    def apply_gradients(self, *args, **kwargs):
-        return self._optimizer.apply_gradients(*args, **kwargs)
+    def compute_gradients(self, *args, **kwargs):
+        pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        if self._terse["op"] == ops.Adasum:
+            return pairs  # local: apply_gradients combines the updates
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        if self._terse["passes"] > 1:
+            grads = self._aggregate(grads, variables)
+        else:
+            grads = self._reduce(grads, variables)
+        return list(zip(grads, variables))
+
+    def _aggregate(self, grads, variables):
+        """Accumulates this run's gradients; on every N-th run returns the
+        reduced sum (or mean), else zeros (never applied: see
+        apply_gradients)."""
+        passes = self._terse["passes"]
+        if tf.executing_eagerly():
+            raise NotImplementedError(
+                "backward_passes_per_step with a tf.compat.v1.train.Optimizer "
+                "runs in a TF1 graph; eagerly, wrap a tf.keras optimizer")
+        present = [g is not None for g in grads]
+        local = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+        self._terse_counter = tf.compat.v1.Variable(
+            tf.constant(0, tf.int64), trainable=False, collections=local,
+            name="terse_aggregation_counter")
+        accumulators = [
+            tf.compat.v1.Variable(
+                tf.zeros(v.shape, v.dtype.base_dtype), trainable=False,
+                collections=local, name="terse_aggregated_grad")
+            if has else None for v, has in zip(variables, present)]
+        self._terse_accumulators = [a for a in accumulators if a is not None]
+        updates = [a.assign_add(tf.convert_to_tensor(g))
+                   for a, g in zip(accumulators, grads) if a is not None]
+        with tf.control_dependencies(updates):
+            count = self._terse_counter.assign_add(1)
+        self._terse_due = tf.equal(count % passes, 0)
+        kept = [i for i, has in enumerate(present) if has]
+
+        def reduce():
+            values = []
+            for i in kept:
+                value = accumulators[i].read_value()
+                if self._terse["average_aggregated"]:
+                    value = value / tf.cast(passes, value.dtype)
+                values.append(value)
+            return self._reduce(values, [variables[i] for i in kept])
+
+        def wait():
+            return [tf.zeros_like(accumulators[i]) for i in kept]
+
+        out = list(grads)
+        if kept:
+            reduced = tf.compat.v1.cond(self._terse_due, reduce, wait)
+            if not isinstance(reduced, (list, tuple)):
+                reduced = [reduced]  # v1 control flow unpacks a singleton
+            for i, r in zip(kept, reduced):
+                out[i] = r
+        return out
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        if self._terse["op"] == ops.Adasum:
+            return self._adasum_apply(list(grads_and_vars), global_step, name)
+        if self._terse["passes"] == 1:
+            return self._optimizer.apply_gradients(grads_and_vars,
+                                                   global_step, name)
+        if getattr(self, "_terse_due", None) is None:
+            raise ValueError("with backward_passes_per_step > 1, "
+                             "apply_gradients takes what this optimizer's "
+                             "compute_gradients (or minimize) returned")
+        grads_and_vars = list(grads_and_vars)
+
+        def apply():
+            applied = self._optimizer.apply_gradients(grads_and_vars,
+                                                      global_step, name)
+            with tf.control_dependencies([applied]):
+                return tf.group(*[a.assign(tf.zeros_like(a))
+                                  for a in self._terse_accumulators])
+
+        def skip():
+            if global_step is None:
+                return tf.no_op()
+            return tf.group(tf.compat.v1.assign_add(global_step, 1))
+
+        return tf.compat.v1.cond(self._terse_due, apply, skip)
+
+    def _adasum_apply(self, grads_and_vars, global_step, name):
+        """Horovod's Adasum optimizer: each rank applies its own gradients,
+        then every variable becomes its value before the step plus the
+        Adasum of the ranks' updates (new - old)."""
+        if tf.executing_eagerly():
+            raise NotImplementedError(
+                "op=Adasum with a tf.compat.v1.train.Optimizer runs in a TF1 "
+                "graph")
+        variables = [v for g, v in grads_and_vars if g is not None]
+        old = [tf.identity(v.read_value()) for v in variables]
+        with tf.control_dependencies(old):
+            applied = self._optimizer.apply_gradients(grads_and_vars,
+                                                      global_step, name)
+        with tf.control_dependencies([applied]):
+            deltas = [v.read_value() - o for v, o in zip(variables, old)]
+        s = self._terse
+        combined = functions.reduce_gradients(
+            deltas, variables, op=ops.Adasum, prefix=f"{s['prefix']}.adasum",
+            compression=s["compression"])
+        return tf.group(*[v.assign(o + d)
+                          for v, o, d in zip(variables, old, combined)])
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -58,25 +171,31 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
 
     A tf.keras optimizer: terse.tensorflow.keras.DistributedOptimizer (all
     its options). A tf.compat.v1.train.Optimizer: gradients reduced in
-    compute_gradients (backward_passes_per_step must be 1 there).
+    compute_gradients, backward passes aggregated in the graph (see the
+    module comment).
     """
     ops.check_process_set(process_set, "DistributedOptimizer()")
     if gradient_predivide_factor != 1.0 and op != ops.Average:
         raise ValueError("gradient_predivide_factor not supported with "
                          "op != Average")
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        if backward_passes_per_step != 1:
-            raise NotImplementedError(
-                "terse aggregates backward passes for tf.keras optimizers "
-                "only; a tf.compat.v1.train.Optimizer needs "
-                "backward_passes_per_step=1")
+        if (not isinstance(backward_passes_per_step, int)
+                or backward_passes_per_step <= 0):
+            raise ValueError("backward_passes_per_step must be > 0, not "
+                             f"{backward_passes_per_step!r}")
         if op not in (ops.Sum, ops.Average, ops.Adasum):
             raise ValueError("DistributedOptimizer reduces with Sum, Average "
                              "or Adasum")
+        if op == ops.Adasum and backward_passes_per_step != 1:
+            raise NotImplementedError(
+                "terse's TF1 Adasum optimizer combines every step's update: "
+                "backward_passes_per_step must be 1 with op=Adasum")
         return _DistributedV1Optimizer(optimizer, name, use_locking, dict(
             op=op, prefix=name_prefix, sparse_as_dense=sparse_as_dense,
             predivide=float(gradient_predivide_factor),
-            compression=compression, process_set=process_set))
+            compression=compression, process_set=process_set,
+            passes=backward_passes_per_step,
+            average_aggregated=bool(average_aggregated_gradients)))
     from terse.tensorflow.keras import optimizer as keras_optimizer
     if keras_optimizer._is_keras_optimizer(optimizer):
         if op == ops.Adasum:
@@ -111,3 +230,66 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         session.run(self.bcast_op)
+
+
+def _session_of(session, what):
+    session = session or tf.compat.v1.get_default_session()
+    if session is None:
+        raise ValueError(
+            f"{what} in a TF1 graph runs its ops in a session: pass "
+            "session=, or make one the default (with session.as_default():)")
+    return session
+
+
+def _run_on_bytes(session, collective, payload):
+    """Runs collective(placeholder) in the session on `payload` (uint8)."""
+    with session.graph.as_default():
+        feed = tf.compat.v1.placeholder(tf.uint8, [None])
+        return session.run(collective(feed), {feed: payload})
+
+
+def _run_on_sizes(session, collective, size):
+    with session.graph.as_default():
+        feed = tf.compat.v1.placeholder(tf.int64, [1])
+        return session.run(collective(feed), {feed: np.array([size])})
+
+
+def broadcast_object_in_session(obj, root_rank, session, name, process_set):
+    """broadcast_object's TF1 form: each collective built in the session's
+    graph and run there (two runs: the size, then the bytes)."""
+    basics.check_initialized("broadcast_object()")
+    ops.check_process_set(process_set)
+    session = _session_of(session, "broadcast_object")
+    name = name or ops._names.default("broadcast_object", None)
+    payload = None
+    if basics.rank() == root_rank:
+        payload = np.frombuffer(functions._pickler.dumps(obj), np.uint8)
+    size = _run_on_sizes(
+        session, lambda t: ops.broadcast(t, root_rank, name=f"{name}.size"),
+        0 if payload is None else payload.size)
+    if payload is None:
+        payload = np.zeros([int(size[0])], np.uint8)
+    data = _run_on_bytes(
+        session, lambda t: ops.broadcast(t, root_rank, name=f"{name}.data"),
+        payload)
+    return functions._pickler.loads(data.tobytes())
+
+
+def allgather_object_in_session(obj, session, name, process_set):
+    """allgather_object's TF1 form (see broadcast_object_in_session)."""
+    basics.check_initialized("allgather_object()")
+    ops.check_process_set(process_set)
+    session = _session_of(session, "allgather_object")
+    name = name or ops._names.default("allgather_object", None)
+    payload = np.frombuffer(functions._pickler.dumps(obj), np.uint8)
+    sizes = _run_on_sizes(
+        session, lambda t: ops.allgather(t, name=f"{name}.sizes"),
+        payload.size)
+    data = _run_on_bytes(
+        session, lambda t: ops.allgather(t, name=f"{name}.data"),
+        payload).tobytes()
+    out, begin = [], 0
+    for n in sizes:
+        out.append(functions._pickler.loads(data[begin:begin + int(n)]))
+        begin += int(n)
+    return out
