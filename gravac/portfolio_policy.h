@@ -97,8 +97,10 @@
 // (on the experiment's MLP at 100 Mbit/s: fp16 and top-k CF 10 once
 // PowerSGD rank 4 is measured). Dense's early measure is a cold one: once
 // per re-trial period, while dense is within the margin of the choice's
-// T_c, it is measured again (never on a slow link, where it is far behind),
-// the counterpart of GraVAC's plain-dense guard.
+// T_c, it is measured again for kRemeasureTrial steps, and a lossless
+// choice right after it, so both means come from the same stretch (never on
+// a slow link, where dense is far behind): the counterpart of GraVAC's
+// plain-dense guard.
 // TERSE_GRAVAC_THROUGHPUT_GUARD=off turns the bound and the ceiling off
 // (every trial runs to its end, as before the bound existed).
 //
@@ -183,6 +185,9 @@ class PortfolioPolicy : public Policy {
   // Steps dense is tried for in window mode (all measured: dense has no
   // state to warm up).
   static constexpr int64_t kDenseTrial = 2;
+  // Steps of dense's (and a lossless choice's) re-measure, once per re-trial
+  // period where dense could still win: only on links where dense is cheap.
+  static constexpr int64_t kRemeasureTrial = 8;
   // The throughput bound (see the header comment).
   static constexpr int64_t kBoundSteps = 3;
   static constexpr double kBoundMargin = 0.2;
@@ -248,6 +253,10 @@ class PortfolioPolicy : public Policy {
   // restore the next trial starts without waiting.
   int awaiting_ = -1;
   int64_t awaited_ = 0;
+  // Dense (and a lossless choice) are being measured again (MaybeRetry):
+  // longer trials. Not checkpointed: after a restore they run kDenseTrial /
+  // kLosslessTrial steps.
+  bool remeasuring_ = false;
   int64_t streak_ = 0;  // Decisions in a row sending it, minus one.
   std::string last_reason_ = "start: dense until the first survey";
   bool window_mode_ = false;

@@ -429,6 +429,30 @@ TEST(PortfolioPolicyTest, DenseIsMeasuredAgainWhereItCouldWin) {
   EXPECT_EQ(later.back(), "none");
 }
 
+// A lossless choice's mean comes from its trial; when its steps turn slower
+// than dense's later on, the re-measure takes both afresh, one after the
+// other, and dense wins; with only dense re-measured, fp16's old mean would
+// still beat it.
+TEST(PortfolioPolicyTest, LosslessChoiceIsMeasuredAgainBesideDense) {
+  Trace t;
+  t.gain = {{"none", 1}, {"fp16", 0.9999}};
+  t.seconds = {{"none", 0.010}, {"fp16", 0.0095}};
+  PortfolioPolicy p(Options({"none", "fp16"}, 40, 0.9, 5));
+  Driver driver(&p);
+  driver.Run(t, 30);
+  EXPECT_EQ(ChoiceName(p.choice()), "fp16");
+  t.seconds["fp16"] = 0.014;
+  const std::vector<std::string> later = driver.Run(t, 40);
+  EXPECT_EQ(ChoiceName(p.choice()), "none");
+  EXPECT_EQ(later.back(), "none");
+  int dense = 0, half = 0;
+  for (const std::string& x : later) {
+    dense += x == "none";
+    half += x == "fp16";
+  }
+  EXPECT_GE(dense, PortfolioPolicy::kRemeasureTrial);
+}
+
 TEST(PortfolioPolicyTest, OmegaTieGoesToTheHigherGainWhileBytesAreUnknown) {
   Trace t = SlowLink();
   // powersgd:4 and topk:10 within 1% of T_c; topk:10 has the higher gain.
