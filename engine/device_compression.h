@@ -143,6 +143,14 @@ class DeviceCompression : public ExternalCompressionState {
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
                                         int64_t step, Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The end of a step whose payloads were gathered (EF-signSGD, QSGD): the
+  // residual is a minus this rank's decoded payload, a the sum of every
+  // rank's, decoded in rank order by decode_into(rank, dense) (which adds).
+  absl::StatusOr<BucketReport> FinishGathered(
+      BucketState& s, float* a, const gravac::Decision& decision,
+      int64_t payload_bytes, Communicator* control,
+      const std::function<absl::Status(int rank, float* dense)>& decode_into)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> EfSignSgdStep(BucketState& s, float* data,
                                              Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -133,6 +133,39 @@ absl::StatusOr<BucketReport> DeviceCompression::RandomKStep(
                       k * 4};
 }
 
+absl::StatusOr<BucketReport> DeviceCompression::FinishGathered(
+    BucketState& s, float* a, const gravac::Decision& decision,
+    int64_t payload_bytes, Communicator* control,
+    const std::function<absl::Status(int rank, float* dense)>& decode_into) {
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  // Error feedback: residual = a - (0 + this rank's decoded payload).
+  float* local = s.local.as<float>();
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+  TERSE_RETURN_IF_ERROR(decode_into(rank_, local));
+  for (const Segment& seg : s.segments) {
+    Residual& r = residuals_[seg.name];
+    TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
+                                        local + seg.offset,
+                                        r.buffer.as<float>(), seg.count));
+    r.valid = true;
+  }
+  // The sum over ranks, decoded in rank order.
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+  for (int r = 0; r < control->size(); ++r) {
+    TERSE_RETURN_IF_ERROR(decode_into(r, a));
+  }
+  s.policy->Observe(decision, gravac::StepStats{});
+  return BucketReport{s.id,
+                      s.tensors,
+                      s.bytes,
+                      s.policy->Describe(),
+                      CompressorName(s.id_kind),
+                      decision.send_cf,
+                      payload_bytes};
+}
+
 absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
     BucketState& s, float* a, Communicator* control) {
   const gravac::Decision decision = s.policy->Decide();
@@ -237,30 +270,7 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
     return ops->SignDecodeAdd(t.stream, reinterpret_cast<const float*>(body),
                               body + 4 * slot.blocks, n, slot.block, dense);
   };
-  // Error feedback: residual = a - (0 + this rank's decoded payload).
-  float* local = s.local.as<float>();
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
-  TERSE_RETURN_IF_ERROR(decode_into(rank_, local));
-  for (const Segment& seg : s.segments) {
-    Residual& r = residuals_[seg.name];
-    TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
-                                        local + seg.offset,
-                                        r.buffer.as<float>(), seg.count));
-    r.valid = true;
-  }
-  // The sum over ranks, decoded in rank order.
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
-  for (int r = 0; r < control->size(); ++r) {
-    TERSE_RETURN_IF_ERROR(decode_into(r, a));
-  }
-  s.policy->Observe(decision, gravac::StepStats{});
-  return BucketReport{s.id,
-                      s.tensors,
-                      s.bytes,
-                      s.policy->Describe(),
-                      CompressorName(s.id_kind),
-                      decision.send_cf,
-                      payload_bytes};
+  return FinishGathered(s, a, decision, payload_bytes, control, decode_into);
 }
 
 namespace {
@@ -416,30 +426,7 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
                               body + 4 * slot.buckets, n, slot.bucket,
                               slot.levels, dense);
   };
-  // Error feedback: residual = a - (0 + this rank's decoded payload).
-  float* local = s.local.as<float>();
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
-  TERSE_RETURN_IF_ERROR(decode_into(rank_, local));
-  for (const Segment& seg : s.segments) {
-    Residual& r = residuals_[seg.name];
-    TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
-                                        local + seg.offset,
-                                        r.buffer.as<float>(), seg.count));
-    r.valid = true;
-  }
-  // The sum over ranks, decoded in rank order.
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
-  for (int r = 0; r < control->size(); ++r) {
-    TERSE_RETURN_IF_ERROR(decode_into(r, a));
-  }
-  s.policy->Observe(decision, gravac::StepStats{});
-  return BucketReport{s.id,
-                      s.tensors,
-                      s.bytes,
-                      s.policy->Describe(),
-                      CompressorName(s.id_kind),
-                      decision.send_cf,
-                      payload_bytes};
+  return FinishGathered(s, a, decision, payload_bytes, control, decode_into);
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
