@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "compressors/kernels/randomk.h"
+#include "compressors/powersgd_plan.h"
 
 namespace terse {
 namespace {
@@ -51,160 +52,11 @@ void FillNormal(uint64_t seed, std::vector<float>* out) {
   }
 }
 
-// Orthonormalises the r columns of the rows x r row-major matrix p in place
-// (modified Gram-Schmidt in double; `basis` is scratch).
-void Orthonormalize(int64_t rows, int64_t r, float* p,
-                    std::vector<double>* basis) {
-  basis->assign(rows * r, 0.0);  // Column-major: column c at c * rows.
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t c = 0; c < r; ++c) (*basis)[c * rows + i] = p[i * r + c];
-  }
-  for (int64_t c = 0; c < r; ++c) {
-    double* v = basis->data() + c * rows;
-    for (int64_t prev = 0; prev < c; ++prev) {
-      const double* b = basis->data() + prev * rows;
-      double dot = 0;
-      for (int64_t i = 0; i < rows; ++i) dot += v[i] * b[i];
-      for (int64_t i = 0; i < rows; ++i) v[i] -= dot * b[i];
-    }
-    double norm = 0;
-    for (int64_t i = 0; i < rows; ++i) norm += v[i] * v[i];
-    norm = std::sqrt(norm);
-    // A column that vanished (rank-deficient sum) or is not finite: zero.
-    const bool keep = std::isfinite(norm) && norm > 1e-30;
-    for (int64_t i = 0; i < rows; ++i) v[i] = keep ? v[i] / norm : 0.0;
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t c = 0; c < r; ++c) {
-      p[i * r + c] = static_cast<float>((*basis)[c * rows + i]);
-    }
-  }
-}
-
-// One compressed matrix of a bucket.
-struct MatrixPlan {
-  std::string name;      // Segment name (seeds the start Q).
-  std::string warm_key;  // Warm-start key.
-  int64_t offset = 0;    // In the bucket.
-  int64_t count = 0;     // Bucket elements (< rows * cols: zero padded).
-  int64_t rows = 0, cols = 0, rank = 0;
-  int64_t m_offset = 0;  // In the copy of the matrices (rows * cols each).
-  int64_t p_offset = 0;  // In round 0 (rows * rank each).
-  int64_t q_offset = 0;  // In round 1 (cols * rank each).
-};
-
-struct Range {
-  int64_t offset = 0;
-  int64_t count = 0;
-};
-
-struct Plan {
-  std::vector<MatrixPlan> matrices;
-  std::vector<Range> dense;  // Uncompressed, ascending, merged.
-  int64_t m_floats = 0, p_floats = 0, q_floats = 0, dense_floats = 0;
-};
-
-// Whether a rows x cols matrix at rank r is worth compressing.
-bool WorthCompressing(int64_t rows, int64_t cols, int64_t r, double min_rate) {
-  if (rows <= 0 || cols <= 0 || r <= 0) return false;
-  const double dense = static_cast<double>(rows) * static_cast<double>(cols);
-  const double factors = static_cast<double>(r) * (rows + cols);
-  return factors < dense && dense / factors >= min_rate;
-}
-
-// The matrix view of a known shape: rows x cols when the segment is the
-// whole tensor of 2+ dimensions, else 0 x 0.
-std::pair<int64_t, int64_t> MatrixOf(const Segment& s) {
-  if (s.shape.size() < 2 || s.tensor_offset != 0) return {0, 0};
-  int64_t product = 1;
-  for (int64_t dim : s.shape) {
-    if (dim <= 0 || product > s.count / dim) return {0, 0};
-    product *= dim;
-  }
-  if (product != s.count) return {0, 0};
-  return {s.shape[0], s.count / s.shape[0]};
-}
-
-absl::StatusOr<Plan> MakePlan(int64_t d, absl::Span<const Segment> segments,
-                              const std::string& state_key,
-                              const CompressorOptions& options, bool compress) {
-  const int64_t rank = std::max<int64_t>(1, options.powersgd_rank);
-  std::vector<Segment> whole;
-  if (segments.empty()) {
-    whole.push_back(Segment{state_key, 0, d, 0, {}});
-    segments = whole;
-  }
-  std::vector<const Segment*> order;
-  for (const Segment& s : segments) {
-    if (s.offset < 0 || s.count < 0 || s.tensor_offset < 0 ||
-        s.offset > d - s.count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("powersgd: segment ", s.name, " [", s.offset, ", +",
-                       s.count, ") outside the bucket of ", d));
-    }
-    order.push_back(&s);
-  }
-  std::stable_sort(
-      order.begin(), order.end(),
-      [](const Segment* a, const Segment* b) { return a->offset < b->offset; });
-  Plan plan;
-  auto add_dense = [&plan](int64_t offset, int64_t count) {
-    if (count <= 0) return;
-    if (!plan.dense.empty() &&
-        plan.dense.back().offset + plan.dense.back().count == offset) {
-      plan.dense.back().count += count;
-    } else {
-      plan.dense.push_back({offset, count});
-    }
-    plan.dense_floats += count;
-  };
-  int64_t pos = 0;  // Bucket elements before pos are planned.
-  for (const Segment* s : order) {
-    if (s->offset < pos && s->count > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("powersgd: segment ", s->name, " overlaps another"));
-    }
-    if (s->count == 0) continue;
-    add_dense(pos, s->offset - pos);
-    pos = s->offset + s->count;
-    MatrixPlan m;
-    if (s->shape.empty()) {
-      const PowerSgdShape view = PowerSgdShapeFor(s->count, rank);
-      m.rows = view.rows;
-      m.cols = view.cols;
-      m.warm_key = absl::StrCat(state_key, "\x1f", s->name, "\x1f@",
-                                s->tensor_offset, "+", s->count);
-    } else {
-      std::tie(m.rows, m.cols) = MatrixOf(*s);
-      m.warm_key = absl::StrCat(state_key, "\x1f", s->name, "\x1f",
-                                absl::StrJoin(s->shape, "x"));
-    }
-    m.rank = std::min({rank, m.rows, m.cols});
-    if (!compress || !WorthCompressing(m.rows, m.cols, m.rank,
-                                       options.powersgd_min_compression_rate)) {
-      add_dense(s->offset, s->count);
-      continue;
-    }
-    m.name = s->name;
-    m.offset = s->offset;
-    m.count = s->count;
-    m.m_offset = plan.m_floats;
-    m.p_offset = plan.p_floats;
-    m.q_offset = plan.q_floats;
-    plan.m_floats += m.rows * m.cols;
-    plan.p_floats += m.rows * m.rank;
-    plan.q_floats += m.cols * m.rank;
-    plan.matrices.push_back(std::move(m));
-  }
-  add_dense(pos, d - pos);
-  return plan;
-}
-
 class PowerSgdCompressor;
 
 class PowerSgdState : public RoundState {
  public:
-  PowerSgdState(PowerSgdCompressor* owner, Plan plan, int64_t d,
+  PowerSgdState(PowerSgdCompressor* owner, PowerSgdPlan plan, int64_t d,
                 absl::Span<const float> input, std::vector<float> q);
 
   int num_rounds() const override { return plan_.matrices.empty() ? 1 : 2; }
@@ -231,7 +83,7 @@ class PowerSgdState : public RoundState {
                            absl::Span<float> dense) const;
 
   PowerSgdCompressor* const owner_;
-  const Plan plan_;
+  const PowerSgdPlan plan_;
   const int64_t d_;
   std::vector<float> mats_;       // The matrices, zero padded (until round 0).
   std::vector<float> round0_;     // P's (then P^'s), uncompressed values.
@@ -261,8 +113,8 @@ class PowerSgdCompressor : public Compressor {
     const int64_t d = static_cast<int64_t>(input.size());
     const bool compress = ctx.step >= static_cast<uint64_t>(std::max<int64_t>(
                                           0, options_.powersgd_start_step));
-    absl::StatusOr<Plan> plan =
-        MakePlan(d, ctx.segments, StateKey(ctx), options_, compress);
+    absl::StatusOr<PowerSgdPlan> plan =
+        MakePowerSgdPlan(d, ctx.segments, StateKey(ctx), options_, compress);
     if (!plan.ok()) return plan.status();
     // The start Q's: warm where this key's shape was seen, else drawn.
     std::vector<float> q(plan->q_floats);
@@ -270,7 +122,7 @@ class PowerSgdCompressor : public Compressor {
     {
       absl::MutexLock lock(&mu_);
       for (size_t i = 0; i < plan->matrices.size(); ++i) {
-        const MatrixPlan& m = plan->matrices[i];
+        const PowerSgdMatrix& m = plan->matrices[i];
         auto it = warm_.find(m.warm_key);
         if (it != warm_.end() &&
             it->second.size() == static_cast<size_t>(m.cols * m.rank)) {
@@ -282,7 +134,7 @@ class PowerSgdCompressor : public Compressor {
     }
     for (size_t i = 0; i < plan->matrices.size(); ++i) {
       if (warm[i]) continue;
-      const MatrixPlan& m = plan->matrices[i];
+      const PowerSgdMatrix& m = plan->matrices[i];
       const std::vector<float> start =
           PowerSgdStartQ(ctx.seed, m.name, m.cols, m.rank);
       std::copy(start.begin(), start.end(), q.begin() + m.q_offset);
@@ -303,9 +155,9 @@ class PowerSgdCompressor : public Compressor {
     for (auto& [key, q] : state) warm_[key] = std::move(q);
   }
 
-  void StoreWarmStarts(const Plan& plan, const std::vector<float>& q) {
+  void StoreWarmStarts(const PowerSgdPlan& plan, const std::vector<float>& q) {
     absl::MutexLock lock(&mu_);
-    for (const MatrixPlan& m : plan.matrices) {
+    for (const PowerSgdMatrix& m : plan.matrices) {
       const float* begin = q.data() + m.q_offset;
       warm_[m.warm_key].assign(begin, begin + m.cols * m.rank);
     }
@@ -320,8 +172,8 @@ class PowerSgdCompressor : public Compressor {
       ABSL_GUARDED_BY(mu_);
 };
 
-PowerSgdState::PowerSgdState(PowerSgdCompressor* owner, Plan plan, int64_t d,
-                             absl::Span<const float> input,
+PowerSgdState::PowerSgdState(PowerSgdCompressor* owner, PowerSgdPlan plan,
+                             int64_t d, absl::Span<const float> input,
                              std::vector<float> q)
     : owner_(owner),
       plan_(std::move(plan)),
@@ -329,7 +181,7 @@ PowerSgdState::PowerSgdState(PowerSgdCompressor* owner, Plan plan, int64_t d,
       mats_(plan_.m_floats, 0.0f),
       round0_(plan_.p_floats + plan_.dense_floats),
       round1_(std::move(q)) {
-  for (const MatrixPlan& m : plan_.matrices) {
+  for (const PowerSgdMatrix& m : plan_.matrices) {
     float* mat = mats_.data() + m.m_offset;
     std::copy(input.begin() + m.offset, input.begin() + m.offset + m.count,
               mat);
@@ -339,7 +191,7 @@ PowerSgdState::PowerSgdState(PowerSgdCompressor* owner, Plan plan, int64_t d,
         ConstMatMap(round1_.data() + m.q_offset, m.cols, m.rank);
   }
   float* out = round0_.data() + plan_.p_floats;
-  for (const Range& r : plan_.dense) {
+  for (const PowerSgdRange& r : plan_.dense) {
     out = std::copy(input.begin() + r.offset,
                     input.begin() + r.offset + r.count, out);
   }
@@ -354,9 +206,9 @@ absl::Status PowerSgdState::EndRound(int round) {
   }
   if (round == 0 && !plan_.matrices.empty()) {
     std::vector<double> scratch;
-    for (const MatrixPlan& m : plan_.matrices) {
+    for (const PowerSgdMatrix& m : plan_.matrices) {
       float* p = round0_.data() + m.p_offset;
-      Orthonormalize(m.rows, m.rank, p, &scratch);
+      OrthonormalizeColumns(m.rows, m.rank, p, &scratch);
       // Q_local = M^T P^.
       MatMap(round1_.data() + m.q_offset, m.cols, m.rank).noalias() =
           ConstMatMap(mats_.data() + m.m_offset, m.rows, m.cols).transpose() *
@@ -384,7 +236,7 @@ absl::Status PowerSgdState::Reconstruct(const std::vector<float>& q,
         "powersgd: dense has ", dense.size(), " elements, the bucket ", d_));
   }
   RowMat padded;
-  for (const MatrixPlan& m : plan_.matrices) {
+  for (const PowerSgdMatrix& m : plan_.matrices) {
     const ConstMatMap p(round0_.data() + m.p_offset, m.rows, m.rank);
     const ConstMatMap qm(q.data() + m.q_offset, m.cols, m.rank);
     if (m.count == m.rows * m.cols) {
@@ -397,7 +249,7 @@ absl::Status PowerSgdState::Reconstruct(const std::vector<float>& q,
       for (int64_t i = 0; i < m.count; ++i) dst[i] += src[i];
     }
   }
-  for (const Range& r : plan_.dense) {
+  for (const PowerSgdRange& r : plan_.dense) {
     float* dst = dense.data() + r.offset;
     for (int64_t i = 0; i < r.count; ++i) dst[i] += values[i];
     values += r.count;
@@ -430,7 +282,8 @@ absl::StatusOr<PowerSgdRoundSizes> PowerSgdRoundSizesFor(
     const CompressorOptions& options, uint64_t step) {
   const bool compress = step >= static_cast<uint64_t>(std::max<int64_t>(
                                     0, options.powersgd_start_step));
-  absl::StatusOr<Plan> plan = MakePlan(d, segments, "", options, compress);
+  absl::StatusOr<PowerSgdPlan> plan =
+      MakePowerSgdPlan(d, segments, "", options, compress);
   if (!plan.ok()) return plan.status();
   PowerSgdRoundSizes sizes;
   sizes.num_rounds = plan->matrices.empty() ? 1 : 2;

@@ -9,60 +9,10 @@
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "compressors/powersgd_compressor.h"
+#include "compressors/powersgd_plan.h"
 
 namespace terse {
-namespace {
-
-// As the CPU compressor: whether a rows x cols matrix at rank r is worth it.
-bool WorthCompressing(int64_t rows, int64_t cols, int64_t r, double min_rate) {
-  if (rows <= 0 || cols <= 0 || r <= 0) return false;
-  const double dense = static_cast<double>(rows) * static_cast<double>(cols);
-  const double factors = static_cast<double>(r) * (rows + cols);
-  return factors < dense && dense / factors >= min_rate;
-}
-
-// As the CPU compressor: rows x cols of a whole tensor of 2+ dimensions.
-std::pair<int64_t, int64_t> MatrixOf(const Segment& s) {
-  if (s.shape.size() < 2 || s.tensor_offset != 0) return {0, 0};
-  int64_t product = 1;
-  for (int64_t dim : s.shape) {
-    if (dim <= 0 || product > s.count / dim) return {0, 0};
-    product *= dim;
-  }
-  if (product != s.count) return {0, 0};
-  return {s.shape[0], s.count / s.shape[0]};
-}
-
-// As the CPU compressor: modified Gram-Schmidt in double of the r columns
-// of the rows x r row-major p; a vanishing or non-finite column becomes 0.
-void Orthonormalize(int64_t rows, int64_t r, float* p,
-                    std::vector<double>* basis) {
-  basis->assign(rows * r, 0.0);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t c = 0; c < r; ++c) (*basis)[c * rows + i] = p[i * r + c];
-  }
-  for (int64_t c = 0; c < r; ++c) {
-    double* v = basis->data() + c * rows;
-    for (int64_t prev = 0; prev < c; ++prev) {
-      const double* b = basis->data() + prev * rows;
-      double dot = 0;
-      for (int64_t i = 0; i < rows; ++i) dot += v[i] * b[i];
-      for (int64_t i = 0; i < rows; ++i) v[i] -= dot * b[i];
-    }
-    double norm = 0;
-    for (int64_t i = 0; i < rows; ++i) norm += v[i] * v[i];
-    norm = std::sqrt(norm);
-    const bool keep = std::isfinite(norm) && norm > 1e-30;
-    for (int64_t i = 0; i < rows; ++i) v[i] = keep ? v[i] / norm : 0.0;
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t c = 0; c < r; ++c) {
-      p[i * r + c] = static_cast<float>((*basis)[c * rows + i]);
-    }
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 DevicePowerSgd::DevicePowerSgd(const CompressorOptions& options, uint64_t seed,
                                std::string state_key,
@@ -74,67 +24,35 @@ DevicePowerSgd::DevicePowerSgd(const CompressorOptions& options, uint64_t seed,
       count_(count) {}
 
 absl::Status DevicePowerSgd::Plan(bool compress) {
+  // The CPU compressor's plan, so both paths compress the same matrices
+  // with the same warm-start keys; padded copies only for the near-square
+  // views whose elements do not fill the matrix.
+  TERSE_ASSIGN_OR_RETURN(
+      PowerSgdPlan plan,
+      MakePowerSgdPlan(count_, segments_, state_key_, options_, compress));
   matrices_.clear();
-  dense_.clear();
-  p_floats_ = q_floats_ = dense_floats_ = padded_floats_ = 0;
-  const int64_t rank = std::max<int64_t>(1, options_.powersgd_rank);
-  auto add_dense = [this](int64_t offset, int64_t count) {
-    if (count <= 0) return;
-    if (!dense_.empty() &&
-        dense_.back().offset + dense_.back().count == offset) {
-      dense_.back().count += count;
-    } else {
-      dense_.push_back({offset, count});
-    }
-    dense_floats_ += count;
-  };
-  std::vector<const Segment*> order;
-  for (const Segment& s : segments_) order.push_back(&s);
-  std::stable_sort(
-      order.begin(), order.end(),
-      [](const Segment* a, const Segment* b) { return a->offset < b->offset; });
-  int64_t pos = 0;
-  for (const Segment* s : order) {
-    if (s->offset < pos && s->count > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("powersgd: segment ", s->name, " overlaps another"));
-    }
-    if (s->count == 0) continue;
-    add_dense(pos, s->offset - pos);
-    pos = s->offset + s->count;
+  dense_ = std::move(plan.dense);
+  p_floats_ = plan.p_floats;
+  q_floats_ = plan.q_floats;
+  dense_floats_ = plan.dense_floats;
+  padded_floats_ = 0;
+  for (const PowerSgdMatrix& pm : plan.matrices) {
     Matrix m;
-    if (s->shape.empty()) {
-      const PowerSgdShape view = PowerSgdShapeFor(s->count, rank);
-      m.rows = view.rows;
-      m.cols = view.cols;
-      m.warm_key = absl::StrCat(state_key_, "\x1f", s->name, "\x1f@",
-                                s->tensor_offset, "+", s->count);
-    } else {
-      std::tie(m.rows, m.cols) = MatrixOf(*s);
-      m.warm_key = absl::StrCat(state_key_, "\x1f", s->name, "\x1f",
-                                absl::StrJoin(s->shape, "x"));
-    }
-    m.rank = std::min({rank, m.rows, m.cols});
-    if (!compress ||
-        !WorthCompressing(m.rows, m.cols, m.rank,
-                          options_.powersgd_min_compression_rate)) {
-      add_dense(s->offset, s->count);
-      continue;
-    }
-    m.name = s->name;
-    m.offset = s->offset;
-    m.count = s->count;
-    m.p_offset = p_floats_;
-    m.q_offset = q_floats_;
+    m.name = pm.name;
+    m.warm_key = pm.warm_key;
+    m.offset = pm.offset;
+    m.count = pm.count;
+    m.rows = pm.rows;
+    m.cols = pm.cols;
+    m.rank = pm.rank;
+    m.p_offset = pm.p_offset;
+    m.q_offset = pm.q_offset;
     if (m.count != m.rows * m.cols) {
       m.m_offset = padded_floats_;
       padded_floats_ += m.rows * m.cols;
     }
-    p_floats_ += m.rows * m.rank;
-    q_floats_ += m.cols * m.rank;
     matrices_.push_back(std::move(m));
   }
-  add_dense(pos, count_ - pos);
   return absl::OkStatus();
 }
 
@@ -209,7 +127,7 @@ absl::StatusOr<int64_t> DevicePowerSgd::Step(
                     round0 + m.p_offset, m.rows, m.cols, m.rank));
   }
   int64_t at = p_floats_;
-  for (const Range& r : dense_) {
+  for (const PowerSgdRange& r : dense_) {
     TERSE_RETURN_IF_ERROR(
         stream->Memcpy(round0 + at, a + r.offset, r.count * 4));
     at += r.count;
@@ -225,7 +143,8 @@ absl::StatusOr<int64_t> DevicePowerSgd::Step(
     TERSE_RETURN_IF_ERROR(stream->Synchronize());
     std::vector<double> scratch;
     for (const Matrix& m : matrices_) {
-      Orthonormalize(m.rows, m.rank, host_p_.data() + m.p_offset, &scratch);
+      OrthonormalizeColumns(m.rows, m.rank, host_p_.data() + m.p_offset,
+                            &scratch);
     }
     TERSE_RETURN_IF_ERROR(
         stream->Memcpy(round0, host_p_.data(), p_floats_ * 4));
@@ -266,7 +185,7 @@ absl::StatusOr<int64_t> DevicePowerSgd::Step(
             ops->Add(stream, product, dst + m.offset, m.count));
       }
     }
-    for (const Range& r : dense_) {
+    for (const PowerSgdRange& r : dense_) {
       TERSE_RETURN_IF_ERROR(ops->Add(stream, values, dst + r.offset, r.count));
       values += r.count;
     }
@@ -289,7 +208,7 @@ absl::StatusOr<int64_t> DevicePowerSgd::Step(
           ops->Add(stream, product, local + m.offset, m.count));
     }
   }
-  for (const Range& r : dense_) {
+  for (const PowerSgdRange& r : dense_) {
     TERSE_RETURN_IF_ERROR(
         ops->Add(stream, a + r.offset, local + r.offset, r.count));
   }

@@ -29,6 +29,7 @@
 #include "compressors/compressor.h"
 #include "compressors/device/device_ops.h"
 #include "compressors/options.h"
+#include "compressors/powersgd_plan.h"
 #include "device/runtime.h"
 
 namespace terse {
@@ -72,9 +73,6 @@ class DevicePowerSgd {
     int64_t p_offset = 0, q_offset = 0;
     int64_t m_offset = -1;  // In padded_ (a near-square view), else -1.
   };
-  struct Range {
-    int64_t offset = 0, count = 0;
-  };
   // The CPU compressor's plan for this step (compress: past the start step).
   absl::Status Plan(bool compress);
   absl::Status Grow(DeviceRuntime* runtime, int ordinal, Stream* stream,
@@ -87,7 +85,7 @@ class DevicePowerSgd {
   const int64_t count_;
 
   std::vector<Matrix> matrices_;
-  std::vector<Range> dense_;
+  std::vector<PowerSgdRange> dense_;
   int64_t p_floats_ = 0, q_floats_ = 0, dense_floats_ = 0, padded_floats_ = 0;
   std::map<std::string, std::vector<float>> warm_;  // warm key -> Q_sum.
 
