@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "common/status.h"
@@ -23,45 +24,10 @@ std::string KindName(Device::Kind kind) {
   return Device::KindName(kind);
 }
 
-class BorrowedCommunicator : public Communicator {
+// The registry's control communicator when the caller owns it.
+class BorrowedCommunicator : public ForwardingCommunicator {
  public:
-  explicit BorrowedCommunicator(Communicator* target) : target_(target) {}
-
-  int rank() const override { return target_->rank(); }
-  int size() const override { return target_->size(); }
-  int local_rank() const override { return target_->local_rank(); }
-  int local_size() const override { return target_->local_size(); }
-  absl::string_view backend() const override { return target_->backend(); }
-  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
-                         ReduceOp op) override {
-    return target_->Allreduce(buffer, count, dtype, op);
-  }
-  absl::Status Allgather(const void* send, void* recv,
-                         int64_t bytes_per_rank) override {
-    return target_->Allgather(send, recv, bytes_per_rank);
-  }
-  absl::Status Allgatherv(const void* send, void* recv,
-                          const std::vector<int64_t>& recv_bytes) override {
-    return target_->Allgatherv(send, recv, recv_bytes);
-  }
-  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override {
-    return target_->Broadcast(buffer, bytes, root);
-  }
-  absl::Status Barrier() override { return target_->Barrier(); }
-  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
-    return target_->BitwiseAnd(words, count);
-  }
-  absl::Status BitwiseOr(uint64_t* words, int64_t count) override {
-    return target_->BitwiseOr(words, count);
-  }
-  absl::Status Synchronize() override { return target_->Synchronize(); }
-  absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
-      const std::vector<int>& ranks) override {
-    return target_->CreateSubgroup(ranks);
-  }
-
- private:
-  Communicator* const target_;
+  using ForwardingCommunicator::ForwardingCommunicator;
 };
 
 }  // namespace

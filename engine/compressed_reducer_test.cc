@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
 #include "common/half.h"
 #include "compressors/registry.h"
@@ -148,45 +149,27 @@ TEST(CompressedReducerTest, MultiLevelSendsTopKOfTopK) {
 
 // Corrupts the payload every rank receives from `victim` (one bit of its
 // header), as a faulty or malicious peer would.
-class CorruptingCommunicator : public Communicator {
+class CorruptingCommunicator : public ForwardingCommunicator {
  public:
   CorruptingCommunicator(Communicator* inner, int victim)
-      : inner_(inner), victim_(victim) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int local_rank() const override { return inner_->local_rank(); }
-  int local_size() const override { return inner_->local_size(); }
+      : ForwardingCommunicator(inner), victim_(victim) {}
   absl::string_view backend() const override { return "corrupting"; }
-  absl::Status Allreduce(void* b, int64_t n, DataType t, ReduceOp op) override {
-    return inner_->Allreduce(b, n, t, op);
-  }
   absl::Status Allgather(const void* s, void* r, int64_t n) override {
-    absl::Status st = inner_->Allgather(s, r, n);
+    absl::Status st = target()->Allgather(s, r, n);
     // Payloads (not the 8-byte size or 32-byte statistics exchanges).
     if (n > 64) static_cast<uint8_t*>(r)[victim_ * n] ^= 0x40;
     return st;
   }
   absl::Status Allgatherv(const void* send, void* recv,
                           const std::vector<int64_t>& sizes) override {
-    absl::Status s = inner_->Allgatherv(send, recv, sizes);
+    absl::Status s = target()->Allgatherv(send, recv, sizes);
     int64_t at = 0;
     for (int r = 0; r < victim_; ++r) at += sizes[r];
     static_cast<uint8_t*>(recv)[at] ^= 0x40;  // The magic number.
     return s;
   }
-  absl::Status Broadcast(void* b, int64_t n, int root) override {
-    return inner_->Broadcast(b, n, root);
-  }
-  absl::Status Barrier() override { return inner_->Barrier(); }
-  absl::Status BitwiseAnd(uint64_t* w, int64_t n) override {
-    return inner_->BitwiseAnd(w, n);
-  }
-  absl::Status BitwiseOr(uint64_t* w, int64_t n) override {
-    return inner_->BitwiseOr(w, n);
-  }
 
  private:
-  Communicator* const inner_;
   const int victim_;
 };
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
 #include "collectives/registry.h"
 #include "common/status.h"
@@ -18,38 +19,14 @@ namespace {
 
 // Forwards everything, but reports a failure after every allreduce (the
 // rank still took part, so no peer hangs in the collective).
-class FailingAllreduce : public Communicator {
+class FailingAllreduce : public ForwardingCommunicator {
  public:
-  explicit FailingAllreduce(Communicator* inner) : inner_(inner) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int local_rank() const override { return inner_->local_rank(); }
-  int local_size() const override { return inner_->local_size(); }
+  using ForwardingCommunicator::ForwardingCommunicator;
   absl::string_view backend() const override { return "failing"; }
   absl::Status Allreduce(void* b, int64_t c, DataType d, ReduceOp o) override {
-    TERSE_RETURN_IF_ERROR(inner_->Allreduce(b, c, d, o));
+    TERSE_RETURN_IF_ERROR(target()->Allreduce(b, c, d, o));
     return absl::DataLossError("injected failure on rank 1");
   }
-  absl::Status Allgather(const void* s, void* r, int64_t n) override {
-    return inner_->Allgather(s, r, n);
-  }
-  absl::Status Allgatherv(const void* s, void* r,
-                          const std::vector<int64_t>& b) override {
-    return inner_->Allgatherv(s, r, b);
-  }
-  absl::Status Broadcast(void* b, int64_t n, int root) override {
-    return inner_->Broadcast(b, n, root);
-  }
-  absl::Status Barrier() override { return inner_->Barrier(); }
-  absl::Status BitwiseAnd(uint64_t* w, int64_t n) override {
-    return inner_->BitwiseAnd(w, n);
-  }
-  absl::Status BitwiseOr(uint64_t* w, int64_t n) override {
-    return inner_->BitwiseOr(w, n);
-  }
-
- private:
-  Communicator* inner_;
 };
 
 TEST(EngineFatalTest, FirstErrorReachesEveryRankAsTheRootCause) {

@@ -1,11 +1,12 @@
 #include "collectives/loopback/loopback.h"
 
 #include <cstring>
-#include <utility>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/reduce.h"
 #include "common/status.h"
 
@@ -48,46 +49,16 @@ namespace {
 
 // A member's communicator of a loopback sub-group: keeps the shared group
 // alive and forwards to the member's communicator in it.
-class SubgroupCommunicator : public Communicator {
+class SubgroupCommunicator : public ForwardingCommunicator {
  public:
   SubgroupCommunicator(std::shared_ptr<LoopbackGroup> group, int rank)
-      : group_(std::move(group)), target_(group_->communicator(rank)) {}
+      : ForwardingCommunicator(group->communicator(rank)),
+        group_(std::move(group)) {}
 
-  int rank() const override { return target_->rank(); }
-  int size() const override { return target_->size(); }
-  int local_rank() const override { return target_->local_rank(); }
-  int local_size() const override { return target_->local_size(); }
   absl::string_view backend() const override { return "loopback"; }
-  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
-                         ReduceOp op) override {
-    return target_->Allreduce(buffer, count, dtype, op);
-  }
-  absl::Status Allgather(const void* send, void* recv,
-                         int64_t bytes_per_rank) override {
-    return target_->Allgather(send, recv, bytes_per_rank);
-  }
-  absl::Status Allgatherv(const void* send, void* recv,
-                          const std::vector<int64_t>& recv_bytes) override {
-    return target_->Allgatherv(send, recv, recv_bytes);
-  }
-  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override {
-    return target_->Broadcast(buffer, bytes, root);
-  }
-  absl::Status Barrier() override { return target_->Barrier(); }
-  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
-    return target_->BitwiseAnd(words, count);
-  }
-  absl::Status BitwiseOr(uint64_t* words, int64_t count) override {
-    return target_->BitwiseOr(words, count);
-  }
-  absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
-      const std::vector<int>& ranks) override {
-    return target_->CreateSubgroup(ranks);
-  }
 
  private:
   std::shared_ptr<LoopbackGroup> group_;
-  Communicator* const target_;
 };
 
 }  // namespace
@@ -109,10 +80,13 @@ absl::Status CheckBuffer(const void* p, int64_t n, absl::string_view what) {
 
 std::string LoopbackGroup::Call::Describe() const {
   std::string s = absl::StrCat(kind, "(count=", count);
-  if (dtype >= 0) absl::StrAppend(&s, ", dtype=", DataTypeName(static_cast<DataType>(dtype)));
-  if (op >= 0) absl::StrAppend(&s, ", op=", ReduceOpName(static_cast<ReduceOp>(op)));
+  if (dtype >= 0)
+    absl::StrAppend(&s, ", dtype=", DataTypeName(static_cast<DataType>(dtype)));
+  if (op >= 0)
+    absl::StrAppend(&s, ", op=", ReduceOpName(static_cast<ReduceOp>(op)));
   if (root >= 0) absl::StrAppend(&s, ", root=", root);
-  if (!sizes.empty()) absl::StrAppend(&s, ", sizes=[", absl::StrJoin(sizes, ","), "]");
+  if (!sizes.empty())
+    absl::StrAppend(&s, ", sizes=[", absl::StrJoin(sizes, ","), "]");
   return s + ")";
 }
 
@@ -277,7 +251,8 @@ absl::Status LoopbackCommunicator::Allgatherv(
     if (b < 0) return absl::InvalidArgumentError("allgatherv: negative size");
     total += b;
   }
-  TERSE_RETURN_IF_ERROR(CheckBuffer(send, recv_bytes[rank_], "allgatherv send"));
+  TERSE_RETURN_IF_ERROR(
+      CheckBuffer(send, recv_bytes[rank_], "allgatherv send"));
   TERSE_RETURN_IF_ERROR(CheckBuffer(recv, total, "allgatherv recv"));
   LoopbackGroup::Call call{"allgatherv", total};
   call.sizes = recv_bytes;
@@ -364,8 +339,8 @@ LoopbackCommunicator::CreateSubgroup(const std::vector<int>& ranks) {
     group_->Depart(rank_).IgnoreError();
     return arrived;
   }
-  std::shared_ptr<LoopbackGroup> sub = group_->Subgroup(
-      subgroups_made_++, static_cast<int>(ranks.size()));
+  std::shared_ptr<LoopbackGroup> sub =
+      group_->Subgroup(subgroups_made_++, static_cast<int>(ranks.size()));
   TERSE_RETURN_IF_ERROR(group_->Depart(rank_));
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == rank_) {
