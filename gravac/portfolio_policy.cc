@@ -128,9 +128,8 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
   retry_every_ = std::max<int64_t>(options_.window, 4 * trial_);
   if (window_mode_) {
     // Every candidate is tried once: its window gain needs it sent. Dense
-    // first: its throughput is what compression must beat and what bounds
-    // the others' (Ceiling), and the run's first step (sent dense, not
-    // counted: MPI connects, buffers are allocated) is no measure of it.
+    // first (after the run's first step, see Decide): its throughput is
+    // what compression must beat and what bounds the others' (Ceiling).
     // Then by falling ceiling, fewest bytes first (list order among
     // equals), so that a candidate that cannot beat one measured before it
     // is skipped without being sent.
@@ -395,8 +394,8 @@ void PortfolioPolicy::Observe(const Decision& taken, const StepStats& stats) {
   if (i >= 0 && stats.seconds > 0) {
     // The step that switched to a candidate pays for the switch (a new
     // compressor, a cold PowerSGD start): not counted.
-    // In window mode the run's first step (dense, before dense's own
-    // trial) is not counted either: it pays for starting up.
+    // In window mode the run's first step is not counted either: it pays
+    // for starting up.
     // Dense has no state to start: its switch steps (a trial's first, a
     // flush) count.
     if ((i == last_sent_ || (window_mode_ && i == 0)) &&
@@ -452,8 +451,6 @@ void PortfolioPolicy::MaybeBound(int i) {
 }
 
 void PortfolioPolicy::MaybeRetry() {
-  // Gains change as training goes on: the failed candidate that would pay
-  // most if it passed now (higher T_c than the choice), closest to epsilon.
   // Dense's throughput was measured once, at the start (a cold, noisy
   // measure), and it bounds every other candidate's: where dense could still
   // win (within the margin of the choice's T_c) it is measured afresh, the
@@ -476,6 +473,8 @@ void PortfolioPolicy::MaybeRetry() {
                                 ChoiceName(candidates_[current_]));
     return;
   }
+  // Gains change as training goes on: the failed candidate that would pay
+  // most if it passed now (higher T_c than the choice), closest to epsilon.
   int retry = -1;
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
     if (bounded_[i]) {
