@@ -10,6 +10,7 @@ import array
 import atexit
 import os
 import threading
+import warnings
 
 from terse._native import lib
 from terse.compression import Compression, Compressor
@@ -404,3 +405,23 @@ __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "rocm_built", "ddl_built", "ccl_built",
            "start_timeline", "stop_timeline",
            "Compressor"]
+
+
+def resolve_average(op, average, stacklevel=2):
+    """The reduce op meant by Horovod's (op, average) pair, as Horovod
+    0.28.1's handle_average_backwards_compatibility: `average` is the
+    deprecated spelling (True: Average, False: Sum, with a
+    DeprecationWarning attributed `stacklevel` frames up); both given is a
+    ValueError; neither is Average. Shared by terse.torch and
+    terse.tensorflow."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please "
+                             "provide only one of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and "
+                      "will be removed in v1.0", DeprecationWarning,
+                      stacklevel=stacklevel + 1)
+        return lib().OP_AVERAGE if average else lib().OP_SUM
+    return lib().OP_AVERAGE

@@ -100,9 +100,10 @@ def grouped_allreduce(tensors, average=None, device_dense="",
                       process_set=None, ignore_name_scope=False, name=None):
     """allreduce of every tensor of `tensors` (a list), same settings for
     all; returns the list. Named '<name>.<index>'."""
+    op = basics.resolve_average(op, average)  # One warning, for the call.
     tensors = list(tensors)
     names = _group_names("grouped_allreduce", tensors, name)
-    return [ops.allreduce(t, average=average, compression=compression,
+    return [ops.allreduce(t, compression=compression,
                           op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, name=n,
                           process_set=process_set)

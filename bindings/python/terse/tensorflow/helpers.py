@@ -1,26 +1,14 @@
 """Two small helpers horovod.tensorflow exports by name (from its
 mpi_ops), for code that calls them directly."""
 
-import warnings
-
-from terse.tensorflow.ops import Average, Sum
+from terse.basics import resolve_average
 
 
 def handle_average_backwards_compatibility(op, average):
     """The reduce op meant by Horovod's (op, average) pair: `average` is
     the deprecated spelling (True: Average, False: Sum, with a
     DeprecationWarning); both given is a ValueError; neither is Average."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please "
-                             "provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and "
-                      "will be removed in v1.0", DeprecationWarning,
-                      stacklevel=2)
-        return Average if average else Sum
-    return Average
+    return resolve_average(op, average, stacklevel=2)
 
 
 def check_num_rank_power_of_2(num_rank):

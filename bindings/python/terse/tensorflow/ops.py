@@ -154,12 +154,7 @@ def _opaque(tensor):
 
 
 def _check_op(op, average):
-    if average is not None:
-        if op is not None:
-            raise ValueError("pass either op or average, not both")
-        return Average if average else Sum
-    if op is None:
-        return Average
+    op = basics.resolve_average(op, average, stacklevel=3)
     if op not in _OP_NAMES:
         raise ValueError("op must be terse.tensorflow.Sum, Average, Min, Max, "
                          f"Product or Adasum, not {op!r}")

@@ -34,7 +34,6 @@ zero elsewhere).
 """
 
 import threading
-import warnings
 
 import torch
 
@@ -262,19 +261,9 @@ def _allreduce_into(tensor, output, name, op, prescale_factor,
 
 
 def _resolve_op(op, average):
-    """Horovod 0.28.1's handle_average_backwards_compatibility: `average` is
-    deprecated; True means Average, False Sum; passing both is an error."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please "
-                             "provide only one of them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and "
-                      "will be removed in v1.0", DeprecationWarning,
-                      stacklevel=3)
-        return Average if average else Sum
-    return Average
+    """Horovod's (op, average) pair (terse.basics.resolve_average); the
+    warning names the caller of the public op."""
+    return basics.resolve_average(op, average, stacklevel=3)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None,

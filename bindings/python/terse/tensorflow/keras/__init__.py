@@ -51,7 +51,8 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0,
               postscale_factor=1.0, op=None, compression=None,
               process_set=None):
     """The reduction of `value` over ranks, as a tensor (default Average)."""
-    return _ops.allreduce(tf.convert_to_tensor(value), average=average,
+    op = _basics.resolve_average(op, average)
+    return _ops.allreduce(tf.convert_to_tensor(value),
                           compression=compression, op=op,
                           prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, name=name,
