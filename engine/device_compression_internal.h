@@ -5,14 +5,17 @@
 #define TERSE_ENGINE_DEVICE_COMPRESSION_INTERNAL_H_
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/communicator.h"
 #include "common/status.h"
 #include "compressors/options.h"
+#include "compressors/payload.h"
 #include "engine/device_compression.h"
 #include "engine/device_powersgd.h"
 #include "gravac/policy.h"
@@ -50,6 +53,34 @@ inline absl::Status Ensure(const DeviceCompression::Target& t, int64_t bytes,
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
   TERSE_ASSIGN_OR_RETURN(*buffer,
                          DeviceBuffer::Allocate(t.runtime, t.ordinal, bytes));
+  return absl::OkStatus();
+}
+
+// Sends the CPU path's message, `payload` then the statistics trailer
+// (norm_ef = ||a||^2 and the payload's byte count), and gathers every
+// rank's: with Allgather when every rank's is `fixed_size`, else with
+// AllgathervUnknownSizes. `sizes` gets each rank's message bytes, the
+// messages lie back to back in `gathered`. Collective over `control`.
+inline absl::Status GatherWithStats(Payload payload, double norm_ef,
+                                    bool fixed_size, Communicator* control,
+                                    std::vector<uint8_t>* gathered,
+                                    std::vector<int64_t>* sizes) {
+  const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
+  double stats[kStatsTrailer] = {};
+  stats[kStatNormEf] = norm_ef;
+  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
+  std::vector<uint8_t> message = std::move(payload.bytes);
+  message.resize(payload_bytes + sizeof(stats));
+  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
+  const int64_t each = static_cast<int64_t>(message.size());
+  if (!fixed_size) {
+    return control->AllgathervUnknownSizes(message.data(), each, gathered,
+                                           sizes);
+  }
+  gathered->resize(each * control->size());
+  TERSE_RETURN_IF_ERROR(
+      control->Allgather(message.data(), gathered->data(), each));
+  sizes->assign(control->size(), each);
   return absl::OkStatus();
 }
 

@@ -212,16 +212,12 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
   std::memcpy(regions.body, s.host_values.data(), blocks * 4);
   std::memcpy(regions.body + 4 * blocks, s.host_bits.data(), bit_bytes);
   const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
-  double stats[kStatsTrailer] = {};
-  stats[kStatNormEf] = s.host_norm;
-  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
-  std::vector<uint8_t> message = std::move(payload.bytes);
-  message.resize(payload_bytes + sizeof(stats));
-  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
-  const int64_t each = static_cast<int64_t>(message.size());
-  std::vector<uint8_t> gathered(each * control->size());
-  TERSE_RETURN_IF_ERROR(
-      control->Allgather(message.data(), gathered.data(), each));
+  std::vector<uint8_t> gathered;
+  std::vector<int64_t> sizes;
+  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm,
+                                        /*fixed_size=*/true, control, &gathered,
+                                        &sizes));
+  const int64_t each = sizes[0];
 
   // Validate every rank's payload on the host (as the CPU decoder does),
   // then upload the bodies, each in an 8-byte aligned slot.
@@ -357,16 +353,12 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
   std::memcpy(regions.body, s.host_values.data(), buckets * 4);
   std::memcpy(regions.body + 4 * buckets, s.host_bits.data(), packed);
   const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
-  double stats[kStatsTrailer] = {};
-  stats[kStatNormEf] = s.host_norm;
-  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
-  std::vector<uint8_t> message = std::move(payload.bytes);
-  message.resize(payload_bytes + sizeof(stats));
-  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
-  const int64_t each = static_cast<int64_t>(message.size());
-  std::vector<uint8_t> gathered(each * control->size());
-  TERSE_RETURN_IF_ERROR(
-      control->Allgather(message.data(), gathered.data(), each));
+  std::vector<uint8_t> gathered;
+  std::vector<int64_t> sizes;
+  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm,
+                                        /*fixed_size=*/true, control, &gathered,
+                                        &sizes));
+  const int64_t each = sizes[0];
 
   // Validate every rank's payload on the host, as the CPU decoder does
   // (levels above s refused), then upload the bodies in aligned slots.
@@ -478,27 +470,12 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
                       static_cast<uint64_t>(n), s.host_indices.data(),
                       s.host_values.data(), kept, &payload);
   const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
-  double stats[kStatsTrailer] = {};
-  stats[kStatNormEf] = s.host_norm;
-  stats[kStatSentBytes] = static_cast<double>(payload_bytes);
-  std::vector<uint8_t> message = std::move(payload.bytes);
-  message.resize(payload_bytes + sizeof(stats));
-  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
   std::vector<uint8_t> gathered;
   std::vector<int64_t> sizes;
   const bool fixed = s.id_kind == CompressorId::kTopK &&
                      s.options.index_coding == IndexCoding::kU32;
-  if (fixed) {
-    const int64_t each = static_cast<int64_t>(message.size());
-    gathered.resize(each * control->size());
-    TERSE_RETURN_IF_ERROR(
-        control->Allgather(message.data(), gathered.data(), each));
-    sizes.assign(control->size(), each);
-  } else {
-    TERSE_RETURN_IF_ERROR(control->AllgathervUnknownSizes(
-        message.data(), static_cast<int64_t>(message.size()), &gathered,
-        &sizes));
-  }
+  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm, fixed,
+                                        control, &gathered, &sizes));
 
   // Validate and decode every rank's payload on the host.
   s.up_indices.clear();
@@ -508,13 +485,14 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
   size_t at = 0;
   for (int r = 0; r < control->size(); ++r) {
     const int64_t size = sizes[r];
-    if (size < static_cast<int64_t>(sizeof(stats))) {
+    if (size < static_cast<int64_t>(kStatsTrailer * sizeof(double))) {
       return absl::InvalidArgumentError(
           absl::StrCat("bucket ", s.id, ": rank ", r, " sent ", size,
                        " bytes, too short for a payload"));
     }
     absl::StatusOr<SparseEntries> entries = DecodeSparsePayload(
-        absl::MakeConstSpan(gathered.data() + at, size - sizeof(stats)),
+        absl::MakeConstSpan(gathered.data() + at,
+                            size - kStatsTrailer * sizeof(double)),
         s.id_kind, static_cast<uint64_t>(n));
     if (!entries.ok()) {
       return absl::InvalidArgumentError(
