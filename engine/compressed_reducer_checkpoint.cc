@@ -71,6 +71,10 @@ absl::Status CompressedReducer::WriteState(checkpoint::ByteSink* sink) const {
       tensors.push_back({b.header.key(), static_cast<int64_t>(i),
                          CheckpointTensor::WARM_STATE, b.warm[i]});
     }
+    if (!b.accumulator.empty()) {
+      tensors.push_back({b.header.key(), 0, CheckpointTensor::ACCUMULATOR,
+                         b.accumulator});
+    }
   }
   using Entries = std::vector<const ResidualStore::Entry*>;
   return residuals_.WithEntries([&](const Entries& residuals) {

@@ -1,5 +1,6 @@
 #include "engine/device_compression.h"
 
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "engine/device_compression_internal.h"
 #include "engine/device_powersgd.h"
 #include "gravac/policy_factory.h"
+#include "gravac/portfolio_policy.h"
 
 namespace terse {
 using namespace device_compression_internal;  // NOLINT: own internals.
@@ -27,8 +29,24 @@ DeviceCompression::~DeviceCompression() {
   reducer_->set_external_state(nullptr);
 }
 
-bool DeviceCompression::Handles(const CompressionChoice& choice) {
-  if (choice.is_policy) return false;
+bool DeviceCompression::HandlesPolicy(const CompressionChoice& choice,
+                                      const Config& config) {
+  if (!choice.is_policy) return false;
+  if (choice.name == "gravac") {
+    std::string family = config.gravac_compressor;
+    if (!gravac::IsSingleFamily(config.gravac_candidates, &family)) {
+      return false;  // The portfolio.
+    }
+    return family == "topk" || family == "dgc";
+  }
+  const std::string& c = config.accordion_compressor;
+  return choice.name == "accordion" &&
+         (c == "topk" || c == "dgc" || c == "powersgd");
+}
+
+bool DeviceCompression::Handles(const CompressionChoice& choice,
+                                const Config& config) {
+  if (choice.is_policy) return HandlesPolicy(choice, config);
   return choice.name == "fp16" || choice.name == "bf16" ||
          choice.name == "topk" || choice.name == "dgc" ||
          choice.name == "powersgd" || choice.name == "randomk" ||
@@ -90,12 +108,26 @@ absl::StatusOr<DeviceCompression::BucketState*> DeviceCompression::StateFor(
     offset += m.count;
   }
   s->policy = gravac::CreatePolicy(choice.name, choice.cf, config_, size_);
-  TERSE_ASSIGN_OR_RETURN(s->id_kind, CompressorIdFromName(choice.name));
+  if (choice.is_policy) {
+    s->adaptive = true;
+    s->accumulates = choice.name == "accordion";
+  } else {
+    TERSE_ASSIGN_OR_RETURN(s->id_kind, CompressorIdFromName(choice.name));
+  }
   s->options = OptionsFromConfig(config_);
   s->cf = choice.cf;
   for (size_t i = 0; i < bucket.members.size(); ++i) {
     absl::StrAppend(&s->key, i > 0 ? "," : "", bucket.members[i].name);
   }
+  if (s->accumulates) {
+    TERSE_ASSIGN_OR_RETURN(
+        s->accumulator,
+        DeviceBuffer::Allocate(target.runtime, target.ordinal,
+                               bucket.count * static_cast<int64_t>(4)));
+    TERSE_RETURN_IF_ERROR(
+        target.stream->Memset(s->accumulator.data(), 0, bucket.count * 4));
+  }
+  s->pending_norms.assign(kStatsTrailer, 0.0);
   if (s->id_kind == CompressorId::kPowerSgd) {
     // The CPU path's state key: "bucket:" and the members' names.
     s->powersgd = std::make_unique<DevicePowerSgd>(
@@ -111,6 +143,9 @@ absl::StatusOr<DeviceCompression::BucketState*> DeviceCompression::StateFor(
     if (!st.ok()) {
       TERSE_LOG(Warning) << "bucket " << bucket.id
                          << ": policy state not restored: " << st;
+    }
+    if (s->adaptive) {
+      TERSE_RETURN_IF_ERROR(RestorePolicyState(*restored, s.get()));
     }
     if (s->powersgd != nullptr) {
       std::map<std::string, std::vector<float>> warm;
@@ -166,7 +201,7 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
   const CompressionChoice choice = ChooseCompressionFor(
       bucket.members.front().name, bucket.compression, config_);
   const bool compressible = bucket.dtype == DataType::kFloat32 &&
-                            op == ReduceOp::kSum && Handles(choice) &&
+                            op == ReduceOp::kSum && Handles(choice, config_) &&
                             ShouldCompress(bucket.bytes, config_);
   return reducer_->RunExternalStep([&]() -> absl::StatusOr<BucketReport> {
     absl::MutexLock lock(&mu_);
@@ -179,6 +214,7 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
                           bucket.bytes};
     }
     TERSE_ASSIGN_OR_RETURN(BucketState * s, StateFor(bucket, choice, target));
+    const auto start = std::chrono::steady_clock::now();
     float* g = static_cast<float*>(data);
     // a = g + residual, per tensor, on the device.
     for (const Segment& seg : s->segments) {
@@ -190,7 +226,8 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
       }
     }
     absl::StatusOr<BucketReport> report =
-        s->id_kind == CompressorId::kFp16 || s->id_kind == CompressorId::kBf16
+        s->adaptive ? PolicyStep(*s, g, step, control, allreduce)
+        : s->id_kind == CompressorId::kFp16 || s->id_kind == CompressorId::kBf16
             ? CastStep(*s, g, allreduce)
         : s->id_kind == CompressorId::kPowerSgd
             ? PowerSgdStep(*s, g, step, allreduce)
@@ -201,6 +238,12 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
                                             : SparseStep(*s, g, step, control);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
+    const double seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    s->last_own = seconds;
+    own_seconds_total_ += seconds;
+    own_bytes_total_ += static_cast<double>(bucket.bytes);
     return report;
   });
 }
@@ -266,6 +309,9 @@ DeviceCompression::ExportBuckets() {
   std::vector<SavedBucket> out;
   if (stale_) return out;  // The reducer writes what it loaded.
   const gravac::Decision none;
+  // Accumulators are downloaded on streams of this thread's own (see
+  // ExportResiduals), after the steps that wrote them.
+  std::map<DeviceRuntime*, std::unique_ptr<Stream>> copies;
   for (const auto& [id, s] : buckets_) {
     SavedBucket b;
     proto::BucketCompressionState& h = b.header;
@@ -274,6 +320,22 @@ DeviceCompression::ExportBuckets() {
     h.set_pending_compressor(none.compressor);
     h.set_pending_send_cf(none.send_cf);
     h.set_pending_quiet(!none.wants_stats);
+    if (s->adaptive) {
+      SavePolicyState(*s, &b);
+      for (auto& [stream, event] : written_) {
+        TERSE_RETURN_IF_ERROR(event->HostWait());
+      }
+      if (s->accumulates) {
+        b.accumulator.resize(s->count);
+        std::unique_ptr<Stream>& copy = copies[s->target.runtime];
+        if (copy == nullptr) {
+          TERSE_ASSIGN_OR_RETURN(
+              copy, s->target.runtime->CreateStream(s->target.ordinal));
+        }
+        TERSE_RETURN_IF_ERROR(copy->Memcpy(
+            b.accumulator.data(), s->accumulator.data(), s->count * 4));
+      }
+    }
     if (s->powersgd != nullptr) {
       for (const auto& [key, q] : s->powersgd->warm()) {
         proto::WarmState* w = h.add_warm_states();
@@ -285,6 +347,9 @@ DeviceCompression::ExportBuckets() {
       }
     }
     out.push_back(std::move(b));
+  }
+  for (auto& [runtime, copy] : copies) {
+    TERSE_RETURN_IF_ERROR(copy->Synchronize());
   }
   return out;
 }

@@ -31,9 +31,18 @@
 // the bucket's state from the reducer (TakeResidual, TakeRestoredBucket),
 // so state saved on one device kind loads on another.
 //
+// The adaptive policies HandlesPolicy accepts (gravac with one topk or dgc
+// family, accordion with topk, dgc or powersgd) run the CompressedReducer's
+// protocol here too (PolicyStep): probes, norms (reduced on the device; only
+// the scalars reach the host policy), statistics exchange, one step of lag;
+// the decisions and results equal the CPU path's bit for bit on the
+// simulated device when the policy's decisions do not depend on measured
+// time (the throughput guard off).
+//
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
-// on the simulated device and refuses them on CUDA): the adaptive policies
-// (gravac, accordion), redsync, threshold, and TERSE_MOMENTUM_CORRECTION.
+// on the simulated device and refuses them on CUDA): gravac's portfolio and
+// its randomk / redsync families, redsync, threshold, and
+// TERSE_MOMENTUM_CORRECTION.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -41,6 +50,7 @@
 #ifndef TERSE_ENGINE_DEVICE_COMPRESSION_H_
 #define TERSE_ENGINE_DEVICE_COMPRESSION_H_
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +67,7 @@
 #include "device/runtime.h"
 #include "engine/bucket_assigner.h"
 #include "engine/compressed_reducer.h"
+#include "engine/device_powersgd.h"
 #include "engine/external_compression_state.h"
 
 namespace terse {
@@ -87,8 +98,15 @@ class DeviceCompression : public ExternalCompressionState {
 
   // Whether buckets whose tensors have compression `choice` go through
   // Reduce: a static policy of fp16, bf16, topk, dgc, powersgd, randomk,
-  // efsignsgd or qsgd.
-  static bool Handles(const CompressionChoice& choice);
+  // efsignsgd or qsgd, or an adaptive policy HandlesPolicy accepts.
+  static bool Handles(const CompressionChoice& choice, const Config& config);
+  // The adaptive policies run on the device (PolicyStep): gravac with one
+  // sparsifier family (TERSE_GRAVAC_CANDIDATES "paper" with
+  // TERSE_GRAVAC_COMPRESSOR, or a single family) of topk or dgc, and
+  // accordion with TERSE_ACCORDION_COMPRESSOR topk, dgc or powersgd. Not
+  // (yet): gravac's portfolio, the randomk and redsync families.
+  static bool HandlesPolicy(const CompressionChoice& choice,
+                            const Config& config);
 
   // Collective (every rank, same buckets, same order). Reduces device
   // bucket `bucket` (fused region `data`, this rank's contribution, device
@@ -162,6 +180,52 @@ class DeviceCompression : public ExternalCompressionState {
                                             int64_t step,
                                             const DeviceAllreduce& allreduce)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One step of a bucket under an adaptive policy (device_policy_step.cc):
+  // the CompressedReducer's protocol (Decide; a = g + residual; gravac's
+  // two probe levels; what the decision sends; the statistics averaged
+  // over ranks, piggy-backed on the sparse payloads or allgathered over
+  // `control`; Observe one step late), with every vector on the device
+  // and only the norms (scalars) and the sent entries on the host.
+  absl::StatusOr<BucketReport> PolicyStep(BucketState& s, float* data,
+                                          int64_t step, Communicator* control,
+                                          const DeviceAllreduce& allreduce)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Compresses `x` (device) with sparsifier `kind` (topk, dgc) at `cf` as
+  // the CPU compressor does: `payload` gets its wire payload, `level`
+  // (device) its decoding, slot `which` of the level host copies the
+  // decoded entries. Waits for the stream (the selection comes back).
+  absl::Status SparseLevel(BucketState& s, CompressorId kind, const float* x,
+                           double cf, int64_t step, int which, float* level,
+                           Payload* payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank's sparse payload of compressor `kind`, gathered as messages
+  // (payload, then `trailer` doubles of statistics) in `gathered`/`sizes`:
+  // validated and decoded on the host, their entries uploaded to
+  // s.recv_indices / s.recv_values (rank r's at starts[r], counts[r]), the
+  // trailers summed in rank order into *stats (when not null).
+  struct GatheredSparse {
+    std::vector<int64_t> starts, counts;
+  };
+  absl::StatusOr<GatheredSparse> DecodeGatheredSparse(
+      BucketState& s, CompressorId kind, const std::vector<uint8_t>& gathered,
+      const std::vector<int64_t>& sizes, int trailer, Communicator* control,
+      std::vector<double>* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The PowerSGD instance of a policy bucket for (cf, level).
+  DevicePowerSgd* PowerSgdFor(BucketState& s, double cf, int64_t level)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A policy bucket's pending decision, norms, PowerSGD warm starts and
+  // accumulator into a checkpoint's bucket (the reducer's format; the
+  // accumulator is downloaded by the caller), and back from a loaded one.
+  void SavePolicyState(const BucketState& s, SavedBucket* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RestorePolicyState(const proto::BucketCompressionState& r,
+                                  BucketState* s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bucket's time of its previous step (CompressedReducer's
+  // PreviousStepSeconds over the device steps).
+  double PreviousStepSeconds(BucketState& s,
+                             std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the event ExportResiduals waits for.
   absl::Status MarkResidualsWritten(const Target& target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -180,6 +244,9 @@ class DeviceCompression : public ExternalCompressionState {
   // A load happened: the residuals here are stale (dropped at the next
   // step; ExportResiduals exports none).
   bool stale_ ABSL_GUARDED_BY(mu_) = false;
+  // Time and bytes of every device step so far (PreviousStepSeconds).
+  double own_seconds_total_ ABSL_GUARDED_BY(mu_) = 0;
+  double own_bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   // Per stream: recorded after the last step's residual writes.
   std::map<Stream*, std::unique_ptr<Event>> written_ ABSL_GUARDED_BY(mu_);
 };

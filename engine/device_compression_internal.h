@@ -4,10 +4,13 @@
 #ifndef TERSE_ENGINE_DEVICE_COMPRESSION_INTERNAL_H_
 #define TERSE_ENGINE_DEVICE_COMPRESSION_INTERNAL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +31,16 @@ namespace device_compression_internal {
 // payload's byte count last, so the message is the CPU path's.
 inline constexpr int kStatsTrailer = 9;
 inline constexpr int kStatNormEf = 0;
+inline constexpr int kStatNormMin = 1;
+inline constexpr int kStatNormCandidate = 2;
+inline constexpr int kStatSeconds = 3;
+// Once folded, the pending norms keep Accordion's accumulated norm in the
+// time slot (the reducer's kAccumulatedSlot).
+inline constexpr int kStatAccumulated = kStatSeconds;
+inline constexpr int kStatNormSent = 4;
+inline constexpr int kStatWindowDev = 5;
+inline constexpr int kStatWindowGrad = 6;
+inline constexpr int kStatWindowSteps = 7;
 inline constexpr int kStatSentBytes = 8;
 
 // The bucket identity the CPU path seeds DGC's sampling with (FNV-1a of the
@@ -61,17 +74,19 @@ inline absl::Status Ensure(const DeviceCompression::Target& t, int64_t bytes,
 // rank's: with Allgather when every rank's is `fixed_size`, else with
 // AllgathervUnknownSizes. `sizes` gets each rank's message bytes, the
 // messages lie back to back in `gathered`. Collective over `control`.
-inline absl::Status GatherWithStats(Payload payload, double norm_ef,
-                                    bool fixed_size, Communicator* control,
-                                    std::vector<uint8_t>* gathered,
-                                    std::vector<int64_t>* sizes) {
+// GatherWithStats with the whole statistics vector `stats` as the trailer
+// (its kStatSentBytes slot is set to the payload's byte count).
+inline absl::Status GatherWithTrailer(Payload payload,
+                                      std::vector<double> stats,
+                                      bool fixed_size, Communicator* control,
+                                      std::vector<uint8_t>* gathered,
+                                      std::vector<int64_t>* sizes) {
   const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
-  double stats[kStatsTrailer] = {};
-  stats[kStatNormEf] = norm_ef;
   stats[kStatSentBytes] = static_cast<double>(payload_bytes);
+  const size_t stats_bytes = stats.size() * sizeof(double);
   std::vector<uint8_t> message = std::move(payload.bytes);
-  message.resize(payload_bytes + sizeof(stats));
-  std::memcpy(message.data() + payload_bytes, stats, sizeof(stats));
+  message.resize(payload_bytes + stats_bytes);
+  std::memcpy(message.data() + payload_bytes, stats.data(), stats_bytes);
   const int64_t each = static_cast<int64_t>(message.size());
   if (!fixed_size) {
     return control->AllgathervUnknownSizes(message.data(), each, gathered,
@@ -82,6 +97,16 @@ inline absl::Status GatherWithStats(Payload payload, double norm_ef,
       control->Allgather(message.data(), gathered->data(), each));
   sizes->assign(control->size(), each);
   return absl::OkStatus();
+}
+
+inline absl::Status GatherWithStats(Payload payload, double norm_ef,
+                                    bool fixed_size, Communicator* control,
+                                    std::vector<uint8_t>* gathered,
+                                    std::vector<int64_t>* sizes) {
+  std::vector<double> stats(kStatsTrailer, 0.0);
+  stats[kStatNormEf] = norm_ef;
+  return GatherWithTrailer(std::move(payload), std::move(stats), fixed_size,
+                           control, gathered, sizes);
 }
 
 }  // namespace device_compression_internal
@@ -121,6 +146,37 @@ struct DeviceCompression::BucketState {
   // powersgd: its state and this rank's own reconstruction (device).
   std::unique_ptr<DevicePowerSgd> powersgd;
   DeviceBuffer local;
+
+  // Adaptive policies (gravac single-family, accordion; PolicyStep in
+  // device_policy_step.cc), mirroring CompressedReducer::BucketState.
+  bool adaptive = false;     // gravac or accordion: statistics exchanged.
+  bool accumulates = false;  // accordion: the reduced sum accumulated.
+  // This bucket's residuals were dropped (a dense step) and none stored
+  // since: a dense step without probes is reduced in place.
+  bool residual_empty = false;
+  bool has_pending = false;
+  gravac::Decision pending;
+  std::vector<double> pending_norms;
+  // Probe levels and the accordion accumulator (device); the decoded
+  // entries of each level (host, read by the stream's uploads).
+  DeviceBuffer level1, level2, accumulator, level_indices, level_values;
+  std::vector<uint32_t> level_host_indices[2];
+  std::vector<float> level_host_values[2];
+  // Norms reduced on the device: ||a||^2, ||level1||^2, ||level2||^2,
+  // ||sent||^2, ||accumulator||^2 (device), and their host copy.
+  DeviceBuffer norms;
+  double host_norms[5] = {};
+  // PowerSGD instances by (cf, level) (accordion switches ranks).
+  std::map<std::pair<double, int64_t>, std::unique_ptr<DevicePowerSgd>>
+      powersgd_levels;
+  // Restored warm states, for PowerSGD instances made later.
+  std::vector<proto::WarmState> restored_warm;
+  // The previous step's time, as CompressedReducer::PreviousStepSeconds.
+  bool has_last_start = false;
+  std::chrono::steady_clock::time_point last_start;
+  double last_own = 0;
+  double own_total_at_last_start = 0;
+  double bytes_total_at_last_start = 0;
 };
 
 }  // namespace terse

@@ -477,59 +477,23 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
   TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm, fixed,
                                         control, &gathered, &sizes));
 
-  // Validate and decode every rank's payload on the host.
-  s.up_indices.clear();
-  s.up_values.clear();
-  std::vector<int64_t> starts, counts;
-  int64_t own_start = 0, own_count = 0;
-  size_t at = 0;
-  for (int r = 0; r < control->size(); ++r) {
-    const int64_t size = sizes[r];
-    if (size < static_cast<int64_t>(kStatsTrailer * sizeof(double))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", s.id, ": rank ", r, " sent ", size,
-                       " bytes, too short for a payload"));
-    }
-    absl::StatusOr<SparseEntries> entries = DecodeSparsePayload(
-        absl::MakeConstSpan(gathered.data() + at,
-                            size - kStatsTrailer * sizeof(double)),
-        s.id_kind, static_cast<uint64_t>(n));
-    if (!entries.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", s.id, ": the ", CompressorName(s.id_kind),
-                       " payload from rank ", r,
-                       " does not decode: ", entries.status().message()));
-    }
-    starts.push_back(static_cast<int64_t>(s.up_indices.size()));
-    counts.push_back(static_cast<int64_t>(entries->indices.size()));
-    if (r == rank_) {
-      own_start = starts.back();
-      own_count = counts.back();
-    }
-    s.up_indices.insert(s.up_indices.end(), entries->indices.begin(),
-                        entries->indices.end());
-    s.up_values.insert(s.up_values.end(), entries->values.begin(),
-                       entries->values.end());
-    at += static_cast<size_t>(size);
-  }
+  TERSE_ASSIGN_OR_RETURN(
+      const GatheredSparse ranks,
+      DecodeGatheredSparse(s, s.id_kind, gathered, sizes, kStatsTrailer,
+                           control, /*stats=*/nullptr));
+  const std::vector<int64_t>& starts = ranks.starts;
+  const std::vector<int64_t>& counts = ranks.counts;
+  const int64_t own_start = starts[rank_];
+  const int64_t own_count = counts[rank_];
   // What this rank sent, as its peers decode it, negated: residual = a - sent.
   s.up_negated.resize(own_count);
   for (int64_t i = 0; i < own_count; ++i) {
     s.up_negated[i] = -s.up_values[own_start + i];
   }
-  const int64_t total = static_cast<int64_t>(s.up_indices.size());
-  TERSE_RETURN_IF_ERROR(
-      Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_indices));
-  TERSE_RETURN_IF_ERROR(
-      Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_values));
   TERSE_RETURN_IF_ERROR(
       Ensure(t, std::max<int64_t>(own_count, 1) * 4, &s.sent_negated));
   uint32_t* recv_indices = s.recv_indices.as<uint32_t>();
   float* recv_values = s.recv_values.as<float>();
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(recv_indices, s.up_indices.data(), total * 4));
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(recv_values, s.up_values.data(), total * 4));
   TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.sent_negated.data(),
                                          s.up_negated.data(), own_count * 4));
 
@@ -561,6 +525,67 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
                       CompressorName(s.id_kind),
                       decision.send_cf,
                       payload_bytes};
+}
+
+}  // namespace terse
+
+namespace terse {
+using namespace device_compression_internal;  // NOLINT: own internals.
+
+absl::StatusOr<DeviceCompression::GatheredSparse>
+DeviceCompression::DecodeGatheredSparse(BucketState& s, CompressorId kind,
+                                        const std::vector<uint8_t>& gathered,
+                                        const std::vector<int64_t>& sizes,
+                                        int trailer, Communicator* control,
+                                        std::vector<double>* stats) {
+  const Target& t = s.target;
+  const int64_t n = s.count;
+  const int64_t trailer_bytes = trailer * static_cast<int64_t>(sizeof(double));
+  GatheredSparse out;
+  s.up_indices.clear();
+  s.up_values.clear();
+  if (stats != nullptr) stats->assign(trailer, 0.0);
+  std::vector<double> theirs(trailer);
+  size_t at = 0;
+  for (int r = 0; r < control->size(); ++r) {
+    const int64_t size = sizes[r];
+    if (size < trailer_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": rank ", r, " sent ", size,
+                       " bytes, too short for a payload"));
+    }
+    absl::StatusOr<SparseEntries> entries = DecodeSparsePayload(
+        absl::MakeConstSpan(gathered.data() + at, size - trailer_bytes), kind,
+        static_cast<uint64_t>(n));
+    if (!entries.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": the ", CompressorName(kind),
+                       " payload from rank ", r,
+                       " does not decode: ", entries.status().message()));
+    }
+    out.starts.push_back(static_cast<int64_t>(s.up_indices.size()));
+    out.counts.push_back(static_cast<int64_t>(entries->indices.size()));
+    s.up_indices.insert(s.up_indices.end(), entries->indices.begin(),
+                        entries->indices.end());
+    s.up_values.insert(s.up_values.end(), entries->values.begin(),
+                       entries->values.end());
+    if (stats != nullptr) {
+      std::memcpy(theirs.data(), gathered.data() + at + size - trailer_bytes,
+                  trailer_bytes);
+      for (int i = 0; i < trailer; ++i) (*stats)[i] += theirs[i];
+    }
+    at += static_cast<size_t>(size);
+  }
+  const int64_t total = static_cast<int64_t>(s.up_indices.size());
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_indices));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_values));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.recv_indices.data(),
+                                         s.up_indices.data(), total * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.recv_values.data(), s.up_values.data(), total * 4));
+  return out;
 }
 
 }  // namespace terse

@@ -15,12 +15,36 @@
 namespace terse {
 namespace testing {
 
-absl::StatusOr<Config> DeviceCompressionConfig(const std::string& compression,
-                                               const std::string& cf) {
-  return Config::FromMap({{"TERSE_COMPRESSION", compression},
-                          {"TERSE_CF", cf},
-                          {"TERSE_MIN_COMPRESS_BYTES", "0"}});
+absl::StatusOr<Config> DeviceCompressionConfig(
+    const std::string& compression, const std::string& cf,
+    const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> settings = {
+      {"TERSE_COMPRESSION", compression},
+      {"TERSE_CF", cf},
+      {"TERSE_MIN_COMPRESS_BYTES", "0"}};
+  for (const auto& [key, value] : extra) settings[key] = value;
+  return Config::FromMap(settings);
 }
+
+namespace {
+
+// A policy's description without the times it measured ("T_c=[...]":
+// wall-clock throughputs, which differ between two runs).
+std::string WithoutTimes(std::string policy) {
+  for (size_t at; (at = policy.find("T_c=[")) != std::string::npos;) {
+    const size_t end = policy.find(']', at);
+    policy.erase(at, end == std::string::npos ? std::string::npos
+                                              : end + 1 - at);
+  }
+  return policy;
+}
+
+std::string StepLine(const BucketReport& r) {
+  return absl::StrCat(WithoutTimes(r.policy), " sent ", r.compressor, " cf ",
+                      r.cf, " bytes ", r.bytes_sent);
+}
+
+}  // namespace
 
 // Two tensors; 70001 elements, enough for DGC to sample (not exact top-k).
 Bucket DeviceCompressionBucket() {
@@ -48,9 +72,10 @@ std::vector<float> DeviceCompressionGradient(int rank, int step, int64_t n) {
 absl::Status RunDeviceAndCpu(int size, const std::string& compression,
                              const std::string& cf, int steps, Outcome* run,
                              DeviceRuntime* runtime,
-                             const std::function<int(int)>& ordinal_of) {
+                             const std::function<int(int)>& ordinal_of,
+                             const std::map<std::string, std::string>& extra) {
   TERSE_ASSIGN_OR_RETURN(const Config config,
-                         DeviceCompressionConfig(compression, cf));
+                         DeviceCompressionConfig(compression, cf, extra));
   const Bucket bucket = DeviceCompressionBucket();
   const int64_t n = bucket.count;
   run->device.assign(steps, std::vector<std::vector<float>>(size));
@@ -59,6 +84,8 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
   run->device_report.assign(size, {});
   run->cpu_report.assign(size, {});
   run->store_residual.assign(size, {});
+  run->device_steps.assign(steps, std::vector<std::string>(size));
+  run->cpu_steps = run->device_steps;
   return RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
     CompressedReducer device_reducer(config, rank, size);
     CompressedReducer cpu_reducer(config, rank, size);
@@ -101,6 +128,9 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
         ctx.step = step;
         TERSE_RETURN_IF_ERROR(cpu_reducer.Reduce(ctx));
         run->cpu[step][rank] = host;
+        run->device_steps[step][rank] =
+            StepLine(device_reducer.Reports().at(0));
+        run->cpu_steps[step][rank] = StepLine(cpu_reducer.Reports().at(0));
       }
       TERSE_ASSIGN_OR_RETURN(std::vector<ResidualStore::Entry> entries,
                              dc.ExportResiduals());
@@ -117,6 +147,15 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
 }
 
 absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what) {
+  for (size_t step = 0; step < run.device_steps.size(); ++step) {
+    for (size_t r = 0; r < run.device_steps[step].size(); ++r) {
+      if (run.device_steps[step][r] != run.cpu_steps[step][r]) {
+        return absl::InternalError(absl::StrCat(
+            what, " step ", step, " rank ", r, ": device ",
+            run.device_steps[step][r], "; cpu ", run.cpu_steps[step][r]));
+      }
+    }
+  }
   for (size_t step = 0; step < run.device.size(); ++step) {
     for (size_t r = 0; r < run.device[step].size(); ++r) {
       const std::vector<float>& d = run.device[step][r];
@@ -136,7 +175,7 @@ absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what) {
       const BucketReport& d = run.device_report[r];
       const BucketReport& c = run.cpu_report[r];
       if (d.compressor != c.compressor || d.bytes_sent != c.bytes_sent ||
-          d.policy != c.policy) {
+          WithoutTimes(d.policy) != WithoutTimes(c.policy)) {
         return absl::InternalError(
             absl::StrCat(what, " rank ", r, ": device reported ", d.compressor,
                          " ", d.bytes_sent, " bytes ", d.policy, "; cpu ",

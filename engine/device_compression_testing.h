@@ -21,9 +21,11 @@
 namespace terse {
 namespace testing {
 
-// TERSE_COMPRESSION=`compression`, TERSE_CF=`cf`, no minimum bucket size.
-absl::StatusOr<Config> DeviceCompressionConfig(const std::string& compression,
-                                               const std::string& cf);
+// TERSE_COMPRESSION=`compression`, TERSE_CF=`cf`, no minimum bucket size,
+// and the settings in `extra`.
+absl::StatusOr<Config> DeviceCompressionConfig(
+    const std::string& compression, const std::string& cf,
+    const std::map<std::string, std::string>& extra = {});
 // Two tensors, 70001 floats (enough for DGC to sample): a 200 x 200
 // matrix and one of unknown shape (PowerSGD views it near-square, padded).
 Bucket DeviceCompressionBucket();
@@ -40,16 +42,22 @@ struct Outcome {
   // [rank]: the device reducer's own store for the first tensor (zeros:
   // the residuals live on the device).
   std::vector<std::vector<float>> store_residual;
+  // [step][rank]: each path's report after the step, as
+  // "<policy> sent <compressor> cf <cf> bytes <bytes>" (the decisions).
+  std::vector<std::vector<std::string>> device_steps, cpu_steps;
 };
 
 // `size` loopback ranks, rank r on `runtime`'s device ordinal_of(r), run
 // `steps` steps of both paths under DeviceCompressionConfig(compression, cf).
-absl::Status RunDeviceAndCpu(int size, const std::string& compression,
-                             const std::string& cf, int steps, Outcome* run,
-                             DeviceRuntime* runtime,
-                             const std::function<int(int)>& ordinal_of);
+// `extra`: more settings (DeviceCompressionConfig).
+absl::Status RunDeviceAndCpu(
+    int size, const std::string& compression, const std::string& cf,
+    int steps, Outcome* run, DeviceRuntime* runtime,
+    const std::function<int(int)>& ordinal_of,
+    const std::map<std::string, std::string>& extra = {});
 
-// OK when every step's results are bitwise equal and the reports agree.
+// OK when every step's results are bitwise equal and the reports agree
+// (every step's, when recorded).
 absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what);
 // OK when every step's results agree within `tolerance` times the step's
 // largest CPU magnitude (float products summed in another order: PowerSGD

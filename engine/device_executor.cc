@@ -110,14 +110,15 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
   if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
   const CompressionChoice c =
       ChooseCompressionFor(e.name, e.compression, config_);
-  if (c.name != "none" && !DeviceCompression::Handles(c)) {
+  if (c.name != "none" && !DeviceCompression::Handles(c, config_)) {
     return absl::UnimplementedError(absl::StrCat(
         "tensor '", e.name, "': compression '", c.name, "' of ",
         e.input.device.ToString(),
         " tensors is not implemented yet (on this device the engine "
         "compresses with fp16, bf16, topk, dgc, powersgd, randomk, efsignsgd "
-        "and qsgd); pass one of those or \"none\", or exclude the tensor "
-        "with TERSE_COMPRESSION_RULES"));
+        "and qsgd, gravac with one topk or dgc family, and accordion with "
+        "topk, dgc or powersgd); pass one of those or \"none\", or exclude "
+        "the tensor with TERSE_COMPRESSION_RULES"));
   }
   if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
     return absl::UnimplementedError(absl::StrCat(
@@ -263,8 +264,10 @@ absl::Status DeviceExecutor::RunBucket(
   int size = registry_->control()->size();
   const bool reduce = needs_reducer_ && needs_reducer_(bucket);
   if (reduce && config_.momentum_correction <= 0 &&
-      DeviceCompression::Handles(ChooseCompressionFor(
-          bucket.members.front().name, bucket.compression, config_))) {
+      DeviceCompression::Handles(
+          ChooseCompressionFor(bucket.members.front().name,
+                               bucket.compression, config_),
+          config_)) {
     // Compression on the device, in stream order.
     const DeviceCompression::Target target{ctx->runtime, ctx->ordinal,
                                            ctx->stream.get()};

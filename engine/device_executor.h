@@ -31,8 +31,9 @@
 // always staged through the host.
 //
 // Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
-// randomk, efsignsgd and qsgd run on the device, in stream order, with their
-// residuals in device memory (DeviceCompression,
+// randomk, efsignsgd and qsgd, gravac with one topk or dgc family and
+// accordion with topk, dgc or powersgd run on the device, in stream order,
+// with their residuals in device memory (DeviceCompression,
 // engine/device_compression.h), on CUDA and on the simulated device. The
 // other compressors and policies and TERSE_MOMENTUM_CORRECTION run only
 // where the runtime's memory is host-addressable (the simulated device):

@@ -33,9 +33,12 @@ class ExternalCompressionState {
   // each header as the reducer writes its own (policy state, warm-state
   // entries without values), and the warm states' values, one per
   // header.warm_states entry, in order.
+  // `accumulator`: Accordion's accumulated gradient (empty: none), written
+  // as the reducer writes its own.
   struct SavedBucket {
     proto::BucketCompressionState header;
     std::vector<std::vector<float>> warm;
+    std::vector<float> accumulator;
   };
   virtual absl::StatusOr<std::vector<SavedBucket>> ExportBuckets() {
     return std::vector<SavedBucket>();

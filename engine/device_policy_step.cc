@@ -1,0 +1,422 @@
+// One step of a device bucket under an adaptive policy (gravac with one
+// sparsifier family, accordion): DeviceCompression::PolicyStep, the
+// CompressedReducer's ReduceCompressed (engine/compressed_reducer.cc) on
+// device buffers. See device_compression.h.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "compressors/compressor.h"
+#include "compressors/kernels/randomk.h"
+#include "compressors/payload.h"
+#include "engine/device_compression.h"
+#include "engine/device_compression_internal.h"
+#include "engine/types.h"
+
+namespace terse {
+using namespace device_compression_internal;  // NOLINT: own internals.
+
+namespace {
+
+bool IsDeviceSparsifier(CompressorId id) {
+  return id == CompressorId::kTopK || id == CompressorId::kDgc;
+}
+
+// Slots of DeviceCompression::BucketState::norms.
+enum NormSlot { kEf = 0, kLevel1, kLevel2, kSent, kAccumulated, kNumNorms };
+
+}  // namespace
+
+double DeviceCompression::PreviousStepSeconds(BucketState& s,
+                                              Clock::time_point now) {
+  double seconds = 0;
+  if (s.has_last_start) {
+    const double period = SecondsBetween(s.last_start, now);
+    const double own = own_seconds_total_ - s.own_total_at_last_start;
+    const double bytes = own_bytes_total_ - s.bytes_total_at_last_start;
+    const double rest = std::max(0.0, period - own);
+    const double share = bytes > 0 ? s.bytes / bytes : 1.0;
+    seconds = s.last_own + rest * share;
+  }
+  s.has_last_start = true;
+  s.last_start = now;
+  s.own_total_at_last_start = own_seconds_total_;
+  s.bytes_total_at_last_start = own_bytes_total_;
+  return seconds;
+}
+
+DevicePowerSgd* DeviceCompression::PowerSgdFor(BucketState& s, double cf,
+                                               int64_t level) {
+  std::unique_ptr<DevicePowerSgd>& slot = s.powersgd_levels[{cf, level}];
+  if (slot == nullptr) {
+    CompressorOptions options = s.options;
+    if (level > 0) options.powersgd_rank = level;
+    slot = std::make_unique<DevicePowerSgd>(options, config_.seed,
+                                            absl::StrCat("bucket:", s.key),
+                                            s.segments, s.count);
+    std::map<std::string, std::vector<float>> warm;
+    for (const proto::WarmState& w : s.restored_warm) {
+      if (w.compressor() == "powersgd" && w.cf() == cf && w.level() == level) {
+        warm[w.key()].assign(w.values().begin(), w.values().end());
+      }
+    }
+    if (!warm.empty()) slot->ImportWarm(std::move(warm));
+  }
+  return slot.get();
+}
+
+absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
+                                            const float* x, double cf,
+                                            int64_t step, int which,
+                                            float* level, Payload* payload) {
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  const int64_t k = KeepCount(n, cf);
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(k, 1) * 4, &s.level_indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.level_values));
+  uint32_t* indices = s.indices.as<uint32_t>();
+  int64_t kept = k;
+  if (kind == CompressorId::kDgc) {
+    kernels::SampledTopKOptions opt = s.options.dgc;
+    opt.num_threads = s.options.num_threads;
+    opt.seed = kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
+                                s.stream_hash);
+    TERSE_ASSIGN_OR_RETURN(kept,
+                           ops->SampledTopK(t.stream, x, n, k, opt, indices));
+  } else {
+    TERSE_RETURN_IF_ERROR(ops->TopK(t.stream, x, n, k, indices));
+  }
+  TERSE_RETURN_IF_ERROR(
+      ops->Gather(t.stream, x, indices, kept, s.values.as<float>()));
+  s.host_indices.resize(kept);
+  s.host_values.resize(kept);
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_indices.data(), indices, kept * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.host_values.data(), s.values.data(), kept * 4));
+  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  // The CPU compressor's payload, and its own decoding of it (the values
+  // as the wire carries them): the level every rank would decode.
+  EncodeSparsePayload(kind, s.options.value_type, s.options.index_coding,
+                      static_cast<uint64_t>(n), s.host_indices.data(),
+                      s.host_values.data(), kept, payload);
+  TERSE_ASSIGN_OR_RETURN(
+      SparseEntries entries,
+      DecodeSparsePayload(payload->bytes, kind, static_cast<uint64_t>(n)));
+  std::vector<uint32_t>& host_indices = s.level_host_indices[which];
+  std::vector<float>& host_values = s.level_host_values[which];
+  host_indices = std::move(entries.indices);
+  host_values = std::move(entries.values);
+  const int64_t count = static_cast<int64_t>(host_indices.size());
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(count, 1) * 4,
+                               &s.level_indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(count, 1) * 4,
+                               &s.level_values));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.level_indices.data(),
+                                         host_indices.data(), count * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.level_values.data(), host_values.data(), count * 4));
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(level, 0, n * 4));
+  return ops->ScatterAdd(t.stream, s.level_indices.as<uint32_t>(),
+                         s.level_values.as<float>(), count, level);
+}
+
+absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
+    BucketState& s, float* a, int64_t step, Communicator* control,
+    const DeviceAllreduce& allreduce) {
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  const Clock::time_point start = Clock::now();
+  const double previous_seconds = PreviousStepSeconds(s, start);
+  const gravac::Decision decision = s.policy->Decide();
+  if (!decision.gain_probes.empty() || decision.window_gain_steps > 0) {
+    return absl::InternalError(absl::StrCat(
+        "bucket ", s.id, ": ", s.policy->Describe(),
+        " asked for gain probes or a window gain, which device buckets do "
+        "not measure"));
+  }
+  CompressorId kind = CompressorId::kNone;
+  if (decision.compressor != "none") {
+    TERSE_ASSIGN_OR_RETURN(kind, CompressorIdFromName(decision.compressor));
+  }
+  const bool probes = decision.probe_cf_min > 0;
+  const bool rounds = !decision.dense() && kind == CompressorId::kPowerSgd;
+  if ((probes || (!decision.dense() && !rounds)) && !IsDeviceSparsifier(kind)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "bucket ", s.id, ": ", s.policy->Describe(), " sends ",
+        decision.compressor, ", which device buckets do not run under a policy"));
+  }
+  // Dense with nothing to add or measure: reduced where it is (Reduce added
+  // no residual: there is none).
+  const bool in_place = decision.dense() && !probes && !s.accumulates &&
+                        s.residual_empty;
+  TERSE_RETURN_IF_ERROR(Ensure(t, kNumNorms * sizeof(double), &s.norms));
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(s.norms.data(), 0,
+                                         kNumNorms * sizeof(double)));
+  double* norms = s.norms.as<double>();
+  if (!in_place) {
+    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, norms + kEf));
+  }
+
+  // Compress: gravac's two levels (level two from level one's output), or
+  // what the decision sends.
+  Payload p1, p2;
+  const float* local = a;  // This rank's own decoded contribution.
+  Payload* sending = nullptr;
+  if (probes || (!decision.dense() && !rounds)) {
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level1));
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level2));
+  }
+  if (probes) {
+    float* level1 = s.level1.as<float>();
+    float* level2 = s.level2.as<float>();
+    TERSE_RETURN_IF_ERROR(SparseLevel(s, kind, a, decision.probe_cf_min, step,
+                                      0, level1, &p1));
+    bool two = decision.probe_cf_candidate > decision.probe_cf_min;
+    if (two) {
+      TERSE_RETURN_IF_ERROR(SparseLevel(s, kind, level1,
+                                        decision.probe_cf_candidate, step, 1,
+                                        level2, &p2));
+    } else {
+      p2 = p1;
+      TERSE_RETURN_IF_ERROR(t.stream->Memcpy(level2, level1, n * 4));
+    }
+    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, level1, n, norms + kLevel1));
+    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, level2, n, norms + kLevel2));
+    if (!decision.dense()) {
+      const bool candidate = decision.send_cf == decision.probe_cf_candidate;
+      sending = candidate ? &p2 : &p1;
+      local = candidate ? level2 : level1;
+    }
+  } else if (!decision.dense() && !rounds) {
+    float* level1 = s.level1.as<float>();
+    TERSE_RETURN_IF_ERROR(
+        SparseLevel(s, kind, a, decision.send_cf, step, 0, level1, &p1));
+    sending = &p1;
+    local = level1;
+  }
+  std::string sent_name = "none";
+  double sent_cf = 1;
+  if (!decision.dense()) {
+    sent_name = decision.level > 0
+                    ? absl::StrCat(decision.compressor, ":", decision.level)
+                    : decision.compressor;
+    sent_cf = decision.send_cf;
+  }
+  if (sending != nullptr) {
+    // Error feedback before the sum replaces a: residual = a - sent.
+    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, local, n, norms + kSent));
+    for (const Segment& seg : s.segments) {
+      Residual& r = residuals_[seg.name];
+      TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
+                                          local + seg.offset,
+                                          r.buffer.as<float>(), seg.count));
+      r.valid = true;
+    }
+  }
+  // The norms measured so far (the stream runs the level work first).
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_norms, norms,
+                                         kNumNorms * sizeof(double)));
+  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  std::vector<double> stats(kStatsTrailer, 0.0);
+  stats[kStatNormEf] = in_place ? 0.0 : s.host_norms[kEf];
+  stats[kStatSeconds] = previous_seconds;
+  if (probes) {
+    stats[kStatNormMin] = s.host_norms[kLevel1];
+    stats[kStatNormCandidate] = s.host_norms[kLevel2];
+  }
+  if (decision.dense()) {
+    stats[kStatNormSent] = stats[kStatNormEf];
+  } else if (sending != nullptr) {
+    stats[kStatNormSent] = s.host_norms[kSent];
+  }
+
+  // Communicate: the statistics ride on the sparse payloads; otherwise
+  // they are allgathered after the sum when a decision wants them.
+  const bool gather_stats =
+      decision.wants_stats || (s.has_pending && s.pending.wants_stats);
+  int64_t bytes = 0;
+  bool stats_gathered = false;
+  if (decision.dense()) {
+    bytes = n * 4;
+    TERSE_RETURN_IF_ERROR(allreduce(a, n, DataType::kFloat32));
+  } else if (rounds) {
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+    float* own = s.local.as<float>();
+    DevicePowerSgd* powersgd = PowerSgdFor(s, decision.send_cf, decision.level);
+    TERSE_ASSIGN_OR_RETURN(
+        bytes, powersgd->Step(
+                   ops, t.runtime, t.ordinal, t.stream, a, own, step,
+                   [&](float* data, int64_t count) {
+                     return allreduce(data, count, DataType::kFloat32);
+                   },
+                   [&]() -> absl::Status {
+                     // Error feedback: residual = a - this rank's share.
+                     for (const Segment& seg : s.segments) {
+                       Residual& r = residuals_[seg.name];
+                       TERSE_RETURN_IF_ERROR(ops->Subtract(
+                           t.stream, a + seg.offset, own + seg.offset,
+                           r.buffer.as<float>(), seg.count));
+                       r.valid = true;
+                     }
+                     return ops->SquaredNorm(t.stream, own, n, norms + kSent);
+                   }));
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(&s.host_norms[kSent], norms + kSent,
+                                           sizeof(double)));
+    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+    stats[kStatNormSent] = s.host_norms[kSent];
+  } else {
+    bytes = static_cast<int64_t>(sending->bytes.size());
+    std::vector<uint8_t> gathered;
+    std::vector<int64_t> sizes;
+    const bool fixed = kind == CompressorId::kTopK &&
+                       s.options.index_coding == IndexCoding::kU32;
+    TERSE_RETURN_IF_ERROR(GatherWithTrailer(std::move(*sending), stats, fixed,
+                                            control, &gathered, &sizes));
+    TERSE_ASSIGN_OR_RETURN(
+        const GatheredSparse ranks,
+        DecodeGatheredSparse(s, kind, gathered, sizes, kStatsTrailer, control,
+                             &stats));
+    stats_gathered = true;
+    // The sum over ranks, in rank order (as the CPU path).
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+    for (size_t r = 0; r < ranks.starts.size(); ++r) {
+      TERSE_RETURN_IF_ERROR(ops->ScatterAdd(
+          t.stream, s.recv_indices.as<uint32_t>() + ranks.starts[r],
+          s.recv_values.as<float>() + ranks.starts[r], ranks.counts[r], a));
+    }
+  }
+  if (!stats_gathered) stats[kStatSentBytes] = static_cast<double>(bytes);
+  if (!stats_gathered && !gather_stats) {
+    std::fill(stats.begin(), stats.end(), 0.0);  // The same on every rank.
+  } else if (!stats_gathered) {
+    std::vector<double> all(kStatsTrailer * control->size());
+    TERSE_RETURN_IF_ERROR(control->Allgather(
+        stats.data(), all.data(), kStatsTrailer * sizeof(double)));
+    std::vector<double> total(kStatsTrailer, 0.0);
+    for (int r = 0; r < control->size(); ++r) {  // Rank order.
+      for (int i = 0; i < kStatsTrailer; ++i) {
+        total[i] += all[r * kStatsTrailer + i];
+      }
+    }
+    stats = std::move(total);
+  }
+
+  // Error feedback: a dense step leaves nothing behind.
+  if (decision.dense()) {
+    for (const Segment& seg : s.segments) residuals_[seg.name].valid = false;
+    s.residual_empty = true;
+  } else {
+    s.residual_empty = false;
+  }
+
+  // Accordion: the reduced sum accumulated, its norm for the policy.
+  double accumulated_norm2 = 0;
+  if (s.accumulates) {
+    float* accumulator = s.accumulator.as<float>();
+    TERSE_RETURN_IF_ERROR(ops->Add(t.stream, a, accumulator, n));
+    TERSE_RETURN_IF_ERROR(
+        ops->SquaredNorm(t.stream, accumulator, n, norms + kAccumulated));
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(&s.host_norms[kAccumulated],
+                                           norms + kAccumulated,
+                                           sizeof(double)));
+    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+    accumulated_norm2 = s.host_norms[kAccumulated];
+  }
+  // The averages over ranks, fed one step late with the time.
+  for (double& v : stats) v /= size_;
+  if (s.has_pending) {
+    gravac::StepStats observed;
+    const std::vector<double>& p = s.pending_norms;
+    observed.norm2_ef = p[kStatNormEf];
+    observed.norm2_min = p[kStatNormMin];
+    observed.norm2_candidate = p[kStatNormCandidate];
+    observed.accumulated_norm2 = p[kStatAccumulated];
+    observed.norm2_sent = p[kStatNormSent];
+    observed.window_dev_norm2 = p[kStatWindowDev];
+    observed.window_grad_norm2 = p[kStatWindowGrad];
+    observed.window_steps = p[kStatWindowSteps];
+    observed.bytes_sent = p[kStatSentBytes];
+    observed.seconds = stats[kStatSeconds];
+    s.policy->Observe(s.pending, observed);
+  }
+  s.pending = decision;
+  s.pending_norms = stats;
+  s.pending_norms[kStatAccumulated] = accumulated_norm2;
+  s.has_pending = true;
+  if (decision.reset_accumulator && s.accumulates) {
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(s.accumulator.data(), 0, n * 4));
+  }
+  // PowerSGD's strength is its rank: report the CF its factors achieved.
+  if (decision.level > 0 && !decision.dense() && bytes > 0) {
+    sent_cf = static_cast<double>(s.bytes) / static_cast<double>(bytes);
+  }
+  return BucketReport{s.id,   s.tensors, s.bytes, s.policy->Describe(),
+                      sent_name, sent_cf, bytes};
+}
+
+}  // namespace terse
+
+namespace terse {
+
+void DeviceCompression::SavePolicyState(const BucketState& s,
+                                        SavedBucket* out) {
+  proto::BucketCompressionState& b = out->header;
+  b.set_has_pending(s.has_pending);
+  b.set_pending_compressor(s.pending.compressor);
+  b.set_pending_quiet(!s.pending.wants_stats);
+  b.set_pending_send_cf(s.pending.send_cf);
+  b.set_pending_level(s.pending.level);
+  b.set_pending_probe_cf_min(s.pending.probe_cf_min);
+  b.set_pending_probe_cf_candidate(s.pending.probe_cf_candidate);
+  for (double v : s.pending_norms) b.add_pending_norms(v);
+  for (const auto& [id, powersgd] : s.powersgd_levels) {
+    for (const auto& [key, q] : powersgd->warm()) {
+      proto::WarmState* w = b.add_warm_states();
+      w->set_compressor("powersgd");
+      w->set_cf(id.first);
+      w->set_level(id.second);
+      w->set_key(key);
+      out->warm.push_back(q);
+    }
+  }
+}
+
+absl::Status DeviceCompression::RestorePolicyState(
+    const proto::BucketCompressionState& r, BucketState* s) {
+  if (r.pending_probes_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket ", s->id, " (", s->key,
+        "): the checkpoint holds a portfolio decision with gain probes, "
+        "which device buckets do not run"));
+  }
+  s->has_pending = r.has_pending();
+  s->pending.compressor = r.pending_compressor();
+  s->pending.send_cf = r.pending_send_cf();
+  s->pending.level = r.pending_level();
+  s->pending.probe_cf_min = r.pending_probe_cf_min();
+  s->pending.probe_cf_candidate = r.pending_probe_cf_candidate();
+  s->pending.wants_stats = !r.pending_quiet();
+  s->pending_norms.assign(r.pending_norms().begin(), r.pending_norms().end());
+  s->pending_norms.resize(
+      std::max<size_t>(s->pending_norms.size(), kStatsTrailer), 0.0);
+  s->restored_warm.assign(r.warm_states().begin(), r.warm_states().end());
+  if (s->accumulates && r.accumulator_size() == s->count) {
+    // The copy reads the message later: upload and wait (first use only).
+    const Target& t = s->target;
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
+        s->accumulator.data(), r.accumulator().data(), s->count * 4));
+    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace terse

@@ -1,0 +1,173 @@
+// The adaptive policies on device buckets (DeviceCompression::PolicyStep),
+// on the simulated device, ranks as threads over loopback: gravac with one
+// topk or dgc family and accordion with topk, dgc or powersgd take the same
+// decisions, step by step, as the CompressedReducer (the CPU path) on the
+// same gradients and reduce to bitwise the same results, with 2 and 3
+// ranks; the decisions explore more than one choice (the comparison is
+// not of one static compressor); error feedback conserves the gradient
+// (fp64 oracle). The throughput guard is off and omega 0, so the
+// decisions follow the gradients only, not measured time.
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "device/sim_runtime.h"
+#include "engine/device_compression_testing.h"
+#include "gtest/gtest.h"
+
+namespace terse {
+namespace testing {
+namespace {
+
+struct PolicyCase {
+  std::string name;
+  std::string compression;
+  std::map<std::string, std::string> settings;
+};
+
+std::map<std::string, std::string> Gravac(const std::string& family) {
+  return {{"TERSE_GRAVAC_CANDIDATES", family},
+          {"TERSE_GRAVAC_WINDOW", "2"},
+          {"TERSE_GRAVAC_EPSILON", "0.3"},
+          {"TERSE_GRAVAC_EWMA", "0.5"},
+          {"TERSE_GRAVAC_OMEGA", "0"},
+          {"TERSE_GRAVAC_CF_MIN", "4"},
+          {"TERSE_GRAVAC_CF_MAX", "64"},
+          {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"}};
+}
+
+std::map<std::string, std::string> Accordion(const std::string& compressor) {
+  return {{"TERSE_ACCORDION_COMPRESSOR", compressor},
+          {"TERSE_ACCORDION_SWITCH_STEPS", "2"},
+          {"TERSE_ACCORDION_THRESHOLD", "0.5"},
+          {"TERSE_ACCORDION_LOW_CF", "4"},
+          {"TERSE_ACCORDION_HIGH_CF", "40"},
+          {"TERSE_ACCORDION_HIGH_RANK", "3"},
+          {"TERSE_ACCORDION_LOW_RANK", "1"}};
+}
+
+class DevicePolicyTest : public ::testing::TestWithParam<PolicyCase> {};
+
+TEST_P(DevicePolicyTest, DecidesAndReducesAsTheCpuPathBitForBit) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const PolicyCase& c = GetParam();
+  const int steps = 10;
+  for (int size : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << size << " ranks");
+    Outcome run;
+    absl::Status st =
+        RunDeviceAndCpu(size, c.compression, "10", steps, &run, &sim,
+                        [](int rank) { return rank; }, c.settings);
+    ASSERT_TRUE(st.ok()) << st;
+    st = ExpectBitwiseEqual(run, c.name);
+    EXPECT_TRUE(st.ok()) << st;
+    // Not one static choice: the decisions changed over the steps.
+    std::set<std::string> sent;
+    for (int step = 0; step < steps; ++step) {
+      const std::string& line = run.device_steps[step][0];
+      sent.insert(line.substr(line.find(" sent ")));
+    }
+    EXPECT_GT(sent.size(), 1u) << c.name << ": " << run.device_steps[0][0];
+    for (int r = 0; r < size; ++r) {
+      // The residuals are held on the device, not in the reducer's store.
+      for (float v : run.store_residual[r]) ASSERT_EQ(v, 0.0f);
+    }
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, DevicePolicyTest,
+    ::testing::Values(PolicyCase{"gravac_topk", "gravac", Gravac("topk")},
+                      PolicyCase{"gravac_dgc", "gravac", Gravac("dgc")},
+                      PolicyCase{"accordion_topk", "accordion",
+                                 Accordion("topk")},
+                      PolicyCase{"accordion_dgc", "accordion",
+                                 Accordion("dgc")},
+                      PolicyCase{"accordion_powersgd", "accordion",
+                                 Accordion("powersgd")}),
+    [](const ::testing::TestParamInfo<PolicyCase>& i) { return i.param.name; });
+
+// With the throughput guard on, gravac's first two steps measure dense
+// (the second, with no residual left and no probes, is reduced in place);
+// those decisions do not depend on time, so both paths agree bit for bit.
+TEST(DevicePolicyGuardTest, TheGuardsDenseStepsEqualTheCpuPath) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  std::map<std::string, std::string> settings = Gravac("topk");
+  settings["TERSE_GRAVAC_THROUGHPUT_GUARD"] = "on";
+  for (int size : {2, 3}) {
+    Outcome run;
+    absl::Status st =
+        RunDeviceAndCpu(size, "gravac", "10", 2, &run, &sim,
+                        [](int rank) { return rank; }, settings);
+    ASSERT_TRUE(st.ok()) << st;
+    st = ExpectBitwiseEqual(run, "gravac guard on");
+    EXPECT_TRUE(st.ok()) << st;
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_NE(run.device_steps[step][0].find("sent none"),
+                std::string::npos)
+          << run.device_steps[step][0];
+    }
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+// Error feedback under a policy loses nothing: what the ranks sent plus what
+// stays in their residuals is the sum of every gradient (fp64 oracle),
+// across dense steps (which drop the residual after sending it) and
+// compressed ones.
+TEST(DevicePolicyConservationTest, SentPlusResidualIsTheGradientSum) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const int size = 3, steps = 8;
+  Outcome run;
+  absl::Status st =
+      RunDeviceAndCpu(size, "gravac", "10", steps, &run, &sim,
+                      [](int rank) { return rank; }, Gravac("topk"));
+  ASSERT_TRUE(st.ok()) << st;
+  const Bucket bucket = DeviceCompressionBucket();
+  const int64_t n = bucket.count;
+  std::vector<double> gradients(n, 0.0), sent(n, 0.0), left(n, 0.0);
+  std::vector<double> magnitude(n, 0.0);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> g = DeviceCompressionGradient(r, step, n);
+      for (int64_t i = 0; i < n; ++i) {
+        gradients[i] += g[i];
+        magnitude[i] += std::fabs(g[i]);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      sent[i] += run.device[step][0][i];
+      magnitude[i] += std::fabs(run.device[step][0][i]);
+    }
+  }
+  for (int r = 0; r < size; ++r) {
+    int64_t offset = 0;
+    for (const BucketMember& m : bucket.members) {
+      auto it = run.residuals[r].find(m.name);
+      if (it != run.residuals[r].end()) {
+        ASSERT_EQ(static_cast<int64_t>(it->second.size()), m.count);
+        for (int64_t i = 0; i < m.count; ++i) {
+          left[offset + i] += it->second[i];
+          magnitude[offset + i] += std::fabs(it->second[i]);
+        }
+      }
+      offset += m.count;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(sent[i] + left[i], gradients[i], 1e-5 * magnitude[i] + 1e-9)
+        << "[" << i << "]";
+  }
+  // The last step sent compressed (a residual stays behind).
+  EXPECT_NE(run.device_steps[steps - 1][0].find("sent topk"),
+            std::string::npos)
+      << run.device_steps[steps - 1][0];
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace terse
