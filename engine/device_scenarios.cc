@@ -486,11 +486,13 @@ absl::Status ExpectSame(const std::vector<double>& dev,
 // bit over several steps (residuals carried between steps): fp16, bf16,
 // topk, dgc, efsignsgd and powersgd run on the device (DeviceCompression;
 // dgc's buckets are below its sampling size, so both select exactly),
-// threshold through the reducer on the engine thread.
+// accordion (its default: PowerSGD at the critical rank) on the device
+// under the policy, threshold through the reducer on the engine thread.
 absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  for (const std::string spec : {"fp16", "bf16", "topk:10", "dgc:10",
-                                 "efsignsgd", "powersgd:2", "threshold:10"}) {
+  for (const std::string spec :
+       {"fp16", "bf16", "topk:10", "dgc:10", "efsignsgd", "powersgd:2",
+        "threshold:10", "accordion"}) {
     for (int step = 0; step < 3; ++step) {
       std::vector<double> dev;
       std::vector<float> cpu;
@@ -507,8 +509,8 @@ absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   for (const BucketReport& r : engine.compression().Reports()) {
     if (r.compressor != "none") ++compressed;
   }
-  return Expect(compressed >= 14,
-                absl::StrCat(compressed, " of 14 buckets compressed"));
+  return Expect(compressed >= 16,
+                absl::StrCat(compressed, " of 16 buckets compressed"));
 }
 
 // A checkpoint of a simulated-device bucket's compression state loads for
@@ -549,7 +551,12 @@ absl::Status CheckpointAcross(SimRuntime* sim, Engine& engine,
 absl::Status CheckpointAcrossDeviceKinds(SimRuntime* sim, int rank,
                                          Engine& engine) {
   TERSE_RETURN_IF_ERROR(CheckpointAcross(sim, engine, "topk:10", rank, {2000}));
-  return CheckpointAcross(sim, engine, "powersgd:2", rank, {40, 50});
+  TERSE_RETURN_IF_ERROR(
+      CheckpointAcross(sim, engine, "powersgd:2", rank, {40, 50}));
+  // An adaptive policy's bucket: accordion (PowerSGD at its critical
+  // rank; the default switch period keeps it there): the pending decision
+  // and norms, the accumulator and the warm starts of that rank.
+  return CheckpointAcross(sim, engine, "accordion", rank, {40, 50});
 }
 
 }  // namespace
