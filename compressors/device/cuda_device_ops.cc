@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "device/cuda_pointer.h"
 #include "compressors/device/device_ops_cuda.h"
 #include "compressors/kernels/select_cuda.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
@@ -36,13 +38,24 @@ absl::Status CheckHalfType(DataType type, const char* op) {
 
 }  // namespace
 
+absl::Status CudaDeviceOps::Check(const void* ptr, int64_t bytes,
+                                  const char* what) const {
+  if (bytes <= 0) return absl::OkStatus();
+  return CheckCudaDeviceSpan(ptr, bytes, ordinal_, what);
+}
+
 absl::Status CudaDeviceOps::Add(Stream* stream, const float* x, float* y,
                                 int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "Add: x"));
+  TERSE_RETURN_IF_ERROR(Check(y, n * 4, "Add: y"));
   return device_ops_cuda::Add(ordinal_, stream->native_handle(), x, y, n);
 }
 
 absl::Status CudaDeviceOps::Subtract(Stream* stream, const float* x,
                                      const float* y, float* out, int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "Subtract: x"));
+  TERSE_RETURN_IF_ERROR(Check(y, n * 4, "Subtract: y"));
+  TERSE_RETURN_IF_ERROR(Check(out, n * 4, "Subtract: out"));
   return device_ops_cuda::Subtract(ordinal_, stream->native_handle(), x, y, out,
                                    n);
 }
@@ -50,6 +63,8 @@ absl::Status CudaDeviceOps::Subtract(Stream* stream, const float* x,
 absl::Status CudaDeviceOps::CastToHalf(Stream* stream, const float* x,
                                        uint16_t* out, int64_t n,
                                        DataType type) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CastToHalf: x"));
+  TERSE_RETURN_IF_ERROR(Check(out, n * 2, "CastToHalf: out"));
   absl::Status t = CheckHalfType(type, "CastToHalf");
   if (!t.ok()) return t;
   return device_ops_cuda::CastToHalf(ordinal_, stream->native_handle(), x, out,
@@ -58,6 +73,8 @@ absl::Status CudaDeviceOps::CastToHalf(Stream* stream, const float* x,
 
 absl::Status CudaDeviceOps::AccumulateHalf(Stream* stream, const uint16_t* h,
                                            float* y, int64_t n, DataType type) {
+  TERSE_RETURN_IF_ERROR(Check(h, n * 2, "AccumulateHalf: h"));
+  TERSE_RETURN_IF_ERROR(Check(y, n * 4, "AccumulateHalf: y"));
   absl::Status t = CheckHalfType(type, "AccumulateHalf");
   if (!t.ok()) return t;
   return device_ops_cuda::AccumulateHalf(ordinal_, stream->native_handle(), h,
@@ -66,12 +83,16 @@ absl::Status CudaDeviceOps::AccumulateHalf(Stream* stream, const uint16_t* h,
 
 absl::Status CudaDeviceOps::SquaredNorm(Stream* stream, const float* x,
                                         int64_t n, double* out) {
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "SquaredNorm: x"));
+  TERSE_RETURN_IF_ERROR(Check(out, sizeof(double), "SquaredNorm: out"));
   return device_ops_cuda::SquaredNorm(ordinal_, stream->native_handle(), x, n,
                                       out);
 }
 
 absl::Status CudaDeviceOps::TopK(Stream* stream, const float* x, int64_t d,
                                  int64_t k, uint32_t* indices) {
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "TopK: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "TopK: indices"));
   if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
     return absl::InvalidArgumentError(
         absl::StrCat("TopK: k = ", k, " of d = ", d));
@@ -85,6 +106,8 @@ absl::Status CudaDeviceOps::TopK(Stream* stream, const float* x, int64_t d,
 absl::StatusOr<int64_t> CudaDeviceOps::SampledTopK(
     Stream* stream, const float* x, int64_t d, int64_t k,
     const kernels::SampledTopKOptions& options, uint32_t* indices) {
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "SampledTopK: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "SampledTopK: indices"));
   if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
     return absl::InvalidArgumentError(
         absl::StrCat("SampledTopK: k = ", k, " of d = ", d));
@@ -103,6 +126,11 @@ absl::StatusOr<int64_t> CudaDeviceOps::SampledTopK(
 absl::Status CudaDeviceOps::Gather(Stream* stream, const float* dense,
                                    const uint32_t* indices, int64_t k,
                                    float* values) {
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "Gather: indices"));
+  TERSE_RETURN_IF_ERROR(Check(values, k * 4, "Gather: values"));
+  // dense: its extent is the caller's (indices below it); its start is
+  // checked.
+  TERSE_RETURN_IF_ERROR(Check(dense, k > 0 ? 4 : 0, "Gather: dense"));
   if (k <= 0) return absl::OkStatus();
   absl::Status set = SetDevice(ordinal_, "Gather");
   if (!set.ok()) return set;
@@ -114,6 +142,9 @@ absl::Status CudaDeviceOps::Gather(Stream* stream, const float* dense,
 absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
                                        const float* values, int64_t k,
                                        float* dense) {
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "ScatterAdd: indices"));
+  TERSE_RETURN_IF_ERROR(Check(values, k * 4, "ScatterAdd: values"));
+  TERSE_RETURN_IF_ERROR(Check(dense, k > 0 ? 4 : 0, "ScatterAdd: dense"));
   if (k <= 0) return absl::OkStatus();
   absl::Status set = SetDevice(ordinal_, "ScatterAdd");
   if (!set.ok()) return set;
@@ -125,6 +156,12 @@ absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
 absl::Status CudaDeviceOps::SignEncode(Stream* stream, const float* x,
                                        int64_t d, int64_t block, float* scales,
                                        uint8_t* bits) {
+  if (d > 0 && block >= 1) {
+    TERSE_RETURN_IF_ERROR(Check(x, d * 4, "SignEncode: x"));
+    TERSE_RETURN_IF_ERROR(
+        Check(scales, (d + block - 1) / block * 4, "SignEncode: scales"));
+    TERSE_RETURN_IF_ERROR(Check(bits, (d + 7) / 8, "SignEncode: bits"));
+  }
   if (d < 0 || block < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("SignEncode: d = ", d, ", block = ", block));
@@ -136,6 +173,12 @@ absl::Status CudaDeviceOps::SignEncode(Stream* stream, const float* x,
 absl::Status CudaDeviceOps::SignDecodeAdd(Stream* stream, const float* scales,
                                           const uint8_t* bits, int64_t d,
                                           int64_t block, float* dense) {
+  if (d > 0 && block >= 1) {
+    TERSE_RETURN_IF_ERROR(
+        Check(scales, (d + block - 1) / block * 4, "SignDecodeAdd: scales"));
+    TERSE_RETURN_IF_ERROR(Check(bits, (d + 7) / 8, "SignDecodeAdd: bits"));
+    TERSE_RETURN_IF_ERROR(Check(dense, d * 4, "SignDecodeAdd: dense"));
+  }
   if (d < 0 || block < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("SignDecodeAdd: d = ", d, ", block = ", block));
@@ -148,6 +191,13 @@ absl::Status CudaDeviceOps::QsgdEncode(Stream* stream, const float* x,
                                        int64_t d, int64_t bucket, int levels,
                                        const uint64_t* seeds, float* norms,
                                        uint8_t* codes) {
+  if (d > 0 && bucket >= 1) {
+    const int64_t buckets = (d + bucket - 1) / bucket;
+    TERSE_RETURN_IF_ERROR(Check(x, d * 4, "QsgdEncode: x"));
+    TERSE_RETURN_IF_ERROR(Check(seeds, buckets * 8, "QsgdEncode: seeds"));
+    TERSE_RETURN_IF_ERROR(Check(norms, buckets * 4, "QsgdEncode: norms"));
+    TERSE_RETURN_IF_ERROR(Check(codes, 4, "QsgdEncode: codes"));
+  }
   if (d < 0 || bucket < 1 || levels < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "QsgdEncode: d = ", d, ", bucket = ", bucket, ", levels = ", levels));
@@ -160,6 +210,12 @@ absl::Status CudaDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
                                           const uint8_t* codes, int64_t d,
                                           int64_t bucket, int levels,
                                           float* dense) {
+  if (d > 0 && bucket >= 1) {
+    const int64_t buckets = (d + bucket - 1) / bucket;
+    TERSE_RETURN_IF_ERROR(Check(norms, buckets * 4, "QsgdDecodeAdd: norms"));
+    TERSE_RETURN_IF_ERROR(Check(codes, 4, "QsgdDecodeAdd: codes"));
+    TERSE_RETURN_IF_ERROR(Check(dense, d * 4, "QsgdDecodeAdd: dense"));
+  }
   if (d < 0 || bucket < 1 || levels < 1) {
     return absl::InvalidArgumentError(absl::StrCat("QsgdDecodeAdd: d = ", d,
                                                    ", bucket = ", bucket,
@@ -172,6 +228,9 @@ absl::Status CudaDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
 absl::Status CudaDeviceOps::MatMul(Stream* stream, const float* m,
                                    const float* q, float* p, int64_t rows,
                                    int64_t cols, int64_t r) {
+  TERSE_RETURN_IF_ERROR(Check(m, rows * cols * 4, "MatMul: m"));
+  TERSE_RETURN_IF_ERROR(Check(q, cols * r * 4, "MatMul: q"));
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "MatMul: p"));
   return device_ops_cuda::MatMul(ordinal_, stream->native_handle(), m, q, p,
                                  rows, cols, r);
 }
@@ -180,6 +239,9 @@ absl::Status CudaDeviceOps::MatMulTransposed(Stream* stream, const float* m,
                                              const float* p, float* q,
                                              int64_t rows, int64_t cols,
                                              int64_t r) {
+  TERSE_RETURN_IF_ERROR(Check(m, rows * cols * 4, "MatMulTransposed: m"));
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "MatMulTransposed: p"));
+  TERSE_RETURN_IF_ERROR(Check(q, cols * r * 4, "MatMulTransposed: q"));
   return device_ops_cuda::MatMulTransposed(ordinal_, stream->native_handle(), m,
                                            p, q, rows, cols, r);
 }
@@ -188,6 +250,9 @@ absl::Status CudaDeviceOps::AddOuterProduct(Stream* stream, const float* p,
                                             const float* q, float* m,
                                             int64_t rows, int64_t cols,
                                             int64_t r) {
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "AddOuterProduct: p"));
+  TERSE_RETURN_IF_ERROR(Check(q, cols * r * 4, "AddOuterProduct: q"));
+  TERSE_RETURN_IF_ERROR(Check(m, rows * cols * 4, "AddOuterProduct: m"));
   return device_ops_cuda::AddOuterProduct(ordinal_, stream->native_handle(), p,
                                           q, m, rows, cols, r);
 }

@@ -1,7 +1,11 @@
 // CudaDeviceOps: DeviceOps on a CUDA device (device_ops.h): the selection
 // and sparse kernels of compressors/kernels/*_cuda and the element-wise and
 // norm kernels of device_ops_cuda.h, enqueued on the stream's cudaStream_t.
-// Pointers are trusted (the engine's own allocations); CUDA errors are
+// Every device span is checked before a launch (cudaPointerGetAttributes,
+// device/cuda_pointer.h): a host pointer or one on another device is
+// InvalidArgument naming the operation and argument, never an illegal
+// address that poisons the context (where a span's extent is the caller's,
+// e.g. Gather's dense input, only its start is checked); CUDA errors are
 // Statuses. Nothing here has run on a GPU yet (docs/gpu.md).
 #ifndef TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_
 #define TERSE_COMPRESSORS_DEVICE_CUDA_DEVICE_OPS_H_
@@ -59,6 +63,9 @@ class CudaDeviceOps : public DeviceOps {
                              int levels, float* dense) override;
 
  private:
+  // OK when [ptr, ptr + bytes) is device memory of ordinal_ (or bytes <= 0).
+  absl::Status Check(const void* ptr, int64_t bytes, const char* what) const;
+
   const int ordinal_;
 };
 

@@ -17,8 +17,10 @@
 //     bitwise those of the CPU compressors. Device spans are checked
 //     (CheckDeviceMemory): a host pointer is InvalidArgument.
 //   CUDA: compressors/kernels/*_cuda (TopK, SampledTopK, Gather, ScatterAdd)
-//     and the kernels of device_ops_cuda.h. Trusted pointers (the engine's own
-//     allocations); results equal the CPU's bitwise except SquaredNorm (a
+//     and the kernels of device_ops_cuda.h. Device spans are checked
+//     (cudaPointerGetAttributes): a host pointer is InvalidArgument, as on
+//     the simulated device. Results equal the CPU's bitwise except
+//     SquaredNorm (a
 //     tree sum in double) and ScatterAdd with duplicate indices.
 //
 // Thread-safety: an instance has no mutable state; calls on one stream come
