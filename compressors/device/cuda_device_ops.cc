@@ -153,6 +153,16 @@ absl::Status CudaDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
                   "ScatterAdd");
 }
 
+absl::Status CudaDeviceOps::CheckSparseIndices(Stream* stream,
+                                               const uint32_t* indices,
+                                               int64_t k, uint64_t d,
+                                               uint32_t* bad) {
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "CheckSparseIndices: indices"));
+  TERSE_RETURN_IF_ERROR(Check(bad, 4, "CheckSparseIndices: bad"));
+  return device_ops_cuda::CheckSparseIndices(
+      ordinal_, stream->native_handle(), indices, k, d, bad);
+}
+
 absl::Status CudaDeviceOps::SignEncode(Stream* stream, const float* x,
                                        int64_t d, int64_t block, float* scales,
                                        uint8_t* bits) {

@@ -39,6 +39,9 @@ class CudaDeviceOps : public DeviceOps {
   absl::Status ScatterAdd(Stream* stream, const uint32_t* indices,
                           const float* values, int64_t k,
                           float* dense) override;
+  absl::Status CheckSparseIndices(Stream* stream, const uint32_t* indices,
+                                  int64_t k, uint64_t d,
+                                  uint32_t* bad) override;
 
   absl::Status MatMul(Stream* stream, const float* m, const float* q, float* p,
                       int64_t rows, int64_t cols, int64_t r) override;

@@ -80,6 +80,13 @@ class DeviceOps {
   virtual absl::Status ScatterAdd(Stream* stream, const uint32_t* indices,
                                   const float* values, int64_t k,
                                   float* dense) = 0;
+  // *bad (one uint32 of device memory) = 0 when indices[0..k) are strictly
+  // ascending and below d (a sparse payload's kU32 index section,
+  // compressors/payload.h), else nonzero: peers' indices validated on the
+  // device before a ScatterAdd uses them.
+  virtual absl::Status CheckSparseIndices(Stream* stream,
+                                          const uint32_t* indices, int64_t k,
+                                          uint64_t d, uint32_t* bad) = 0;
 
   // EF-signSGD (compressors/efsignsgd_compressor.h): per block of `block`
   // elements (the last may be shorter) scales[b] = mean |x| summed in double

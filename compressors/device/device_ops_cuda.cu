@@ -85,6 +85,15 @@ __global__ void SquaredNormKernel(const float* x, int64_t n, double* out) {
   if (threadIdx.x == 0) atomicAdd(out, partial[0]);
 }
 
+__global__ void CheckSparseIndicesKernel(const uint32_t* indices, int64_t k,
+                                         uint64_t d, uint32_t* bad) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < k;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    const uint32_t v = indices[j];
+    if (v >= d || (j > 0 && v <= indices[j - 1])) atomicOr(bad, 1u);
+  }
+}
+
 // One thread per block: the CPU's sum of |x| in double, in index order.
 __global__ void SignScaleKernel(const float* x, int64_t d, int64_t block,
                                 int64_t blocks, float* scales) {
@@ -382,6 +391,22 @@ absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
   if (n <= 0) return absl::OkStatus();
   SquaredNormKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, out);
   return LaunchError("SquaredNorm");
+}
+
+absl::Status CheckSparseIndices(int device, void* stream,
+                                const uint32_t* indices, int64_t k, uint64_t d,
+                                uint32_t* bad) {
+  absl::Status set = SetDevice(device, "CheckSparseIndices");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const cudaError_t zero = cudaMemsetAsync(bad, 0, sizeof(uint32_t), s);
+  if (zero != cudaSuccess) {
+    return absl::InternalError(std::string("CheckSparseIndices: ") +
+                               cudaGetErrorString(zero));
+  }
+  if (k <= 0) return absl::OkStatus();
+  CheckSparseIndicesKernel<<<Blocks(k), kThreads, 0, s>>>(indices, k, d, bad);
+  return LaunchError("CheckSparseIndices");
 }
 
 }  // namespace device_ops_cuda

@@ -32,6 +32,10 @@ absl::Status AccumulateHalf(int device, void* stream, const uint16_t* h,
 // *out = sum x[i]^2 in double (a tree over blocks; *out is zeroed first).
 absl::Status SquaredNorm(int device, void* stream, const float* x, int64_t n,
                          double* out);
+// *bad = 0 when indices[0..k) ascend strictly and stay below d, else 1.
+absl::Status CheckSparseIndices(int device, void* stream,
+                                const uint32_t* indices, int64_t k, uint64_t d,
+                                uint32_t* bad);
 
 // EF-signSGD's encode and decode (DeviceOps::SignEncode / SignDecodeAdd).
 absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,

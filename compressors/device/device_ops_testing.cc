@@ -188,6 +188,30 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     kernels::ScatterAdd(want.data(), values.data(), k, scattered.data());
     TERSE_ASSIGN_OR_RETURN(std::vector<float> sy, f.Download(dy, d));
     TERSE_RETURN_IF_ERROR(SameBits(sy, scattered, "ScatterAdd"));
+    // CheckSparseIndices: TopK's indices ascend below d; one out of range
+    // (d) or repeated is caught.
+    TERSE_ASSIGN_OR_RETURN(uint32_t * bad,
+                           f.Upload(std::vector<uint32_t>{7}));
+    TERSE_RETURN_IF_ERROR(ops->CheckSparseIndices(s, di, k, d, bad));
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> ok_flag, f.Download(bad, 1));
+    if (ok_flag[0] != 0) {
+      return absl::InternalError(
+          absl::StrCat("CheckSparseIndices k=", k, ": valid indices refused"));
+    }
+    if (k >= 2) {
+      for (const std::vector<uint32_t>& wrong :
+           {std::vector<uint32_t>{0, static_cast<uint32_t>(d)},
+            std::vector<uint32_t>{3, 3}, std::vector<uint32_t>{4, 2}}) {
+        TERSE_ASSIGN_OR_RETURN(uint32_t * dw, f.Upload(wrong));
+        TERSE_RETURN_IF_ERROR(ops->CheckSparseIndices(s, dw, 2, d, bad));
+        TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> flag, f.Download(bad, 1));
+        if (flag[0] == 0) {
+          return absl::InternalError(absl::StrCat(
+              "CheckSparseIndices: {", wrong[0], ", ", wrong[1],
+              "} of d = ", d, " accepted"));
+        }
+      }
+    }
   }
   {  // SampledTopK (DGC) on an input big enough to sample.
     const int64_t n = int64_t{1} << 17, k = n / 100;

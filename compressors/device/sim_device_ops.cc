@@ -334,4 +334,21 @@ absl::Status SimDeviceOps::ScatterAdd(Stream* stream, const uint32_t* indices,
   });
 }
 
+absl::Status SimDeviceOps::CheckSparseIndices(Stream* stream,
+                                              const uint32_t* indices,
+                                              int64_t k, uint64_t d,
+                                              uint32_t* bad) {
+  TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "CheckSparseIndices: indices"));
+  TERSE_RETURN_IF_ERROR(Check(bad, 4, "CheckSparseIndices: bad"));
+  return stream->LaunchHost([indices, k, d, bad] {
+    uint32_t found = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      if (indices[j] >= d || (j > 0 && indices[j] <= indices[j - 1])) {
+        found = 1;
+      }
+    }
+    *bad = found;
+  });
+}
+
 }  // namespace terse
