@@ -197,7 +197,8 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
                                        ReduceOp op, int64_t step,
                                        const Target& target,
                                        Communicator* control,
-                                       const DeviceAllreduce& allreduce) {
+                                       const DeviceAllreduce& allreduce,
+                                       const DeviceAllgatherv& allgatherv) {
   const CompressionChoice choice = ChooseCompressionFor(
       bucket.members.front().name, bucket.compression, config_);
   const bool compressible = bucket.dtype == DataType::kFloat32 &&
@@ -235,7 +236,7 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
             ? RandomKStep(*s, g, step, allreduce)
         : s->id_kind == CompressorId::kEfSignSgd ? EfSignSgdStep(*s, g, control)
         : s->id_kind == CompressorId::kQsgd ? QsgdStep(*s, g, step, control)
-                                            : SparseStep(*s, g, step, control);
+                                            : SparseStep(*s, g, step, control, allgatherv);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
     const double seconds = std::chrono::duration<double>(

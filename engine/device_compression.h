@@ -79,6 +79,13 @@ class DeviceCompression : public ExternalCompressionState {
   // host staging).
   using DeviceAllreduce =
       std::function<absl::Status(void* data, int64_t count, DataType dtype)>;
+  // Gathers device memory over the device communicator, in stream order:
+  // every rank's `recv_bytes[r]` bytes from its `send`, back to back in
+  // `recv` (DeviceExecutor's collective over NCCL, or the simulated
+  // device's communicator).
+  using DeviceAllgatherv =
+      std::function<absl::Status(const void* send, void* recv,
+                                 const std::vector<int64_t>& recv_bytes)>;
   // Where a bucket's work runs: the engine stream of its device.
   struct Target {
     DeviceRuntime* runtime = nullptr;
@@ -117,9 +124,19 @@ class DeviceCompression : public ExternalCompressionState {
   // thread blocks for the host parts (the payload exchange). Errors are
   // fatal for the engine; a peer payload that does not decode is
   // InvalidArgument naming the rank and the bucket.
+  //
+  // `allgatherv` (may be empty): static topk and dgc buckets with kU32
+  // indices (the engine's coding) send their messages (the CPU
+  // path's payload and statistics trailer, byte for byte) over it: built on
+  // the device, gathered device to device, validated on the device
+  // (CheckSparseIndices) and the host (headers, 40 bytes a rank), decoded
+  // on the device; the entries never cross to the host. Empty (staged
+  // collectives, TERSE_GPU_OPERATIONS=mpi) or another coding: they go
+  // through the host and `control`.
   absl::Status Reduce(const Bucket& bucket, void* data, ReduceOp op,
                       int64_t step, const Target& target, Communicator* control,
-                      const DeviceAllreduce& allreduce);
+                      const DeviceAllreduce& allreduce,
+                      const DeviceAllgatherv& allgatherv = {});
 
   // The bucket was dropped or changed: free its buffers (after its stream's
   // pending work).
@@ -156,8 +173,26 @@ class DeviceCompression : public ExternalCompressionState {
                                         const DeviceAllreduce& allreduce)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> SparseStep(BucketState& s, float* data,
-                                          int64_t step, Communicator* control)
+                                          int64_t step, Communicator* control,
+                                          const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank's sparse entries on the device after ExchangeSparseOnDevice:
+  // rank r's counts[r] indices and (float) values.
+  struct DeviceEntries {
+    std::vector<const uint32_t*> indices;
+    std::vector<const float*> values;
+    std::vector<int64_t> counts;
+  };
+  // Sends this rank's `kept` entries of sparsifier `kind` (device:
+  // s.indices, s.values as floats) as the CPU path's message, the
+  // statistics trailer with ||a||^2 copied from the device scalar `norm_ef`,
+  // over `allgatherv` (sizes over `control` unless every rank's is fixed);
+  // validates every rank's message (InvalidArgument naming the rank) and
+  // decodes its entries on the device. The payload's bytes go to *bytes.
+  absl::StatusOr<DeviceEntries> ExchangeSparseOnDevice(
+      BucketState& s, CompressorId kind, int64_t kept, const double* norm_ef,
+      Communicator* control, const DeviceAllgatherv& allgatherv,
+      int64_t* bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
                                         int64_t step, Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

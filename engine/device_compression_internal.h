@@ -162,6 +162,12 @@ struct DeviceCompression::BucketState {
   DeviceBuffer level1, level2, accumulator, level_indices, level_values;
   std::vector<uint32_t> level_host_indices[2];
   std::vector<float> level_host_values[2];
+  // Messages gathered on the device (ExchangeSparseOnDevice): this rank's,
+  // every rank's (8-byte aligned slots), the index checks' flags, the
+  // decoded 16-bit values, and the host copies of the headers, trailers
+  // and flags.
+  DeviceBuffer message, messages, index_flags, decoded;
+  std::vector<uint8_t> host_message_ends, host_checked;
   // Norms reduced on the device: ||a||^2, ||level1||^2, ||level2||^2,
   // ||sent||^2, ||accumulator||^2 (device), and their host copy.
   DeviceBuffer norms;

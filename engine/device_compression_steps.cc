@@ -422,7 +422,8 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
-    BucketState& s, float* a, int64_t step, Communicator* control) {
+    BucketState& s, float* a, int64_t step, Communicator* control,
+    const DeviceAllgatherv& allgatherv) {
   const gravac::Decision decision = s.policy->Decide();
   const Target& t = s.target;
   DeviceOps* ops = s.ops;
@@ -454,6 +455,44 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
   }
   TERSE_RETURN_IF_ERROR(
       ops->Gather(t.stream, a, indices, kept, s.values.as<float>()));
+  if (allgatherv && s.options.index_coding == IndexCoding::kU32) {
+    // The messages over the device communicator; nothing crosses to the
+    // host but the headers, the trailers and the index checks.
+    int64_t payload_bytes = 0;
+    TERSE_ASSIGN_OR_RETURN(
+        const DeviceEntries entries,
+        ExchangeSparseOnDevice(s, s.id_kind, kept, s.norm.as<double>(),
+                               control, allgatherv, &payload_bytes));
+    // Error feedback: residual = a - (0 + what this rank sent, decoded).
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+    float* local = s.local.as<float>();
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+    TERSE_RETURN_IF_ERROR(ops->ScatterAdd(t.stream, entries.indices[rank_],
+                                          entries.values[rank_],
+                                          entries.counts[rank_], local));
+    for (const Segment& seg : s.segments) {
+      Residual& r = residuals_[seg.name];
+      TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
+                                          local + seg.offset,
+                                          r.buffer.as<float>(), seg.count));
+      r.valid = true;
+    }
+    // The sum over ranks, in rank order.
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+    for (size_t r = 0; r < entries.counts.size(); ++r) {
+      TERSE_RETURN_IF_ERROR(ops->ScatterAdd(t.stream, entries.indices[r],
+                                            entries.values[r],
+                                            entries.counts[r], a));
+    }
+    s.policy->Observe(decision, gravac::StepStats{});
+    return BucketReport{s.id,
+                        s.tensors,
+                        s.bytes,
+                        s.policy->Describe(),
+                        CompressorName(s.id_kind),
+                        decision.send_cf,
+                        payload_bytes};
+  }
   s.host_indices.resize(kept);
   s.host_values.resize(kept);
   TERSE_RETURN_IF_ERROR(

@@ -6,9 +6,11 @@
 // purpose, so a missing wait fails these tests.
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "compressors/payload.h"
 #include "device/sim_runtime.h"
 #include "engine/device_compression_testing.h"
 #include "gtest/gtest.h"
@@ -43,6 +45,56 @@ INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionTest,
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param;
                          });
+
+// Sparse messages over the device communicator (built, gathered, checked
+// and decoded on the device; TERSE_GPU_OPERATIONS=nccl's path) equal the
+// CPU path bit for bit, as through the host.
+TEST(DeviceCompressionGatherTest, SparseOverTheDeviceCommunicatorEqualsCpu) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  for (const std::string compression : {"topk", "dgc"}) {
+    for (int size : {2, 3}) {
+      Outcome run;
+      absl::Status st =
+          RunDeviceAndCpu(size, compression, "50", 3, &run, &sim,
+                          [](int rank) { return rank; }, {},
+                          /*device_gather=*/true);
+      ASSERT_TRUE(st.ok()) << st;
+      st = ExpectBitwiseEqual(run, compression + " over the device");
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_EQ(run.device_report[0].compressor, compression);
+    }
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+// A peer's message that does not decode (an index past the bucket, a
+// header that is not the sparsifier's) fails every rank naming the sender,
+// checked on the device before any scatter uses it.
+TEST(DeviceCompressionGatherTest, CorruptPeerMessageNamesTheRank) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const int64_t n = DeviceCompressionBucket().count;
+  for (const bool header : {false, true}) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        3, "topk", "50", 2, &run, &sim, [](int rank) { return rank; }, {},
+        /*device_gather=*/true,
+        [&](int rank, void* gathered, const std::vector<int64_t>& bytes) {
+          (void)rank;
+          // Rank 1's slot follows rank 0's; its indices after the header.
+          uint8_t* theirs = static_cast<uint8_t*>(gathered) + bytes[0];
+          if (header) {
+            theirs[5] = static_cast<uint8_t>(CompressorId::kDgc);
+          } else {
+            uint32_t past = static_cast<uint32_t>(n);
+            std::memcpy(theirs + 40 + 4, &past, 4);
+          }
+        });
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("payload from rank 1"), std::string::npos)
+        << st;
+  }
+}
 
 // Error feedback loses nothing: over the steps, what the ranks sent (the
 // sums) plus what stays in their residuals is the sum of every gradient,

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/loopback/loopback.h"
+#include "collectives/registry.h"
+#include "collectives/sim_communicator.h"
 #include "common/status.h"
 #include "engine/device_compression.h"
 
@@ -73,7 +75,9 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
                              const std::string& cf, int steps, Outcome* run,
                              DeviceRuntime* runtime,
                              const std::function<int(int)>& ordinal_of,
-                             const std::map<std::string, std::string>& extra) {
+                             const std::map<std::string, std::string>& extra,
+                             bool device_gather,
+                             const CorruptGathered& corrupt) {
   TERSE_ASSIGN_OR_RETURN(const Config config,
                          DeviceCompressionConfig(compression, cf, extra));
   const Bucket bucket = DeviceCompressionBucket();
@@ -110,11 +114,27 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
         TERSE_RETURN_IF_ERROR(stream->Memcpy(data, staging.data(), bytes));
         return stream->Synchronize();
       };
+      // The executor's device collective (TERSE_GPU_OPERATIONS=nccl).
+      std::unique_ptr<Communicator> device_comm;
+      DeviceCompression::DeviceAllgatherv gather;
+      if (device_gather) {
+        device_comm = std::make_unique<SimDeviceCommunicator>(
+            BorrowCommunicator(comm), runtime, ordinal);
+        gather = [&](const void* send, void* recv,
+                     const std::vector<int64_t>& recv_bytes) -> absl::Status {
+          TERSE_RETURN_IF_ERROR(stream->Synchronize());
+          TERSE_RETURN_IF_ERROR(
+              device_comm->Allgatherv(send, recv, recv_bytes));
+          if (corrupt) corrupt(rank, recv, recv_bytes);
+          return device_comm->Synchronize();
+        };
+      }
       for (int step = 0; step < steps; ++step) {
         const std::vector<float> g = DeviceCompressionGradient(rank, step, n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(buffer.data(), g.data(), n * 4));
         TERSE_RETURN_IF_ERROR(dc.Reduce(bucket, buffer.data(), ReduceOp::kSum,
-                                        step, target, comm, allreduce));
+                                        step, target, comm, allreduce,
+                                        gather));
         std::vector<float>& out = run->device[step][rank];
         out.resize(n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(out.data(), buffer.data(), n * 4));

@@ -49,12 +49,20 @@ struct Outcome {
 
 // `size` loopback ranks, rank r on `runtime`'s device ordinal_of(r), run
 // `steps` steps of both paths under DeviceCompressionConfig(compression, cf).
-// `extra`: more settings (DeviceCompressionConfig).
+// `extra`: more settings (DeviceCompressionConfig). `device_gather`
+// (simulated device only): the sparse messages go over a
+// SimDeviceCommunicator (DeviceCompression's device allgatherv), else
+// through the host. `corrupt` (when set) runs on the gathered device
+// messages of every rank before they are read (fault injection).
+using CorruptGathered =
+    std::function<void(int rank, void* gathered,
+                       const std::vector<int64_t>& recv_bytes)>;
 absl::Status RunDeviceAndCpu(
     int size, const std::string& compression, const std::string& cf,
     int steps, Outcome* run, DeviceRuntime* runtime,
     const std::function<int(int)>& ordinal_of,
-    const std::map<std::string, std::string>& extra = {});
+    const std::map<std::string, std::string>& extra = {},
+    bool device_gather = false, const CorruptGathered& corrupt = {});
 
 // OK when every step's results are bitwise equal and the reports agree
 // (every step's, when recorded).

@@ -271,6 +271,20 @@ absl::Status DeviceExecutor::RunBucket(
     // Compression on the device, in stream order.
     const DeviceCompression::Target target{ctx->runtime, ctx->ordinal,
                                            ctx->stream.get()};
+    // Sparse messages go device to device over the device's communicator
+    // (not when staged: TERSE_GPU_OPERATIONS=mpi).
+    DeviceCompression::DeviceAllgatherv gather;
+    if (!staged_) {
+      gather = [&](const void* send, void* recv,
+                   const std::vector<int64_t>& recv_bytes) -> absl::Status {
+        TERSE_ASSIGN_OR_RETURN(
+            Communicator * comm,
+            registry_->ForDevice(Device{ctx->runtime->kind(), ctx->ordinal}));
+        TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+        TERSE_RETURN_IF_ERROR(comm->Allgatherv(send, recv, recv_bytes));
+        return comm->Synchronize();
+      };
+    }
     TERSE_RETURN_IF_ERROR(compression_.Reduce(
         bucket, region, op, it->second.runs++, target, registry_->control(),
         [&](void* data, int64_t n, DataType type) {
@@ -278,7 +292,8 @@ absl::Status DeviceExecutor::RunBucket(
                             [&](Communicator* comm, void* buffer) {
                               return comm->Allreduce(buffer, n, type, op);
                             });
-        }));
+        },
+        gather));
   } else if (ctx->runtime->host_addressable() && reduce) {
     // The reducer's CPU kernels read and write the region: the fuse must
     // have run.
