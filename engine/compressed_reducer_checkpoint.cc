@@ -72,8 +72,8 @@ absl::Status CompressedReducer::WriteState(checkpoint::ByteSink* sink) const {
                          CheckpointTensor::WARM_STATE, b.warm[i]});
     }
     if (!b.accumulator.empty()) {
-      tensors.push_back({b.header.key(), 0, CheckpointTensor::ACCUMULATOR,
-                         b.accumulator});
+      tensors.push_back(
+          {b.header.key(), 0, CheckpointTensor::ACCUMULATOR, b.accumulator});
     }
   }
   using Entries = std::vector<const ResidualStore::Entry*>;

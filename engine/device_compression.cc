@@ -227,7 +227,7 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
       }
     }
     absl::StatusOr<BucketReport> report =
-        s->adaptive ? PolicyStep(*s, g, step, control, allreduce)
+        s->adaptive ? PolicyStep(*s, g, step, control, allreduce, allgatherv)
         : s->id_kind == CompressorId::kFp16 || s->id_kind == CompressorId::kBf16
             ? CastStep(*s, g, allreduce)
         : s->id_kind == CompressorId::kPowerSgd
@@ -235,13 +235,14 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
         : s->id_kind == CompressorId::kRandomK
             ? RandomKStep(*s, g, step, allreduce)
         : s->id_kind == CompressorId::kEfSignSgd ? EfSignSgdStep(*s, g, control)
-        : s->id_kind == CompressorId::kQsgd ? QsgdStep(*s, g, step, control)
-                                            : SparseStep(*s, g, step, control, allgatherv);
+        : s->id_kind == CompressorId::kQsgd
+            ? QsgdStep(*s, g, step, control)
+            : SparseStep(*s, g, step, control, allgatherv);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));
-    const double seconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start)
-                               .count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     s->last_own = seconds;
     own_seconds_total_ += seconds;
     own_bytes_total_ += static_cast<double>(bucket.bytes);

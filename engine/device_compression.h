@@ -55,6 +55,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -83,9 +84,8 @@ class DeviceCompression : public ExternalCompressionState {
   // every rank's `recv_bytes[r]` bytes from its `send`, back to back in
   // `recv` (DeviceExecutor's collective over NCCL, or the simulated
   // device's communicator).
-  using DeviceAllgatherv =
-      std::function<absl::Status(const void* send, void* recv,
-                                 const std::vector<int64_t>& recv_bytes)>;
+  using DeviceAllgatherv = std::function<absl::Status(
+      const void* send, void* recv, const std::vector<int64_t>& recv_bytes)>;
   // Where a bucket's work runs: the engine stream of its device.
   struct Target {
     DeviceRuntime* runtime = nullptr;
@@ -184,15 +184,19 @@ class DeviceCompression : public ExternalCompressionState {
     std::vector<int64_t> counts;
   };
   // Sends this rank's `kept` entries of sparsifier `kind` (device:
-  // s.indices, s.values as floats) as the CPU path's message, the
-  // statistics trailer with ||a||^2 copied from the device scalar `norm_ef`,
-  // over `allgatherv` (sizes over `control` unless every rank's is fixed);
-  // validates every rank's message (InvalidArgument naming the rank) and
-  // decodes its entries on the device. The payload's bytes go to *bytes.
+  // `indices`, float `values`) as the CPU path's message over `allgatherv`
+  // (sizes over `control` unless every rank's is fixed): the payload, then
+  // the statistics trailer `stats` with each (slot, device double) of
+  // `device_stats` copied in on the device and the payload's byte count in
+  // its last slot. Validates every rank's message (InvalidArgument naming
+  // the rank) and decodes its entries on the device; the trailers summed in
+  // rank order go to *summed (when not null), the payload's bytes to *bytes.
   absl::StatusOr<DeviceEntries> ExchangeSparseOnDevice(
-      BucketState& s, CompressorId kind, int64_t kept, const double* norm_ef,
-      Communicator* control, const DeviceAllgatherv& allgatherv,
-      int64_t* bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      BucketState& s, CompressorId kind, const uint32_t* indices,
+      const float* values, int64_t kept, std::vector<double> stats,
+      const std::vector<std::pair<int, const double*>>& device_stats,
+      Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
+      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
                                         int64_t step, Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -223,16 +227,19 @@ class DeviceCompression : public ExternalCompressionState {
   // and only the norms (scalars) and the sent entries on the host.
   absl::StatusOr<BucketReport> PolicyStep(BucketState& s, float* data,
                                           int64_t step, Communicator* control,
-                                          const DeviceAllreduce& allreduce)
+                                          const DeviceAllreduce& allreduce,
+                                          const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Compresses `x` (device) with sparsifier `kind` (topk, dgc) at `cf` as
-  // the CPU compressor does: `payload` gets its wire payload, `level`
-  // (device) its decoding, slot `which` of the level host copies the
-  // decoded entries. Waits for the stream (the selection comes back).
+  // the CPU compressor does: `level` (device) gets its decoding; the
+  // selection (indices, values before the wire's rounding) stays in slot
+  // `which` of s.selected_*. With `payload` (not null) the entries come to
+  // the host, which builds the wire payload and decodes it (slot `which` of
+  // the level host copies); without, the values are rounded as the wire
+  // would on the device and nothing but DGC's count crosses to the host.
   absl::Status SparseLevel(BucketState& s, CompressorId kind, const float* x,
                            double cf, int64_t step, int which, float* level,
-                           Payload* payload)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                           Payload* payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank's sparse payload of compressor `kind`, gathered as messages
   // (payload, then `trailer` doubles of statistics) in `gathered`/`sizes`:
   // validated and decoded on the host, their entries uploaded to

@@ -162,6 +162,9 @@ struct DeviceCompression::BucketState {
   DeviceBuffer level1, level2, accumulator, level_indices, level_values;
   std::vector<uint32_t> level_host_indices[2];
   std::vector<float> level_host_values[2];
+  // Each level's selection (device): indices, values as selected, count.
+  DeviceBuffer selected_indices[2], selected_values[2];
+  int64_t selected_count[2] = {0, 0};
   // Messages gathered on the device (ExchangeSparseOnDevice): this rank's,
   // every rank's (8-byte aligned slots), the index checks' flags, the
   // decoded 16-bit values, and the host copies of the headers, trailers

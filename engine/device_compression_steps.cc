@@ -461,8 +461,10 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
     int64_t payload_bytes = 0;
     TERSE_ASSIGN_OR_RETURN(
         const DeviceEntries entries,
-        ExchangeSparseOnDevice(s, s.id_kind, kept, s.norm.as<double>(),
-                               control, allgatherv, &payload_bytes));
+        ExchangeSparseOnDevice(s, s.id_kind, indices, s.values.as<float>(),
+                               kept, std::vector<double>(kStatsTrailer, 0.0),
+                               {{kStatNormEf, s.norm.as<double>()}}, control,
+                               allgatherv, &payload_bytes, /*summed=*/nullptr));
     // Error feedback: residual = a - (0 + what this rank sent, decoded).
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
     float* local = s.local.as<float>();
@@ -620,8 +622,8 @@ DeviceCompression::DecodeGatheredSparse(BucketState& s, CompressorId kind,
       Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_indices));
   TERSE_RETURN_IF_ERROR(
       Ensure(t, std::max<int64_t>(total, 1) * 4, &s.recv_values));
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.recv_indices.data(),
-                                         s.up_indices.data(), total * 4));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.recv_indices.data(), s.up_indices.data(), total * 4));
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.recv_values.data(), s.up_values.data(), total * 4));
   return out;

@@ -54,10 +54,10 @@ TEST(DeviceCompressionGatherTest, SparseOverTheDeviceCommunicatorEqualsCpu) {
   for (const std::string compression : {"topk", "dgc"}) {
     for (int size : {2, 3}) {
       Outcome run;
-      absl::Status st =
-          RunDeviceAndCpu(size, compression, "50", 3, &run, &sim,
-                          [](int rank) { return rank; }, {},
-                          /*device_gather=*/true);
+      absl::Status st = RunDeviceAndCpu(
+          size, compression, "50", 3, &run, &sim, [](int rank) { return rank; },
+          {},
+          /*device_gather=*/true);
       ASSERT_TRUE(st.ok()) << st;
       st = ExpectBitwiseEqual(run, compression + " over the device");
       EXPECT_TRUE(st.ok()) << st;

@@ -35,8 +35,8 @@ namespace {
 std::string WithoutTimes(std::string policy) {
   for (size_t at; (at = policy.find("T_c=[")) != std::string::npos;) {
     const size_t end = policy.find(']', at);
-    policy.erase(at, end == std::string::npos ? std::string::npos
-                                              : end + 1 - at);
+    policy.erase(at,
+                 end == std::string::npos ? std::string::npos : end + 1 - at);
   }
   return policy;
 }
@@ -133,8 +133,7 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
         const std::vector<float> g = DeviceCompressionGradient(rank, step, n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(buffer.data(), g.data(), n * 4));
         TERSE_RETURN_IF_ERROR(dc.Reduce(bucket, buffer.data(), ReduceOp::kSum,
-                                        step, target, comm, allreduce,
-                                        gather));
+                                        step, target, comm, allreduce, gather));
         std::vector<float>& out = run->device[step][rank];
         out.resize(n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(out.data(), buffer.data(), n * 4));

@@ -54,12 +54,11 @@ struct Outcome {
 // SimDeviceCommunicator (DeviceCompression's device allgatherv), else
 // through the host. `corrupt` (when set) runs on the gathered device
 // messages of every rank before they are read (fault injection).
-using CorruptGathered =
-    std::function<void(int rank, void* gathered,
-                       const std::vector<int64_t>& recv_bytes)>;
+using CorruptGathered = std::function<void(
+    int rank, void* gathered, const std::vector<int64_t>& recv_bytes)>;
 absl::Status RunDeviceAndCpu(
-    int size, const std::string& compression, const std::string& cf,
-    int steps, Outcome* run, DeviceRuntime* runtime,
+    int size, const std::string& compression, const std::string& cf, int steps,
+    Outcome* run, DeviceRuntime* runtime,
     const std::function<int(int)>& ordinal_of,
     const std::map<std::string, std::string>& extra = {},
     bool device_gather = false, const CorruptGathered& corrupt = {});

@@ -265,8 +265,8 @@ absl::Status DeviceExecutor::RunBucket(
   const bool reduce = needs_reducer_ && needs_reducer_(bucket);
   if (reduce && config_.momentum_correction <= 0 &&
       DeviceCompression::Handles(
-          ChooseCompressionFor(bucket.members.front().name,
-                               bucket.compression, config_),
+          ChooseCompressionFor(bucket.members.front().name, bucket.compression,
+                               config_),
           config_)) {
     // Compression on the device, in stream order.
     const DeviceCompression::Target target{ctx->runtime, ctx->ordinal,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -76,12 +77,13 @@ absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
   DeviceOps* ops = s.ops;
   const int64_t n = s.count;
   const int64_t k = KeepCount(n, cf);
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.indices));
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.values));
-  TERSE_RETURN_IF_ERROR(
-      Ensure(t, std::max<int64_t>(k, 1) * 4, &s.level_indices));
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.level_values));
-  uint32_t* indices = s.indices.as<uint32_t>();
+  const int64_t room = std::max<int64_t>(k, 1) * 4;
+  TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.selected_indices[which]));
+  TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.selected_values[which]));
+  TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.level_indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.level_values));
+  uint32_t* indices = s.selected_indices[which].as<uint32_t>();
+  float* values = s.selected_values[which].as<float>();
   int64_t kept = k;
   if (kind == CompressorId::kDgc) {
     kernels::SampledTopKOptions opt = s.options.dgc;
@@ -93,14 +95,33 @@ absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
   } else {
     TERSE_RETURN_IF_ERROR(ops->TopK(t.stream, x, n, k, indices));
   }
-  TERSE_RETURN_IF_ERROR(
-      ops->Gather(t.stream, x, indices, kept, s.values.as<float>()));
+  TERSE_RETURN_IF_ERROR(ops->Gather(t.stream, x, indices, kept, values));
+  s.selected_count[which] = kept;
+  if (payload == nullptr) {
+    // The values as the wire rounds them, on the device: the level every
+    // rank would decode (compressors/payload.h's WriteValues/ReadValues).
+    const ValueType type = s.options.value_type;
+    float* decoded = values;
+    if (type != ValueType::kFloat32) {
+      const DataType half = type == ValueType::kFloat16 ? DataType::kFloat16
+                                                        : DataType::kBFloat16;
+      TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(kept, 1) * 2, &s.half));
+      decoded = s.level_values.as<float>();
+      TERSE_RETURN_IF_ERROR(
+          ops->CastToHalf(t.stream, values, s.half.as<uint16_t>(), kept, half));
+      TERSE_RETURN_IF_ERROR(t.stream->Memset(decoded, 0, kept * 4));
+      TERSE_RETURN_IF_ERROR(ops->AccumulateHalf(t.stream, s.half.as<uint16_t>(),
+                                                decoded, kept, half));
+    }
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(level, 0, n * 4));
+    return ops->ScatterAdd(t.stream, indices, decoded, kept, level);
+  }
   s.host_indices.resize(kept);
   s.host_values.resize(kept);
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_indices.data(), indices, kept * 4));
   TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(s.host_values.data(), s.values.data(), kept * 4));
+      t.stream->Memcpy(s.host_values.data(), values, kept * 4));
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
   // The CPU compressor's payload, and its own decoding of it (the values
   // as the wire carries them): the level every rank would decode.
@@ -115,12 +136,12 @@ absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
   host_indices = std::move(entries.indices);
   host_values = std::move(entries.values);
   const int64_t count = static_cast<int64_t>(host_indices.size());
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(count, 1) * 4,
-                               &s.level_indices));
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(count, 1) * 4,
-                               &s.level_values));
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.level_indices.data(),
-                                         host_indices.data(), count * 4));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(count, 1) * 4, &s.level_indices));
+  TERSE_RETURN_IF_ERROR(
+      Ensure(t, std::max<int64_t>(count, 1) * 4, &s.level_values));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memcpy(s.level_indices.data(), host_indices.data(), count * 4));
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.level_values.data(), host_values.data(), count * 4));
   TERSE_RETURN_IF_ERROR(t.stream->Memset(level, 0, n * 4));
@@ -130,7 +151,7 @@ absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
 
 absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     BucketState& s, float* a, int64_t step, Communicator* control,
-    const DeviceAllreduce& allreduce) {
+    const DeviceAllreduce& allreduce, const DeviceAllgatherv& allgatherv) {
   const Target& t = s.target;
   DeviceOps* ops = s.ops;
   const int64_t n = s.count;
@@ -150,28 +171,36 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   const bool probes = decision.probe_cf_min > 0;
   const bool rounds = !decision.dense() && kind == CompressorId::kPowerSgd;
   if ((probes || (!decision.dense() && !rounds)) && !IsDeviceSparsifier(kind)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "bucket ", s.id, ": ", s.policy->Describe(), " sends ",
-        decision.compressor, ", which device buckets do not run under a policy"));
+    return absl::UnimplementedError(
+        absl::StrCat("bucket ", s.id, ": ", s.policy->Describe(), " sends ",
+                     decision.compressor,
+                     ", which device buckets do not run under a policy"));
   }
   // Dense with nothing to add or measure: reduced where it is (Reduce added
   // no residual: there is none).
-  const bool in_place = decision.dense() && !probes && !s.accumulates &&
-                        s.residual_empty;
+  const bool in_place =
+      decision.dense() && !probes && !s.accumulates && s.residual_empty;
   TERSE_RETURN_IF_ERROR(Ensure(t, kNumNorms * sizeof(double), &s.norms));
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(s.norms.data(), 0,
-                                         kNumNorms * sizeof(double)));
+  TERSE_RETURN_IF_ERROR(
+      t.stream->Memset(s.norms.data(), 0, kNumNorms * sizeof(double)));
   double* norms = s.norms.as<double>();
   if (!in_place) {
     TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, norms + kEf));
   }
 
   // Compress: gravac's two levels (level two from level one's output), or
-  // what the decision sends.
+  // what the decision sends. Over the device communicator the payloads are
+  // built on the device (ExchangeSparseOnDevice), not here.
+  const bool sparse_send = !decision.dense() && !rounds;
+  const bool on_device =
+      allgatherv && s.options.index_coding == IndexCoding::kU32;
   Payload p1, p2;
+  Payload* p1_out = on_device ? nullptr : &p1;
+  Payload* p2_out = on_device ? nullptr : &p2;
   const float* local = a;  // This rank's own decoded contribution.
   Payload* sending = nullptr;
-  if (probes || (!decision.dense() && !rounds)) {
+  int sent_level = 0;  // Its selection's slot (on the device).
+  if (probes || sparse_send) {
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level1));
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level2));
   }
@@ -179,27 +208,30 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     float* level1 = s.level1.as<float>();
     float* level2 = s.level2.as<float>();
     TERSE_RETURN_IF_ERROR(SparseLevel(s, kind, a, decision.probe_cf_min, step,
-                                      0, level1, &p1));
+                                      0, level1, p1_out));
     bool two = decision.probe_cf_candidate > decision.probe_cf_min;
     if (two) {
       TERSE_RETURN_IF_ERROR(SparseLevel(s, kind, level1,
                                         decision.probe_cf_candidate, step, 1,
-                                        level2, &p2));
+                                        level2, p2_out));
     } else {
       p2 = p1;
       TERSE_RETURN_IF_ERROR(t.stream->Memcpy(level2, level1, n * 4));
     }
-    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, level1, n, norms + kLevel1));
-    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, level2, n, norms + kLevel2));
+    TERSE_RETURN_IF_ERROR(
+        ops->SquaredNorm(t.stream, level1, n, norms + kLevel1));
+    TERSE_RETURN_IF_ERROR(
+        ops->SquaredNorm(t.stream, level2, n, norms + kLevel2));
     if (!decision.dense()) {
       const bool candidate = decision.send_cf == decision.probe_cf_candidate;
       sending = candidate ? &p2 : &p1;
       local = candidate ? level2 : level1;
+      sent_level = candidate && two ? 1 : 0;
     }
-  } else if (!decision.dense() && !rounds) {
+  } else if (sparse_send) {
     float* level1 = s.level1.as<float>();
     TERSE_RETURN_IF_ERROR(
-        SparseLevel(s, kind, a, decision.send_cf, step, 0, level1, &p1));
+        SparseLevel(s, kind, a, decision.send_cf, step, 0, level1, p1_out));
     sending = &p1;
     local = level1;
   }
@@ -222,21 +254,31 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
       r.valid = true;
     }
   }
-  // The norms measured so far (the stream runs the level work first).
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_norms, norms,
-                                         kNumNorms * sizeof(double)));
-  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
   std::vector<double> stats(kStatsTrailer, 0.0);
-  stats[kStatNormEf] = in_place ? 0.0 : s.host_norms[kEf];
   stats[kStatSeconds] = previous_seconds;
-  if (probes) {
-    stats[kStatNormMin] = s.host_norms[kLevel1];
-    stats[kStatNormCandidate] = s.host_norms[kLevel2];
-  }
-  if (decision.dense()) {
-    stats[kStatNormSent] = stats[kStatNormEf];
-  } else if (sending != nullptr) {
-    stats[kStatNormSent] = s.host_norms[kSent];
+  // Over the device communicator the norms go into the trailer on the
+  // device; otherwise they come to the host now (after the level work).
+  std::vector<std::pair<int, const double*>> device_stats;
+  if (on_device && sparse_send) {
+    device_stats = {{kStatNormEf, norms + kEf}, {kStatNormSent, norms + kSent}};
+    if (probes) {
+      device_stats.push_back({kStatNormMin, norms + kLevel1});
+      device_stats.push_back({kStatNormCandidate, norms + kLevel2});
+    }
+  } else {
+    TERSE_RETURN_IF_ERROR(
+        t.stream->Memcpy(s.host_norms, norms, kNumNorms * sizeof(double)));
+    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+    stats[kStatNormEf] = in_place ? 0.0 : s.host_norms[kEf];
+    if (probes) {
+      stats[kStatNormMin] = s.host_norms[kLevel1];
+      stats[kStatNormCandidate] = s.host_norms[kLevel2];
+    }
+    if (decision.dense()) {
+      stats[kStatNormSent] = stats[kStatNormEf];
+    } else if (sending != nullptr) {
+      stats[kStatNormSent] = s.host_norms[kSent];
+    }
   }
 
   // Communicate: the statistics ride on the sparse payloads; otherwise
@@ -269,10 +311,26 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                      }
                      return ops->SquaredNorm(t.stream, own, n, norms + kSent);
                    }));
-    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(&s.host_norms[kSent], norms + kSent,
-                                           sizeof(double)));
+    TERSE_RETURN_IF_ERROR(
+        t.stream->Memcpy(&s.host_norms[kSent], norms + kSent, sizeof(double)));
     TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
     stats[kStatNormSent] = s.host_norms[kSent];
+  } else if (on_device) {
+    TERSE_ASSIGN_OR_RETURN(
+        const DeviceEntries entries,
+        ExchangeSparseOnDevice(
+            s, kind, s.selected_indices[sent_level].as<uint32_t>(),
+            s.selected_values[sent_level].as<float>(),
+            s.selected_count[sent_level], stats, device_stats, control,
+            allgatherv, &bytes, &stats));
+    stats_gathered = true;
+    // The sum over ranks, in rank order (as the CPU path).
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+    for (size_t r = 0; r < entries.counts.size(); ++r) {
+      TERSE_RETURN_IF_ERROR(ops->ScatterAdd(t.stream, entries.indices[r],
+                                            entries.values[r],
+                                            entries.counts[r], a));
+    }
   } else {
     bytes = static_cast<int64_t>(sending->bytes.size());
     std::vector<uint8_t> gathered;
@@ -299,8 +357,8 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     std::fill(stats.begin(), stats.end(), 0.0);  // The same on every rank.
   } else if (!stats_gathered) {
     std::vector<double> all(kStatsTrailer * control->size());
-    TERSE_RETURN_IF_ERROR(control->Allgather(
-        stats.data(), all.data(), kStatsTrailer * sizeof(double)));
+    TERSE_RETURN_IF_ERROR(control->Allgather(stats.data(), all.data(),
+                                             kStatsTrailer * sizeof(double)));
     std::vector<double> total(kStatsTrailer, 0.0);
     for (int r = 0; r < control->size(); ++r) {  // Rank order.
       for (int i = 0; i < kStatsTrailer; ++i) {
@@ -325,9 +383,8 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     TERSE_RETURN_IF_ERROR(ops->Add(t.stream, a, accumulator, n));
     TERSE_RETURN_IF_ERROR(
         ops->SquaredNorm(t.stream, accumulator, n, norms + kAccumulated));
-    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(&s.host_norms[kAccumulated],
-                                           norms + kAccumulated,
-                                           sizeof(double)));
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
+        &s.host_norms[kAccumulated], norms + kAccumulated, sizeof(double)));
     TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
     accumulated_norm2 = s.host_norms[kAccumulated];
   }
@@ -359,8 +416,8 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   if (decision.level > 0 && !decision.dense() && bytes > 0) {
     sent_cf = static_cast<double>(s.bytes) / static_cast<double>(bytes);
   }
-  return BucketReport{s.id,   s.tensors, s.bytes, s.policy->Describe(),
-                      sent_name, sent_cf, bytes};
+  return BucketReport{s.id,      s.tensors, s.bytes, s.policy->Describe(),
+                      sent_name, sent_cf,   bytes};
 }
 
 }  // namespace terse

@@ -3,7 +3,8 @@
 // topk or dgc family and accordion with topk, dgc or powersgd take the same
 // decisions, step by step, as the CompressedReducer (the CPU path) on the
 // same gradients and reduce to bitwise the same results, with 2 and 3
-// ranks; the decisions explore more than one choice (the comparison is
+// ranks, with the sparse messages through the host and over the device
+// communicator; the decisions explore more than one choice (the comparison is
 // not of one static compressor); error feedback conserves the gradient
 // (fp64 oracle). The throughput guard is off and omega 0, so the
 // decisions follow the gradients only, not measured time.
@@ -55,25 +56,29 @@ TEST_P(DevicePolicyTest, DecidesAndReducesAsTheCpuPathBitForBit) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
   const PolicyCase& c = GetParam();
   const int steps = 10;
-  for (int size : {2, 3}) {
-    SCOPED_TRACE(::testing::Message() << size << " ranks");
-    Outcome run;
-    absl::Status st =
-        RunDeviceAndCpu(size, c.compression, "10", steps, &run, &sim,
-                        [](int rank) { return rank; }, c.settings);
-    ASSERT_TRUE(st.ok()) << st;
-    st = ExpectBitwiseEqual(run, c.name);
-    EXPECT_TRUE(st.ok()) << st;
-    // Not one static choice: the decisions changed over the steps.
-    std::set<std::string> sent;
-    for (int step = 0; step < steps; ++step) {
-      const std::string& line = run.device_steps[step][0];
-      sent.insert(line.substr(line.find(" sent ")));
-    }
-    EXPECT_GT(sent.size(), 1u) << c.name << ": " << run.device_steps[0][0];
-    for (int r = 0; r < size; ++r) {
-      // The residuals are held on the device, not in the reducer's store.
-      for (float v : run.store_residual[r]) ASSERT_EQ(v, 0.0f);
+  for (const bool device_gather : {false, true}) {
+    for (int size : {2, 3}) {
+      SCOPED_TRACE(::testing::Message()
+                   << size << " ranks, sparse messages "
+                   << (device_gather ? "over the device" : "through the host"));
+      Outcome run;
+      absl::Status st = RunDeviceAndCpu(
+          size, c.compression, "10", steps, &run, &sim,
+          [](int rank) { return rank; }, c.settings, device_gather);
+      ASSERT_TRUE(st.ok()) << st;
+      st = ExpectBitwiseEqual(run, c.name);
+      EXPECT_TRUE(st.ok()) << st;
+      // Not one static choice: the decisions changed over the steps.
+      std::set<std::string> sent;
+      for (int step = 0; step < steps; ++step) {
+        const std::string& line = run.device_steps[step][0];
+        sent.insert(line.substr(line.find(" sent ")));
+      }
+      EXPECT_GT(sent.size(), 1u) << c.name << ": " << run.device_steps[0][0];
+      for (int r = 0; r < size; ++r) {
+        // The residuals are held on the device, not in the reducer's store.
+        for (float v : run.store_residual[r]) ASSERT_EQ(v, 0.0f);
+      }
     }
   }
   EXPECT_EQ(sim.live_allocations(), 0);
@@ -81,14 +86,12 @@ TEST_P(DevicePolicyTest, DecidesAndReducesAsTheCpuPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, DevicePolicyTest,
-    ::testing::Values(PolicyCase{"gravac_topk", "gravac", Gravac("topk")},
-                      PolicyCase{"gravac_dgc", "gravac", Gravac("dgc")},
-                      PolicyCase{"accordion_topk", "accordion",
-                                 Accordion("topk")},
-                      PolicyCase{"accordion_dgc", "accordion",
-                                 Accordion("dgc")},
-                      PolicyCase{"accordion_powersgd", "accordion",
-                                 Accordion("powersgd")}),
+    ::testing::Values(
+        PolicyCase{"gravac_topk", "gravac", Gravac("topk")},
+        PolicyCase{"gravac_dgc", "gravac", Gravac("dgc")},
+        PolicyCase{"accordion_topk", "accordion", Accordion("topk")},
+        PolicyCase{"accordion_dgc", "accordion", Accordion("dgc")},
+        PolicyCase{"accordion_powersgd", "accordion", Accordion("powersgd")}),
     [](const ::testing::TestParamInfo<PolicyCase>& i) { return i.param.name; });
 
 // With the throughput guard on, gravac's first two steps measure dense
@@ -100,15 +103,14 @@ TEST(DevicePolicyGuardTest, TheGuardsDenseStepsEqualTheCpuPath) {
   settings["TERSE_GRAVAC_THROUGHPUT_GUARD"] = "on";
   for (int size : {2, 3}) {
     Outcome run;
-    absl::Status st =
-        RunDeviceAndCpu(size, "gravac", "10", 2, &run, &sim,
-                        [](int rank) { return rank; }, settings);
+    absl::Status st = RunDeviceAndCpu(
+        size, "gravac", "10", 2, &run, &sim, [](int rank) { return rank; },
+        settings);
     ASSERT_TRUE(st.ok()) << st;
     st = ExpectBitwiseEqual(run, "gravac guard on");
     EXPECT_TRUE(st.ok()) << st;
     for (int step = 0; step < 2; ++step) {
-      EXPECT_NE(run.device_steps[step][0].find("sent none"),
-                std::string::npos)
+      EXPECT_NE(run.device_steps[step][0].find("sent none"), std::string::npos)
           << run.device_steps[step][0];
     }
   }
@@ -123,9 +125,9 @@ TEST(DevicePolicyConservationTest, SentPlusResidualIsTheGradientSum) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
   const int size = 3, steps = 8;
   Outcome run;
-  absl::Status st =
-      RunDeviceAndCpu(size, "gravac", "10", steps, &run, &sim,
-                      [](int rank) { return rank; }, Gravac("topk"));
+  absl::Status st = RunDeviceAndCpu(
+      size, "gravac", "10", steps, &run, &sim, [](int rank) { return rank; },
+      Gravac("topk"));
   ASSERT_TRUE(st.ok()) << st;
   const Bucket bucket = DeviceCompressionBucket();
   const int64_t n = bucket.count;
@@ -163,8 +165,7 @@ TEST(DevicePolicyConservationTest, SentPlusResidualIsTheGradientSum) {
         << "[" << i << "]";
   }
   // The last step sent compressed (a residual stays behind).
-  EXPECT_NE(run.device_steps[steps - 1][0].find("sent topk"),
-            std::string::npos)
+  EXPECT_NE(run.device_steps[steps - 1][0].find("sent topk"), std::string::npos)
       << run.device_steps[steps - 1][0];
 }
 

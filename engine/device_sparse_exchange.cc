@@ -6,6 +6,7 @@
 // 8 bytes (zeros), so every rank's index section is 4-byte aligned.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -50,11 +51,16 @@ std::vector<uint8_t> HeaderFor(CompressorId kind, ValueType type, uint64_t n,
 }  // namespace
 
 absl::StatusOr<DeviceCompression::DeviceEntries>
-DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
-                                          int64_t kept, const double* norm_ef,
-                                          Communicator* control,
-                                          const DeviceAllgatherv& allgatherv,
-                                          int64_t* bytes) {
+DeviceCompression::ExchangeSparseOnDevice(
+    BucketState& s, CompressorId kind, const uint32_t* indices_in,
+    const float* values_in, int64_t kept, std::vector<double> stats,
+    const std::vector<std::pair<int, const double*>>& device_stats,
+    Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
+    std::vector<double>* summed) {
+  if (static_cast<int>(stats.size()) != kStatsTrailer) {
+    return absl::InternalError(
+        absl::StrCat("bucket ", s.id, ": ", stats.size(), " statistics"));
+  }
   const Target& t = s.target;
   DeviceOps* ops = s.ops;
   const int64_t n = s.count;
@@ -71,9 +77,9 @@ DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
   int64_t total = 0;
   for (int r = 0; r < size; ++r) {
     if (counts[r] < 0 || counts[r] > n) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bucket ", s.id, ": rank ", r, " announced ", counts[r],
-          " entries of a bucket of ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bucket ", s.id, ": rank ", r, " announced ", counts[r],
+                       " entries of a bucket of ", n));
     }
     slots[r] = SlotBytes(counts[r], vb);
     at[r] = total;
@@ -84,8 +90,7 @@ DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
 
   // This rank's message, built on the device: header and trailer from the
   // host, indices and values device to device (values cast to 16 bits on
-  // the device when the wire carries them so), ||a||^2 from the device.
-  std::vector<double> stats(kStatsTrailer, 0.0);
+  // the device when the wire carries them so), norms from the device.
   stats[kStatSentBytes] = static_cast<double>(payload_bytes);
   s.host_message_ends = HeaderFor(kind, type, static_cast<uint64_t>(n), kept);
   s.host_message_ends.resize(kPayloadHeaderBytes + kTrailerBytes);
@@ -101,19 +106,22 @@ DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
   TERSE_RETURN_IF_ERROR(t.stream->Memset(message, 0, slots[rank_]));
   TERSE_RETURN_IF_ERROR(t.stream->Memcpy(message, s.host_message_ends.data(),
                                          kPayloadHeaderBytes));
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(indices, s.indices.data(), 4 * kept));
+  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(indices, indices_in, 4 * kept));
   if (type == ValueType::kFloat32) {
-    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(values, s.values.data(), 4 * kept));
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(values, values_in, 4 * kept));
   } else {
     TERSE_RETURN_IF_ERROR(ops->CastToHalf(
-        t.stream, s.values.as<float>(), reinterpret_cast<uint16_t*>(values),
-        kept,
-        type == ValueType::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16));
+        t.stream, values_in, reinterpret_cast<uint16_t*>(values), kept,
+        type == ValueType::kFloat16 ? DataType::kFloat16
+                                    : DataType::kBFloat16));
   }
   TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
       trailer, s.host_message_ends.data() + kPayloadHeaderBytes,
       kTrailerBytes));
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(trailer, norm_ef, sizeof(double)));
+  for (const auto& [slot, value] : device_stats) {
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(trailer + slot * sizeof(double),
+                                           value, sizeof(double)));
+  }
   TERSE_RETURN_IF_ERROR(allgatherv(message, s.messages.data(), slots));
 
   // Validate every rank's message: its index section on the device, its
@@ -125,20 +133,26 @@ DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
   for (int r = 0; r < size; ++r) {
     uint8_t* theirs = gathered + at[r];
     TERSE_RETURN_IF_ERROR(ops->CheckSparseIndices(
-        t.stream, reinterpret_cast<const uint32_t*>(theirs + kPayloadHeaderBytes),
+        t.stream,
+        reinterpret_cast<const uint32_t*>(theirs + kPayloadHeaderBytes),
         counts[r], static_cast<uint64_t>(n), flags + r));
     uint8_t* host = s.host_checked.data() + r * each;
-    TERSE_RETURN_IF_ERROR(
-        t.stream->Memcpy(host, theirs, kPayloadHeaderBytes));
-    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
-        host + kPayloadHeaderBytes, theirs + PayloadBytes(counts[r], vb),
-        kTrailerBytes));
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host, theirs, kPayloadHeaderBytes));
+    TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host + kPayloadHeaderBytes,
+                                           theirs + PayloadBytes(counts[r], vb),
+                                           kTrailerBytes));
     TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
         host + kPayloadHeaderBytes + kTrailerBytes, flags + r, 4));
   }
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  if (summed != nullptr) summed->assign(kStatsTrailer, 0.0);
+  std::vector<double> theirs(kStatsTrailer);
   for (int r = 0; r < size; ++r) {
     const uint8_t* host = s.host_checked.data() + r * each;
+    if (summed != nullptr) {  // Rank order: the same sum on every rank.
+      std::memcpy(theirs.data(), host + kPayloadHeaderBytes, kTrailerBytes);
+      for (int i = 0; i < kStatsTrailer; ++i) (*summed)[i] += theirs[i];
+    }
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(
           absl::StrCat("bucket ", s.id, ": the ", CompressorName(kind),
@@ -150,8 +164,9 @@ DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
       return bad("bad payload: header");
     }
     if (LoadLe<uint32_t>(host + kPayloadHeaderBytes + kTrailerBytes) != 0) {
-      return bad("bad payload: indices not strictly ascending below the "
-                 "dense count");
+      return bad(
+          "bad payload: indices not strictly ascending below the "
+          "dense count");
     }
   }
 
@@ -178,7 +193,8 @@ DeviceCompression::ExchangeSparseOnDevice(BucketState& s, CompressorId kind,
     float* into = s.decoded.as<float>() + offset;
     TERSE_RETURN_IF_ERROR(ops->AccumulateHalf(
         t.stream, reinterpret_cast<const uint16_t*>(body), into, counts[r],
-        type == ValueType::kFloat16 ? DataType::kFloat16 : DataType::kBFloat16));
+        type == ValueType::kFloat16 ? DataType::kFloat16
+                                    : DataType::kBFloat16));
     out.values.push_back(into);
     offset += counts[r];
   }

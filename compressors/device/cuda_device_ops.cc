@@ -4,11 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "device/cuda_pointer.h"
 #include "compressors/device/device_ops_cuda.h"
 #include "compressors/kernels/select_cuda.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk_cuda.h"
+#include "device/cuda_pointer.h"
 
 namespace terse {
 namespace {
@@ -159,8 +159,8 @@ absl::Status CudaDeviceOps::CheckSparseIndices(Stream* stream,
                                                uint32_t* bad) {
   TERSE_RETURN_IF_ERROR(Check(indices, k * 4, "CheckSparseIndices: indices"));
   TERSE_RETURN_IF_ERROR(Check(bad, 4, "CheckSparseIndices: bad"));
-  return device_ops_cuda::CheckSparseIndices(
-      ordinal_, stream->native_handle(), indices, k, d, bad);
+  return device_ops_cuda::CheckSparseIndices(ordinal_, stream->native_handle(),
+                                             indices, k, d, bad);
 }
 
 absl::Status CudaDeviceOps::SignEncode(Stream* stream, const float* x,

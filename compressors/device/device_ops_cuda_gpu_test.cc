@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/cuda_probe.h"
-#include "compressors/device/device_ops_testing.h"
 #include "compressors/device/cuda_device_ops.h"
+#include "compressors/device/device_ops_testing.h"
 #include "device/cuda_runtime.h"
 #include "gtest/gtest.h"
 
@@ -36,16 +36,17 @@ TEST(CudaDeviceOpsGpuTest, HostPointersAreRefusedWithAStatus) {
   ASSERT_TRUE(device.ok()) << device.status();
   std::vector<float> host(16, 1.0f);
   CudaDeviceOps ops(0);
-  absl::Status st = ops.Add(stream->get(), host.data(), device->as<float>(), 16);
+  absl::Status st =
+      ops.Add(stream->get(), host.data(), device->as<float>(), 16);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("Add: x"), absl::string_view::npos) << st;
   st = ops.SquaredNorm(stream->get(), device->as<float>(), 16,
                        reinterpret_cast<double*>(host.data()));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   // The context is intact: device work still runs.
-  EXPECT_TRUE(ops.Add(stream->get(), device->as<float>(), device->as<float>(),
-                      16)
-                  .ok());
+  EXPECT_TRUE(
+      ops.Add(stream->get(), device->as<float>(), device->as<float>(), 16)
+          .ok());
   EXPECT_TRUE((*stream)->Synchronize().ok());
 }
 

@@ -190,8 +190,7 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     TERSE_RETURN_IF_ERROR(SameBits(sy, scattered, "ScatterAdd"));
     // CheckSparseIndices: TopK's indices ascend below d; one out of range
     // (d) or repeated is caught.
-    TERSE_ASSIGN_OR_RETURN(uint32_t * bad,
-                           f.Upload(std::vector<uint32_t>{7}));
+    TERSE_ASSIGN_OR_RETURN(uint32_t * bad, f.Upload(std::vector<uint32_t>{7}));
     TERSE_RETURN_IF_ERROR(ops->CheckSparseIndices(s, di, k, d, bad));
     TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> ok_flag, f.Download(bad, 1));
     if (ok_flag[0] != 0) {
@@ -206,9 +205,9 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
         TERSE_RETURN_IF_ERROR(ops->CheckSparseIndices(s, dw, 2, d, bad));
         TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> flag, f.Download(bad, 1));
         if (flag[0] == 0) {
-          return absl::InternalError(absl::StrCat(
-              "CheckSparseIndices: {", wrong[0], ", ", wrong[1],
-              "} of d = ", d, " accepted"));
+          return absl::InternalError(absl::StrCat("CheckSparseIndices: {",
+                                                  wrong[0], ", ", wrong[1],
+                                                  "} of d = ", d, " accepted"));
         }
       }
     }
