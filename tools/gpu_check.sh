@@ -164,6 +164,7 @@ else
     //efcp:sparse_mfac_cuda_gpu_test //efcp:dense_mfac_cuda_gpu_test
     //compressors/device:device_ops_cuda_gpu_test
     //engine:device_compression_cuda_gpu_test
+    //engine:device_policy_cuda_gpu_test
     //common:cuda_probe_test //device:cuda_runtime_test
     //compressors/kernels:cuda_checked_test
     //collectives/nccl:nccl_communicator_test
