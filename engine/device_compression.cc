@@ -37,11 +37,11 @@ bool DeviceCompression::HandlesPolicy(const CompressionChoice& choice,
     if (!gravac::IsSingleFamily(config.gravac_candidates, &family)) {
       return false;  // The portfolio.
     }
-    return family == "topk" || family == "dgc";
+    return family == "topk" || family == "dgc" || family == "redsync";
   }
   const std::string& c = config.accordion_compressor;
   return choice.name == "accordion" &&
-         (c == "topk" || c == "dgc" || c == "powersgd");
+         (c == "topk" || c == "dgc" || c == "redsync" || c == "powersgd");
 }
 
 bool DeviceCompression::Handles(const CompressionChoice& choice,
@@ -49,6 +49,7 @@ bool DeviceCompression::Handles(const CompressionChoice& choice,
   if (choice.is_policy) return HandlesPolicy(choice, config);
   return choice.name == "fp16" || choice.name == "bf16" ||
          choice.name == "topk" || choice.name == "dgc" ||
+         choice.name == "redsync" || choice.name == "threshold" ||
          choice.name == "powersgd" || choice.name == "randomk" ||
          choice.name == "efsignsgd" || choice.name == "qsgd";
 }

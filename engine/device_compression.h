@@ -176,6 +176,14 @@ class DeviceCompression : public ExternalCompressionState {
                                           int64_t step, Communicator* control,
                                           const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Selects from `x` (device) as the CPU sparsifier `kind` does (topk,
+  // dgc, redsync, threshold) at k into `indices` (device, room for
+  // SelectRoom(kind, k)); returns how many (a host wait for all but topk).
+  absl::StatusOr<int64_t> Select(BucketState& s, CompressorId kind,
+                                 const float* x, int64_t k, int64_t step,
+                                 uint32_t* indices)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static int64_t SelectRoom(CompressorId kind, int64_t k);
   // Every rank's sparse entries on the device after ExchangeSparseOnDevice:
   // rank r's counts[r] indices and (float) values.
   struct DeviceEntries {

@@ -434,25 +434,17 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
         absl::StrCat("bucket ", s.id, ": ", CompressorName(s.id_kind), " of ",
                      n, " elements needs 64-bit indices"));
   }
+  const int64_t room = std::max<int64_t>(SelectRoom(s.id_kind, k), 1) * 4;
   TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.a));
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.indices));
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(k, 1) * 4, &s.values));
+  TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.indices));
+  TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.values));
   TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
   uint32_t* indices = s.indices.as<uint32_t>();
 
   // Select and gather on the device; only k entries and ||a||^2 come back.
   TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
-  int64_t kept = k;
-  if (s.id_kind == CompressorId::kDgc) {
-    kernels::SampledTopKOptions opt = s.options.dgc;
-    opt.num_threads = s.options.num_threads;
-    opt.seed = kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
-                                s.stream_hash);
-    TERSE_ASSIGN_OR_RETURN(kept,
-                           ops->SampledTopK(t.stream, a, n, k, opt, indices));
-  } else {
-    TERSE_RETURN_IF_ERROR(ops->TopK(t.stream, a, n, k, indices));
-  }
+  TERSE_ASSIGN_OR_RETURN(const int64_t kept,
+                         Select(s, s.id_kind, a, k, step, indices));
   TERSE_RETURN_IF_ERROR(
       ops->Gather(t.stream, a, indices, kept, s.values.as<float>()));
   if (allgatherv && s.options.index_coding == IndexCoding::kU32) {
@@ -627,6 +619,53 @@ DeviceCompression::DecodeGatheredSparse(BucketState& s, CompressorId kind,
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.recv_values.data(), s.up_values.data(), total * 4));
   return out;
+}
+
+}  // namespace terse
+
+namespace terse {
+using namespace device_compression_internal;  // NOLINT: own internals.
+
+int64_t DeviceCompression::SelectRoom(CompressorId kind, int64_t k) {
+  return kind == CompressorId::kRedSync ? std::max<int64_t>(k, 2 * k - 1) : k;
+}
+
+absl::StatusOr<int64_t> DeviceCompression::Select(BucketState& s,
+                                                  CompressorId kind,
+                                                  const float* x, int64_t k,
+                                                  int64_t step,
+                                                  uint32_t* indices) {
+  const Target& t = s.target;
+  DeviceOps* ops = s.ops;
+  const int64_t n = s.count;
+  switch (kind) {
+    case CompressorId::kDgc: {
+      kernels::SampledTopKOptions opt = s.options.dgc;
+      opt.num_threads = s.options.num_threads;
+      opt.seed = kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
+                                  s.stream_hash);
+      return ops->SampledTopK(t.stream, x, n, k, opt, indices);
+    }
+    case CompressorId::kRedSync: {
+      kernels::ThresholdSearchOptions opt = s.options.redsync;
+      opt.num_threads = s.options.num_threads;
+      return ops->ThresholdSearch(t.stream, x, n, k, opt, indices);
+    }
+    case CompressorId::kThreshold: {
+      TERSE_ASSIGN_OR_RETURN(
+          const int64_t qualify,
+          ops->SelectAtLeast(
+              t.stream, x, n,
+              kernels::ThresholdKey(static_cast<float>(s.options.threshold)), k,
+              indices));
+      if (qualify <= k) return qualify;
+      break;  // Too many pass: the k largest, as the CPU sparsifier.
+    }
+    default:
+      break;
+  }
+  TERSE_RETURN_IF_ERROR(ops->TopK(t.stream, x, n, k, indices));
+  return k;
 }
 
 }  // namespace terse

@@ -40,8 +40,8 @@ TEST_P(DeviceCompressionTest, EqualsTheCpuPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionTest,
                          ::testing::Values("fp16", "bf16", "topk", "dgc",
-                                           "powersgd", "randomk", "efsignsgd",
-                                           "qsgd"),
+                                           "redsync", "threshold", "powersgd",
+                                           "randomk", "efsignsgd", "qsgd"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param;
                          });
@@ -51,7 +51,8 @@ INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionTest,
 // CPU path bit for bit, as through the host.
 TEST(DeviceCompressionGatherTest, SparseOverTheDeviceCommunicatorEqualsCpu) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
-  for (const std::string compression : {"topk", "dgc"}) {
+  for (const std::string compression :
+       {"topk", "dgc", "redsync", "threshold"}) {
     for (int size : {2, 3}) {
       Outcome run;
       absl::Status st = RunDeviceAndCpu(
@@ -103,7 +104,8 @@ TEST(DeviceCompressionGatherTest, CorruptPeerMessageNamesTheRank) {
 TEST(DeviceCompressionConservationTest, SentPlusResidualIsTheGradientSum) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
   for (const std::string compression :
-       {"topk", "dgc", "powersgd", "randomk", "efsignsgd", "qsgd"}) {
+       {"topk", "dgc", "redsync", "threshold", "powersgd", "randomk",
+        "efsignsgd", "qsgd"}) {
     const int size = 3, steps = 4;
     Outcome run;
     absl::Status st = RunDeviceAndCpu(size, compression, "20", steps, &run,
@@ -150,11 +152,13 @@ TEST(DeviceCompressionConservationTest, SentPlusResidualIsTheGradientSum) {
     // Compression happened: the sparsifiers left most entries behind; all
     // sent far fewer bytes than dense.
     if (compression == "topk" || compression == "dgc" ||
-        compression == "randomk") {
+        compression == "redsync" || compression == "randomk") {
       EXPECT_LT(sent_entries, n / 2) << compression;
     }
     EXPECT_GT(sent_entries, 0) << compression;
-    EXPECT_LT(run.device_report[0].bytes_sent, bucket.bytes / 10)
+    // RedSync keeps k to 2k - 1 entries.
+    EXPECT_LT(run.device_report[0].bytes_sent,
+              bucket.bytes / (compression == "redsync" ? 5 : 10))
         << compression;
   }
 }

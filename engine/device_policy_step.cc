@@ -23,7 +23,8 @@ using namespace device_compression_internal;  // NOLINT: own internals.
 namespace {
 
 bool IsDeviceSparsifier(CompressorId id) {
-  return id == CompressorId::kTopK || id == CompressorId::kDgc;
+  return id == CompressorId::kTopK || id == CompressorId::kDgc ||
+         id == CompressorId::kRedSync || id == CompressorId::kThreshold;
 }
 
 // Slots of DeviceCompression::BucketState::norms.
@@ -77,24 +78,15 @@ absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
   DeviceOps* ops = s.ops;
   const int64_t n = s.count;
   const int64_t k = KeepCount(n, cf);
-  const int64_t room = std::max<int64_t>(k, 1) * 4;
+  const int64_t room = std::max<int64_t>(SelectRoom(kind, k), 1) * 4;
   TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.selected_indices[which]));
   TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.selected_values[which]));
   TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.level_indices));
   TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.level_values));
   uint32_t* indices = s.selected_indices[which].as<uint32_t>();
   float* values = s.selected_values[which].as<float>();
-  int64_t kept = k;
-  if (kind == CompressorId::kDgc) {
-    kernels::SampledTopKOptions opt = s.options.dgc;
-    opt.num_threads = s.options.num_threads;
-    opt.seed = kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
-                                s.stream_hash);
-    TERSE_ASSIGN_OR_RETURN(kept,
-                           ops->SampledTopK(t.stream, x, n, k, opt, indices));
-  } else {
-    TERSE_RETURN_IF_ERROR(ops->TopK(t.stream, x, n, k, indices));
-  }
+  TERSE_ASSIGN_OR_RETURN(const int64_t kept,
+                         Select(s, kind, x, k, step, indices));
   TERSE_RETURN_IF_ERROR(ops->Gather(t.stream, x, indices, kept, values));
   s.selected_count[which] = kept;
   if (payload == nullptr) {

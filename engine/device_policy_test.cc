@@ -1,13 +1,13 @@
 // The adaptive policies on device buckets (DeviceCompression::PolicyStep),
 // on the simulated device, ranks as threads over loopback: gravac with one
-// topk or dgc family and accordion with topk, dgc or powersgd take the same
-// decisions, step by step, as the CompressedReducer (the CPU path) on the
-// same gradients and reduce to bitwise the same results, with 2 and 3
-// ranks, with the sparse messages through the host and over the device
-// communicator; the decisions explore more than one choice (the comparison is
-// not of one static compressor); error feedback conserves the gradient
-// (fp64 oracle). The throughput guard is off and omega 0, so the
-// decisions follow the gradients only, not measured time.
+// topk, dgc or redsync family and accordion with topk, dgc, redsync or
+// powersgd take the same decisions, step by step, as the CompressedReducer
+// (the CPU path) on the same gradients and reduce to bitwise the same
+// results, with 2 and 3 ranks, with the sparse messages through the host
+// and over the device communicator; the decisions explore more than one
+// choice (the comparison is not of one static compressor); error feedback
+// conserves the gradient (fp64 oracle). The throughput guard is off and
+// omega 0, so the decisions follow the gradients only, not measured time.
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -89,8 +89,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         PolicyCase{"gravac_topk", "gravac", Gravac("topk")},
         PolicyCase{"gravac_dgc", "gravac", Gravac("dgc")},
+        PolicyCase{"gravac_redsync", "gravac", Gravac("redsync")},
         PolicyCase{"accordion_topk", "accordion", Accordion("topk")},
         PolicyCase{"accordion_dgc", "accordion", Accordion("dgc")},
+        PolicyCase{"accordion_redsync", "accordion", Accordion("redsync")},
         PolicyCase{"accordion_powersgd", "accordion", Accordion("powersgd")}),
     [](const ::testing::TestParamInfo<PolicyCase>& i) { return i.param.name; });
 

@@ -487,7 +487,7 @@ absl::Status ExpectSame(const std::vector<double>& dev,
 // topk, dgc, efsignsgd and powersgd run on the device (DeviceCompression;
 // dgc's buckets are below its sampling size, so both select exactly),
 // accordion (its default: PowerSGD at the critical rank) on the device
-// under the policy, threshold through the reducer on the engine thread.
+// under the policy, and threshold (selected on the device too).
 absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
   for (const std::string spec :

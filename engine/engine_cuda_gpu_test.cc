@@ -79,8 +79,8 @@ absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
 // Compressed allreduces of CUDA tensors through the engine (DeviceCompression):
 // fp16, bf16, and topk / dgc / randomk keeping every entry (cf 1), on small
 // integers that every format carries exactly, so the result is the host sum;
-// and a compressor the device path lacks (threshold) is Unimplemented at
-// enqueue.
+// and a policy the device path lacks (gravac's portfolio, the default
+// TERSE_GRAVAC_CANDIDATES) is Unimplemented at enqueue.
 absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
   const int64_t n = 5000;
   std::vector<float> host(n);
@@ -118,11 +118,11 @@ absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
   TERSE_ASSIGN_OR_RETURN(DeviceBuffer p, DeviceBuffer::Allocate(cuda, 0, 64));
   TensorView pv(p.data(), 16, DataType::kFloat32, Device::Cuda(0));
   absl::StatusOr<Handle> refused = engine.AllreduceAsync(
-      "p", pv, pv, {16}, ReduceOp::kSum, 1.0, 1.0, nullptr, "threshold");
+      "p", pv, pv, {16}, ReduceOp::kSum, 1.0, 1.0, nullptr, "gravac");
   if (refused.ok() ||
       refused.status().code() != absl::StatusCode::kUnimplemented ||
-      refused.status().message().find("threshold") == absl::string_view::npos) {
-    return absl::InternalError(absl::StrCat("threshold of a CUDA tensor: ",
+      refused.status().message().find("gravac") == absl::string_view::npos) {
+    return absl::InternalError(absl::StrCat("gravac's portfolio on CUDA: ",
                                             refused.status().ToString()));
   }
   return absl::OkStatus();

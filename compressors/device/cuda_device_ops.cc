@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/device/device_ops_cuda.h"
@@ -120,6 +122,44 @@ absl::StatusOr<int64_t> CudaDeviceOps::SampledTopK(
                                           stream->native_handle()),
                "SampledTopK");
   if (!st.ok()) return st;
+  return count;
+}
+
+absl::StatusOr<int64_t> CudaDeviceOps::ThresholdSearch(
+    Stream* stream, const float* x, int64_t d, int64_t k,
+    const kernels::ThresholdSearchOptions& options, uint32_t* indices) {
+  if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ThresholdSearch: k = ", k, " of d = ", d));
+  }
+  const int64_t room = std::max<int64_t>(k, 2 * k - 1);
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "ThresholdSearch: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, room * 4, "ThresholdSearch: indices"));
+  TERSE_RETURN_IF_ERROR(SetDevice(ordinal_, "ThresholdSearch"));
+  int64_t count = 0;
+  TERSE_RETURN_IF_ERROR(
+      FromCuda(kernels::cuda::ThresholdSearch(x, d, k, options, indices, &count,
+                                              stream->native_handle()),
+               "ThresholdSearch"));
+  return count;
+}
+
+absl::StatusOr<int64_t> CudaDeviceOps::SelectAtLeast(Stream* stream,
+                                                     const float* x, int64_t d,
+                                                     uint32_t key, int64_t cap,
+                                                     uint32_t* indices) {
+  if (cap < 0 || d < 0 || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SelectAtLeast: cap = ", cap, " of d = ", d));
+  }
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "SelectAtLeast: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, cap * 4, "SelectAtLeast: indices"));
+  TERSE_RETURN_IF_ERROR(SetDevice(ordinal_, "SelectAtLeast"));
+  int64_t count = 0;
+  TERSE_RETURN_IF_ERROR(
+      FromCuda(kernels::cuda::SelectAtLeast(x, d, key, cap, indices, &count,
+                                            stream->native_handle()),
+               "SelectAtLeast"));
   return count;
 }
 

@@ -71,6 +71,20 @@ class DeviceOps {
   virtual absl::StatusOr<int64_t> SampledTopK(
       Stream* stream, const float* x, int64_t d, int64_t k,
       const kernels::SampledTopKOptions& options, uint32_t* indices) = 0;
+  // kernels::ThresholdSearch (RedSync): waits for the stream and returns
+  // how many were selected (k <= n < 2k, or k); indices holds room for
+  // max(k, 2k - 1). CUDA's mean |x| sums in another order than the CPU's,
+  // so its set may differ in rare cases (compressors/kernels/select_cuda.h).
+  virtual absl::StatusOr<int64_t> ThresholdSearch(
+      Stream* stream, const float* x, int64_t d, int64_t k,
+      const kernels::ThresholdSearchOptions& options, uint32_t* indices) = 0;
+  // kernels::SelectAtLeast: the ascending i with key(|x[i]|) >= key into
+  // indices (room for cap) when at most cap qualify; waits for the stream
+  // and returns how many qualify (more than cap: indices unspecified).
+  virtual absl::StatusOr<int64_t> SelectAtLeast(Stream* stream, const float* x,
+                                                int64_t d, uint32_t key,
+                                                int64_t cap,
+                                                uint32_t* indices) = 0;
   // values[j] = dense[indices[j]], j < k.
   virtual absl::Status Gather(Stream* stream, const float* dense,
                               const uint32_t* indices, int64_t k,

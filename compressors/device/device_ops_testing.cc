@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -226,6 +227,42 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     kernels::SampledTopK(big.data(), n, k, opt, &want);
     TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, count));
     TERSE_RETURN_IF_ERROR(SameBits(got, want, "SampledTopK"));
+  }
+  {  // ThresholdSearch (RedSync) and SelectAtLeast (threshold).
+    const int64_t n = 20000, k = 200;
+    const std::vector<float> xs = Values(n, 5);
+    kernels::ThresholdSearchOptions opt;
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(xs));
+    TERSE_ASSIGN_OR_RETURN(uint32_t * di,
+                           f.Upload(std::vector<uint32_t>(2 * k, 0)));
+    TERSE_ASSIGN_OR_RETURN(int64_t count,
+                           ops->ThresholdSearch(s, dx, n, k, opt, di));
+    std::vector<uint32_t> want;
+    kernels::ThresholdSearch(xs.data(), n, k, opt, &want);
+    TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, count));
+    TERSE_RETURN_IF_ERROR(SameBits(got, want, "ThresholdSearch"));
+    // A threshold at the 100th largest magnitude: about 100 qualify.
+    std::vector<float> magnitudes(n);
+    for (int64_t i = 0; i < n; ++i) magnitudes[i] = std::fabs(xs[i]);
+    std::nth_element(magnitudes.begin(), magnitudes.begin() + 99,
+                     magnitudes.end(), std::greater<float>());
+    const uint32_t key = kernels::ThresholdKey(magnitudes[99]);
+    std::vector<uint32_t> at_least;
+    const int64_t qualify =
+        kernels::SelectAtLeast(xs.data(), n, key, 2 * k, &at_least, 1);
+    TERSE_ASSIGN_OR_RETURN(count, ops->SelectAtLeast(s, dx, n, key, 2 * k, di));
+    if (count != qualify) {
+      return absl::InternalError(absl::StrCat(
+          "SelectAtLeast: ", count, " qualify, the CPU says ", qualify));
+    }
+    TERSE_ASSIGN_OR_RETURN(got, f.Download(di, count));
+    TERSE_RETURN_IF_ERROR(SameBits(got, at_least, "SelectAtLeast"));
+    // Over the cap: only the count.
+    TERSE_ASSIGN_OR_RETURN(count, ops->SelectAtLeast(s, dx, n, key, 10, di));
+    if (count != qualify) {
+      return absl::InternalError(absl::StrCat(
+          "SelectAtLeast over the cap: ", count, ", want ", qualify));
+    }
   }
   for (int64_t block : {d, int64_t{64}, int64_t{1000}}) {  // EF-signSGD.
     const int64_t blocks = (d + block - 1) / block, bytes = (d + 7) / 8;

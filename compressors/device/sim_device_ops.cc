@@ -312,6 +312,55 @@ absl::StatusOr<int64_t> SimDeviceOps::SampledTopK(
   return *count;
 }
 
+absl::StatusOr<int64_t> SimDeviceOps::ThresholdSearch(
+    Stream* stream, const float* x, int64_t d, int64_t k,
+    const kernels::ThresholdSearchOptions& options, uint32_t* indices) {
+  if (k < 0 || k > d || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ThresholdSearch: k = ", k, " of d = ", d));
+  }
+  const int64_t room = std::max<int64_t>(k, 2 * k - 1);
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "ThresholdSearch: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, room * 4, "ThresholdSearch: indices"));
+  auto count = std::make_shared<int64_t>(0);
+  kernels::ThresholdSearchOptions opt = options;
+  opt.num_threads = 1;
+  TERSE_RETURN_IF_ERROR(
+      stream->LaunchHost([x, d, k, opt, indices, room, count] {
+        std::vector<uint32_t> picked;
+        kernels::ThresholdSearch(x, d, k, opt, &picked);
+        const int64_t n = static_cast<int64_t>(picked.size());
+        for (int64_t i = 0; i < n && i < room; ++i) indices[i] = picked[i];
+        *count = n;
+      }));
+  TERSE_RETURN_IF_ERROR(stream->Synchronize());
+  if (*count > room) {
+    return absl::InternalError(absl::StrCat(
+        "ThresholdSearch: selected ", *count, " entries, room for ", room));
+  }
+  return *count;
+}
+
+absl::StatusOr<int64_t> SimDeviceOps::SelectAtLeast(Stream* stream,
+                                                    const float* x, int64_t d,
+                                                    uint32_t key, int64_t cap,
+                                                    uint32_t* indices) {
+  if (cap < 0 || d < 0 || d >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SelectAtLeast: cap = ", cap, " of d = ", d));
+  }
+  TERSE_RETURN_IF_ERROR(Check(x, d * 4, "SelectAtLeast: x"));
+  TERSE_RETURN_IF_ERROR(Check(indices, cap * 4, "SelectAtLeast: indices"));
+  auto count = std::make_shared<int64_t>(0);
+  TERSE_RETURN_IF_ERROR(stream->LaunchHost([x, d, key, cap, indices, count] {
+    std::vector<uint32_t> picked;
+    *count = kernels::SelectAtLeast(x, d, key, cap, &picked, 1);
+    for (size_t i = 0; i < picked.size(); ++i) indices[i] = picked[i];
+  }));
+  TERSE_RETURN_IF_ERROR(stream->Synchronize());
+  return *count;
+}
+
 absl::Status SimDeviceOps::Gather(Stream* stream, const float* dense,
                                   const uint32_t* indices, int64_t k,
                                   float* values) {

@@ -33,6 +33,13 @@ class SimDeviceOps : public DeviceOps {
   absl::StatusOr<int64_t> SampledTopK(
       Stream* stream, const float* x, int64_t d, int64_t k,
       const kernels::SampledTopKOptions& options, uint32_t* indices) override;
+  absl::StatusOr<int64_t> ThresholdSearch(
+      Stream* stream, const float* x, int64_t d, int64_t k,
+      const kernels::ThresholdSearchOptions& options,
+      uint32_t* indices) override;
+  absl::StatusOr<int64_t> SelectAtLeast(Stream* stream, const float* x,
+                                        int64_t d, uint32_t key, int64_t cap,
+                                        uint32_t* indices) override;
   absl::Status Gather(Stream* stream, const float* dense,
                       const uint32_t* indices, int64_t k,
                       float* values) override;
