@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,18 @@ DeviceCompression::DeviceCompression(const Config& config, int rank, int size,
 
 DeviceCompression::~DeviceCompression() {
   reducer_->set_external_state(nullptr);
+  // Work a failed step left queued may still use the buffers freed below.
+  absl::MutexLock lock(&mu_);
+  std::set<Stream*> streams;
+  for (const auto& [id, state] : buckets_) streams.insert(state->target.stream);
+  for (const auto& [name, r] : residuals_) streams.insert(r.target.stream);
+  for (const Residual& r : graveyard_) streams.insert(r.target.stream);
+  for (Stream* stream : streams) {
+    absl::Status synced = stream->Synchronize();
+    if (!synced.ok()) {
+      TERSE_LOG(Error) << "engine stream: " << synced.message();
+    }
+  }
 }
 
 bool DeviceCompression::HandlesPolicy(const CompressionChoice& choice,

@@ -98,7 +98,7 @@ class DeviceCompression : public ExternalCompressionState {
   DeviceCompression(const Config& config, int rank, int size,
                     CompressedReducer* reducer);
   // The streams of every Target used must still exist (the executor
-  // destroys this object before its streams).
+  // destroys this object before its streams); waits for their work.
   ~DeviceCompression() override;
   DeviceCompression(const DeviceCompression&) = delete;
   DeviceCompression& operator=(const DeviceCompression&) = delete;
