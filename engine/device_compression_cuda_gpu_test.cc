@@ -1,4 +1,6 @@
-// DeviceCompression on a CUDA device (tag gpu): fp16, bf16, topk and dgc on
+// DeviceCompression on a CUDA device (tag gpu): fp16, bf16, topk, dgc,
+// threshold (RedSync's CUDA threshold search may pick another set in rare
+// cases: not compared here), powersgd, randomk, efsignsgd and qsgd on
 // device buffers against the CompressedReducer (the CPU path), 1 rank and
 // 2 ranks (threads) sharing GPU 0 with host-staged collectives. Bitwise
 // equality is expected (distinct indices per ScatterAdd launch, IEEE casts,
@@ -44,8 +46,8 @@ TEST_P(DeviceCompressionCudaTest, EqualsTheCpuPathBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Compressors, DeviceCompressionCudaTest,
                          ::testing::Values("fp16", "bf16", "topk", "dgc",
-                                           "powersgd", "randomk", "efsignsgd",
-                                           "qsgd"),
+                                           "threshold", "powersgd", "randomk",
+                                           "efsignsgd", "qsgd"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            return i.param;
                          });
