@@ -391,6 +391,14 @@ Decision PortfolioPolicy::Finish(int send) {
     // window_gain_steps), so the first sample's e_0 is this candidate's own
     // backlog, not its predecessor's.
     d.window_gain_steps = streak_ <= warmup_ ? warmup_ : options_.gain_window;
+    // Settled with a gain well clear of epsilon: one window in
+    // kGainEvery is measured (the engine keeps no sums in between).
+    const int64_t w = (streak_ - warmup_) / std::max<int64_t>(
+                                                1, options_.gain_window);
+    if (settled && !exploring() && streak_ > warmup_ && w % kGainEvery != 0 &&
+        has_gain_[send] && gains_[send] >= options_.epsilon + kGainSlack) {
+      d.window_gain_steps = 0;
+    }
   }
   ++decisions_;
   return d;
