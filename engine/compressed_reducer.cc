@@ -295,6 +295,10 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
       state.g.clear();
     }
   } else {
+    // A step without sums ends the window: the next one starts afresh (its
+    // e_0 then includes this step, which its sum of g would not).
+    state.window_choice = gravac::Choice{};
+    state.window_steps = 0;
     state.g.clear();
   }
   state.window_active = window_gain && !in_place;
@@ -338,8 +342,11 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
                       state.window_sketch_k > 0;
   std::vector<double> stats(state.window_sketch_at + 2 * state.window_sketch_k,
                             0.0);
-  // A lossy window candidate's gain is its window gain: no step norms.
-  stats[kNormEf] = in_place || state.window_active ? 0.0 : SquaredNorm(state.a);
+  // A lossy window candidate's gain is its window gain: no step norms; nor
+  // where the policy does not read them.
+  sent.step_norms =
+      state.adaptive && decision.wants_stats && !state.window_active;
+  stats[kNormEf] = in_place || !sent.step_norms ? 0.0 : SquaredNorm(state.a);
   stats[kSeconds] = previous_seconds;
   TERSE_RETURN_IF_ERROR(Compress(ctx, state, decision, cctx, &sent));
   if (decision.probe_cf_min > 0) {
@@ -350,7 +357,7 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
     TERSE_ASSIGN_OR_RETURN(stats[kNumStats + i],
                            ProbeGain(state, decision.gain_probes[i], cctx));
   }
-  if (state.adaptive && sent.local != nullptr && !state.window_active) {
+  if (sent.step_norms && sent.local != nullptr) {
     stats[kNormSent] = sent.dense ? stats[kNormEf] : SquaredNorm(*sent.local);
   }
   if (state.window_active && sent.rounds == nullptr) {

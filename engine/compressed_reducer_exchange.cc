@@ -112,9 +112,7 @@ absl::Status CompressedReducer::Communicate(const BucketReduceContext& ctx,
     TERSE_RETURN_IF_ERROR(
         sent->rounds->AccumulateLocal(absl::MakeSpan(state.level1)));
     sent->local = &state.level1;
-    if (state.adaptive && !state.window_active) {
-      (*stats)[kNormSent] = SquaredNorm(state.level1);
-    }
+    if (sent->step_norms) (*stats)[kNormSent] = SquaredNorm(state.level1);
     if (state.window_active) AddToWindowGain(state, state.level1, stats);
   } else if (sent->compressor->summable()) {
     TERSE_ASSIGN_OR_RETURN(SummableRegion region,

@@ -181,6 +181,11 @@ struct CompressedReducer::Sent {
   bool in_place = false;
   // Exchange the statistics (adaptive policies, see Decision::wants_stats).
   bool gather_stats = false;
+  // Take this step's norms (||g_ef||^2, ||sent||^2): an adaptive policy's
+  // decision wants its statistics and keeps no gain window (whose sums
+  // replace them). Otherwise they are 0 on every rank: a pass over the
+  // bucket each that nobody reads.
+  bool step_norms = false;
 };
 
 }  // namespace terse

@@ -152,7 +152,7 @@ PortfolioPolicy::PortfolioPolicy(const PortfolioOptions& options)
 
 int64_t PortfolioPolicy::TrialLength(int i) const {
   if (!window_mode_) return trial_;
-  if (remeasuring_ && (i == 0 || Lossless(i))) return kRemeasureTrial;
+  if (remeasuring_) return kRemeasureTrial;
   if (i == 0) return kDenseTrial;
   return Lossless(i) ? kLosslessTrial : trial_;
 }
@@ -201,7 +201,7 @@ bool PortfolioPolicy::Eligible(int i) const {
   return i == 0 || (has_gain_[i] && gains_[i] >= options_.epsilon);
 }
 
-int PortfolioPolicy::Best(int exclude) const {
+int PortfolioPolicy::Leader(int exclude) const {
   std::vector<int> order;
   for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
     if (i != exclude && Eligible(i) && tc_[i].count > 0) order.push_back(i);
@@ -225,6 +225,45 @@ int PortfolioPolicy::Best(int exclude) const {
   return order[0];
 }
 
+int PortfolioPolicy::Best(int exclude) const {
+  const int leader = Leader(exclude);
+  if (leader == 0 || exclude == 0 || !window_mode_ ||
+      !options_.throughput_bound || tc_[0].count == 0) {
+    return leader;
+  }
+  return Tc(leader) < (1 + kLeaveDenseMargin) * Tc(0) ? 0 : leader;
+}
+
+double PortfolioPolicy::Bar(int i) const {
+  const int best = Best(i);
+  double bar = tc_[best].count > 0 ? (1 - kBoundMargin) * Tc(best) : 0;
+  if (i != 0 && tc_[0].count > 0) {
+    bar = std::max(bar, (1 + kLeaveDenseMargin) * Tc(0));
+  }
+  return bar;
+}
+
+bool PortfolioPolicy::MaybeConfirm() {
+  if (!window_mode_ || !options_.throughput_bound || confirming_ ||
+      current_ != 0 || tc_[0].count == 0) {
+    return false;
+  }
+  const int leader = Leader(-1);
+  if (leader == 0 || Tc(leader) * (1 - kBoundMargin) >= Tc(0)) return false;
+  last_reason_ = absl::StrCat(
+      "confirming: ", ChoiceName(candidates_[leader]), "'s T_c ",
+      absl::SixDigits(Tc(leader)), " is within ", 1 / (1 - kBoundMargin),
+      "x of dense's ", absl::SixDigits(Tc(0)), ", measuring both afresh; ");
+  tc_[0] = RunningMean{};
+  tc_[leader] = RunningMean{};
+  queue_.push_back(0);
+  queue_.push_back(leader);
+  remeasuring_ = true;
+  confirming_ = true;
+  pick_after_trials_ = false;
+  return true;
+}
+
 Decision PortfolioPolicy::Send(int i) const {
   const Choice& c = candidates_[i];
   Decision d;
@@ -244,6 +283,9 @@ Decision PortfolioPolicy::Decide() {
   if (window_mode_ && decisions_ > 0 && decisions_ % retry_every_ == 0 &&
       !exploring()) {
     MaybeRetry();
+  }
+  if (pick_after_trials_ && trial_left_ == 0 && queue_.empty()) {
+    MaybeConfirm();
   }
   int send = -1;
   if (trial_left_ == 0 && !queue_.empty() && awaiting_ >= 0 &&
@@ -305,7 +347,12 @@ Decision PortfolioPolicy::Decide() {
       }
       absl::StrAppend(&last_reason_,
                       "best T_c among gains >= ", options_.epsilon);
+      if (current_ == 0 && Leader(-1) != 0) {
+        absl::StrAppend(&last_reason_, ", dense unless beaten by ",
+                        kLeaveDenseMargin);
+      }
       pick_after_trials_ = false;
+      confirming_ = false;
     }
     send = current_;
   }
@@ -344,6 +391,14 @@ Decision PortfolioPolicy::Finish(int send) {
     // window_gain_steps), so the first sample's e_0 is this candidate's own
     // backlog, not its predecessor's.
     d.window_gain_steps = streak_ <= warmup_ ? warmup_ : options_.gain_window;
+    // Settled with a gain well clear of epsilon: one window in
+    // kGainEvery is measured (the engine keeps no sums in between).
+    const int64_t w = (streak_ - warmup_) / std::max<int64_t>(
+                                                1, options_.gain_window);
+    if (settled && !exploring() && streak_ > warmup_ && w % kGainEvery != 0 &&
+        has_gain_[send] && gains_[send] >= options_.epsilon + kGainSlack) {
+      d.window_gain_steps = 0;
+    }
   }
   ++decisions_;
   return d;
@@ -413,18 +468,15 @@ bool PortfolioPolicy::SkipByCeiling(int i) {
   if (!window_mode_ || !options_.throughput_bound || tc_[i].count > 0) {
     return false;
   }
-  const int best = Best(i);
-  if (tc_[best].count == 0) return false;
   const double ceiling = Ceiling(i);
-  const double bound = (1 - kBoundMargin) * Tc(best);
-  if (ceiling >= bound) return false;
+  const double bar = Bar(i);
+  if (ceiling >= bar) return false;
   bounded_[i] = true;
   has_gain_[i] = false;
   last_reason_ = absl::StrCat(
       ChoiceName(candidates_[i]), " skipped: its throughput is at most ",
       absl::SixDigits(ceiling), " (dense's / ", MinBytesFraction(i),
-      " of its bytes) < ", 1 - kBoundMargin, " x T_c ",
-      absl::SixDigits(Tc(best)), " of ", ChoiceName(candidates_[best]), "; ");
+      " of its bytes) < ", absl::SixDigits(bar), ", what it must reach; ");
   return true;
 }
 
@@ -434,9 +486,8 @@ void PortfolioPolicy::MaybeBound(int i) {
     return;
   }
   if (trial_left_ == 0) return;  // Its last step is decided already.
-  const int best = Best(i);
-  const double bound = (1 - kBoundMargin) * Tc(best);
-  if (tc_[best].count == 0 || tc_[i].mean() >= bound) return;
+  const double bar = Bar(i);
+  if (tc_[i].mean() >= bar) return;
   bounded_[i] = true;
   has_gain_[i] = false;
   trial_left_ = 0;
@@ -444,10 +495,10 @@ void PortfolioPolicy::MaybeBound(int i) {
     trying_ = -1;
     pick_after_trials_ = true;
   }
-  last_reason_ = absl::StrCat(
-      ChoiceName(candidates_[i]), " bounded out: throughput ",
-      absl::SixDigits(tc_[i].mean()), " < ", 1 - kBoundMargin, " x T_c ",
-      absl::SixDigits(Tc(best)), " of ", ChoiceName(candidates_[best]), "; ");
+  last_reason_ = absl::StrCat(ChoiceName(candidates_[i]),
+                              " bounded out: throughput ",
+                              absl::SixDigits(tc_[i].mean()), " < ",
+                              absl::SixDigits(bar), ", what it must reach; ");
 }
 
 void PortfolioPolicy::MaybeRetry() {
@@ -475,17 +526,23 @@ void PortfolioPolicy::MaybeRetry() {
   }
   // Gains change as training goes on: the failed candidate that would pay
   // most if it passed now (higher T_c than the choice), closest to epsilon.
+  // What a candidate must beat to replace the choice: its T_c, and dense's
+  // by the margin while dense is the choice.
+  const double need = std::max(
+      Tc(current_), current_ == 0 && options_.throughput_bound
+                        ? (1 + kLeaveDenseMargin) * Tc(0)
+                        : 0.0);
   int retry = -1;
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
     if (bounded_[i]) {
       // Its raw throughput (measured, or the ceiling dense's sets) bounds
-      // its T_c: worth a trial once it beats the choice's T_c.
-      if (Ceiling(i) <= Tc(current_)) continue;
+      // its T_c: worth a trial once it beats what the choice has.
+      if (Ceiling(i) <= need) continue;
       if (retry < 0) retry = i;
       continue;
     }
     if (Eligible(i) || !has_gain_[i] || tc_[i].count == 0) continue;
-    if (Tc(i) <= Tc(current_)) continue;
+    if (Tc(i) <= need) continue;
     if (retry < 0 || gains_[i] > gains_[retry]) retry = i;
   }
   if (retry < 0) return;

@@ -71,7 +71,8 @@
 // lossy trial with another queued behind it is extended by up to kGainLag
 // steps until its gain (one step of lag) arrives, so the next trial can be
 // judged against it. The choice's gain is re-measured every gain_window steps
-// while it is sent, and the rule is applied again at each sample. Gains change
+// while it is sent (one window in kGainEvery once settled with a gain clear
+// of epsilon by kGainSlack), and the rule is applied again at each sample. Gains change
 // as training goes on (PowerSGD rank 4 on the MLP: 0.82 in its trial at steps
 // 70-130, 0.92 later), so every max(window, 4 * trial) decisions one failed
 // candidate whose T_c beats the choice's (the one closest to epsilon) is tried
@@ -95,11 +96,17 @@
 // allreduce moves 2 (P - 1) / P buffers). So T <= T_dense / fraction, and a
 // candidate whose ceiling is under the bound is skipped without being sent
 // (on the experiment's MLP at 100 Mbit/s: fp16 and top-k CF 10 once
-// PowerSGD rank 4 is measured). Dense's early measure is a cold one: once
-// per re-trial period, while dense is within the margin of the choice's
-// T_c, it is measured again for kRemeasureTrial steps, and a lossless
-// choice right after it, so both means come from the same stretch (never on
-// a slow link, where dense is far behind): the counterpart of GraVAC's
+// PowerSGD rank 4 is measured). Dense keeps its place unless a candidate's
+// T_c beats it by kLeaveDenseMargin (a candidate whose raw throughput cannot
+// is bounded out too), and before it is left for a candidate whose T_c is
+// within 1 / (1 - kBoundMargin) of its own, both are measured afresh, one
+// after the other, for kRemeasureTrial steps each (the confirm): a trial's
+// mean comes from another stretch of training, and on loopback with 4 ranks
+// on 2 cores fp16's 3-step trial read 6% above dense while its steps were
+// 10-34% slower. Dense's single-step measure is a cold one: once per
+// re-trial period, while dense is within the margin of the choice's T_c, it
+// is measured again, and a lossless choice right after it. Neither happens
+// on a slow link, where dense is far behind: the counterpart of GraVAC's
 // plain-dense guard.
 // TERSE_GRAVAC_THROUGHPUT_GUARD=off turns the bound and the ceiling off
 // (every trial runs to its end, as before the bound existed).
@@ -183,17 +190,32 @@ class PortfolioPolicy : public Policy {
   // Steps a lossless candidate is tried for in window mode (its T_c only).
   static constexpr int64_t kLosslessTrial = 3;
   // Steps dense is tried for in window mode (all measured: dense has no
-  // state to warm up).
-  static constexpr int64_t kDenseTrial = 2;
-  // Steps of dense's (and a lossless choice's) re-measure, once per re-trial
-  // period where dense could still win: only on links where dense is cheap.
+  // state to warm up). One: on a slow link a dense step is the dearest step
+  // there is, and where dense could win, it is measured again beside its
+  // rival before it is left (kRemeasureTrial, the confirm).
+  static constexpr int64_t kDenseTrial = 1;
+  // Steps of each side of a side-by-side measure: dense and its rival, one
+  // after the other (the confirm before dense is left, and the re-measure
+  // once per re-trial period); only where dense could still win.
   static constexpr int64_t kRemeasureTrial = 8;
+  // Window mode with the bound on: a candidate replaces dense only when its
+  // T_c beats dense's by this much (relative). Dense loses nothing and
+  // costs no compute; a smaller edge is within the noise of a few steps'
+  // mean (measured on loopback, 4 ranks on 2 cores: fp16's 3-step mean came
+  // out 6% above dense's while its steps were 10-34% slower).
+  static constexpr double kLeaveDenseMargin = 0.1;
   // The throughput bound (see the header comment).
   static constexpr int64_t kBoundSteps = 3;
   static constexpr double kBoundMargin = 0.2;
   // Window mode: steps a finished lossy trial is extended by while its gain
   // (one step of lag) is awaited, when another trial is queued behind it.
   static constexpr int64_t kGainLag = 2;
+  // Window mode, settled on a lossy choice whose gain is at least epsilon +
+  // kGainSlack: its gain is measured in one window of every kGainEvery
+  // (each window costs the engine a pass over the bucket per step: 3% of
+  // the MLP's step at 100 Mbit/s); a gain nearer epsilon, every window.
+  static constexpr int64_t kGainEvery = 4;
+  static constexpr double kGainSlack = 0.03;
   bool bounded(int i) const { return bounded_[i]; }
 
  private:
@@ -205,7 +227,20 @@ class PortfolioPolicy : public Policy {
   bool Eligible(int i) const;
   // argmax T_c among measured eligible candidates, with omega saturation;
   // `exclude` (or -1) is left out. Dense when nothing else qualifies.
+  int Leader(int exclude) const;
+  // The paper's rule: Leader(exclude), except that in window mode with the
+  // bound on, dense (when measured and not excluded) keeps its place unless
+  // the leader's T_c beats it by kLeaveDenseMargin.
   int Best(int exclude) const;
+  // The raw throughput candidate `i` must reach to have a chance: (1 -
+  // kBoundMargin) x the best other T_c, and (1 + kLeaveDenseMargin) x
+  // dense's where the dense margin applies. 0 while nothing is measured.
+  double Bar(int i) const;
+  // Window mode, about to settle away from dense: when the leader's T_c is
+  // within 1 / (1 - kBoundMargin) of dense's (it could be noise, or a mean
+  // from another stretch of training), both are measured afresh, one after
+  // the other, before the rule is applied (confirming_). True when queued.
+  bool MaybeConfirm();
   void AfterSurvey();
   // Window mode: queues one failed candidate for a new trial (see above).
   void MaybeRetry();
@@ -257,6 +292,10 @@ class PortfolioPolicy : public Policy {
   // longer trials. Not checkpointed: after a restore they run kDenseTrial /
   // kLosslessTrial steps.
   bool remeasuring_ = false;
+  // The side-by-side measure before leaving dense is under way or done
+  // (MaybeConfirm); cleared by the pick that follows it. Not checkpointed:
+  // after a restore the confirm may run once more.
+  bool confirming_ = false;
   int64_t streak_ = 0;  // Decisions in a row sending it, minus one.
   std::string last_reason_ = "start: dense until the first survey";
   bool window_mode_ = false;

@@ -62,6 +62,12 @@ CONFIGS = {
     # 0.9); the window as the single-family runs.
     "gravac-portfolio": ("terse", {"TERSE_COMPRESSION": "gravac",
                                    "TERSE_GRAVAC_WINDOW": "50"}),
+    # Diagnostic: the portfolio's path with dense its only candidate, so it
+    # is dense on every step through the compressed reducer: what settling
+    # on dense costs against plain dense ("dense").
+    "gravac-dense-only": ("terse", {"TERSE_COMPRESSION": "gravac",
+                                    "TERSE_GRAVAC_CANDIDATES": "none",
+                                    "TERSE_GRAVAC_WINDOW": "50"}),
     # GraVAC as its paper runs it: one sparsifier family without a level
     # (TERSE_GRAVAC_CANDIDATES=<family>, not the portfolio). Epsilon 0.7
     # (the paper's other setting; with the library default 0.9 no CF passes
