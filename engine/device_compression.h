@@ -12,15 +12,19 @@
 // sign bits encoded on the device, the CPU path's payload allgathered over
 // the control communicator, decoded on the device in rank order), qsgd
 // (the same with per-bucket norms and stochastically rounded codes, the
-// CPU compressor's seeds) and topk, dgc (error feedback:
-// a = g + residual on the device; selection, gather and the residual
-// update a - sent on the device; only the k indices and values and one
-// squared norm reach the host). Sparse payloads are built and parsed by
-// compressors/payload.h, so they are byte for byte the CPU path's wire
-// format (payload plus the reducer's statistics trailer), allgathered over
-// the control communicator, validated on the host, and scattered in rank
-// order into the bucket on the device. Results equal the CompressedReducer's
-// on the same inputs bit for bit on the simulated device.
+// CPU compressor's seeds) and the sparsifiers topk, dgc, redsync and
+// threshold (error feedback: a = g + residual on the device; selection as
+// the CPU sparsifier selects, gather and the residual update a - sent on
+// the device). Sparse messages are byte for byte the CPU path's wire
+// format (the compressors/payload.h payload plus the reducer's statistics
+// trailer): over the device communicator they are built, gathered,
+// validated (indices on the device, headers on the host) and decoded on
+// the device, and only DGC's / RedSync's / threshold's counts and the
+// 40-byte headers reach the host; staged, the k entries come to the host,
+// which builds, allgathers over the control communicator and validates
+// them, and the entries are scattered in rank order on the device. Results
+// equal the CompressedReducer's on the same inputs bit for bit on the
+// simulated device.
 //
 // Residuals live in device allocations of the bucket's DeviceRuntime, one
 // per tensor (keyed by name, as ResidualStore keys them). They join the
@@ -31,8 +35,9 @@
 // the bucket's state from the reducer (TakeResidual, TakeRestoredBucket),
 // so state saved on one device kind loads on another.
 //
-// The adaptive policies HandlesPolicy accepts (gravac with one topk or dgc
-// family, accordion with topk, dgc or powersgd) run the CompressedReducer's
+// The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc or
+// redsync family, accordion with topk, dgc, redsync or powersgd) run the
+// CompressedReducer's
 // protocol here too (PolicyStep): probes, norms (reduced on the device; only
 // the scalars reach the host policy), statistics exchange, one step of lag;
 // the decisions and results equal the CPU path's bit for bit on the
@@ -41,8 +46,7 @@
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
 // on the simulated device and refuses them on CUDA): gravac's portfolio and
-// its randomk / redsync families, redsync, threshold, and
-// TERSE_MOMENTUM_CORRECTION.
+// its randomk family, and TERSE_MOMENTUM_CORRECTION.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState

@@ -70,7 +70,8 @@ inline absl::Status Ensure(const DeviceCompression::Target& t, int64_t bytes,
 }
 
 // Sends the CPU path's message, `payload` then the statistics trailer
-// (norm_ef = ||a||^2 and the payload's byte count), and gathers every
+// (norm_ef = ||a||^2, 0 where no policy reads it, and the payload's byte
+// count), and gathers every
 // rank's: with Allgather when every rank's is `fixed_size`, else with
 // AllgathervUnknownSizes. `sizes` gets each rank's message bytes, the
 // messages lie back to back in `gathered`. Collective over `control`.
@@ -126,13 +127,12 @@ struct DeviceCompression::BucketState {
   CompressorId id_kind = CompressorId::kNone;
   CompressorOptions options;
   // Device buffers.
-  DeviceBuffer half, a, indices, values, norm, recv_indices, recv_values,
+  DeviceBuffer half, a, indices, values, recv_indices, recv_values,
       sent_negated;
   // Host copies; each is reused only after the stream ran the work that
   // reads or writes it (the step's Synchronize comes first).
   std::vector<uint32_t> host_indices;
   std::vector<float> host_values;
-  double host_norm = 0;
   std::vector<uint32_t> up_indices;
   std::vector<float> up_values, up_negated;
   // efsignsgd: the encoded body (device), every rank's (device, and its

@@ -182,18 +182,14 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
   TERSE_RETURN_IF_ERROR(
       Ensure(t, std::max<int64_t>(bit_bytes, 1), &s.sign_bits));
   TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
-  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
   float* scales = s.values.as<float>();
   uint8_t* bits = s.sign_bits.as<uint8_t>();
-  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
   TERSE_RETURN_IF_ERROR(ops->SignEncode(t.stream, a, n, block, scales, bits));
   s.host_values.resize(blocks);
   s.host_bits.resize(bit_bytes);
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_values.data(), scales, blocks * 4));
   TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_bits.data(), bits, bit_bytes));
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
 
   // The CPU compressor's payload: the block size as its parameter, the
@@ -214,7 +210,7 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
   const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
   std::vector<uint8_t> gathered;
   std::vector<int64_t> sizes;
-  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm,
+  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), /*norm_ef=*/0.0,
                                         /*fixed_size=*/true, control, &gathered,
                                         &sizes));
   const int64_t each = sizes[0];
@@ -318,13 +314,11 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
   TERSE_RETURN_IF_ERROR(
       Ensure(t, std::max<int64_t>(words, 1) * 4, &s.sign_bits));
   TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
-  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
   float* norms = s.values.as<float>();
   uint8_t* codes = s.sign_bits.as<uint8_t>();
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.seeds.data(), s.host_seeds.data(), buckets * 8));
   TERSE_RETURN_IF_ERROR(t.stream->Memset(codes, 0, words * 4));
-  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
   TERSE_RETURN_IF_ERROR(ops->QsgdEncode(t.stream, a, n, bucket, levels,
                                         s.seeds.as<uint64_t>(), norms, codes));
   s.host_values.resize(buckets);
@@ -332,8 +326,6 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_values.data(), norms, buckets * 4));
   TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_bits.data(), codes, packed));
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
 
   // The CPU compressor's payload: levels and bucket size as parameters,
@@ -355,7 +347,7 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
   const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
   std::vector<uint8_t> gathered;
   std::vector<int64_t> sizes;
-  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm,
+  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), /*norm_ef=*/0.0,
                                         /*fixed_size=*/true, control, &gathered,
                                         &sizes));
   const int64_t each = sizes[0];
@@ -438,11 +430,10 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
   TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.a));
   TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.indices));
   TERSE_RETURN_IF_ERROR(Ensure(t, room, &s.values));
-  TERSE_RETURN_IF_ERROR(Ensure(t, sizeof(double), &s.norm));
   uint32_t* indices = s.indices.as<uint32_t>();
 
-  // Select and gather on the device; only k entries and ||a||^2 come back.
-  TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, s.norm.as<double>()));
+  // Select and gather on the device; only the k entries come back (a
+  // static policy reads no norms: the trailer's are 0, as the CPU path's).
   TERSE_ASSIGN_OR_RETURN(const int64_t kept,
                          Select(s, s.id_kind, a, k, step, indices));
   TERSE_RETURN_IF_ERROR(
@@ -455,8 +446,8 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
         const DeviceEntries entries,
         ExchangeSparseOnDevice(s, s.id_kind, indices, s.values.as<float>(),
                                kept, std::vector<double>(kStatsTrailer, 0.0),
-                               {{kStatNormEf, s.norm.as<double>()}}, control,
-                               allgatherv, &payload_bytes, /*summed=*/nullptr));
+                               /*device_stats=*/{}, control, allgatherv,
+                               &payload_bytes, /*summed=*/nullptr));
     // Error feedback: residual = a - (0 + what this rank sent, decoded).
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
     float* local = s.local.as<float>();
@@ -493,8 +484,6 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
       t.stream->Memcpy(s.host_indices.data(), indices, kept * 4));
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_values.data(), s.values.data(), kept * 4));
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(&s.host_norm, s.norm.data(), sizeof(double)));
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
 
   // The CPU path's message: the sparse payload, then the statistics.
@@ -507,8 +496,8 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
   std::vector<int64_t> sizes;
   const bool fixed = s.id_kind == CompressorId::kTopK &&
                      s.options.index_coding == IndexCoding::kU32;
-  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), s.host_norm, fixed,
-                                        control, &gathered, &sizes));
+  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), /*norm_ef=*/0.0,
+                                        fixed, control, &gathered, &sizes));
 
   TERSE_ASSIGN_OR_RETURN(
       const GatheredSparse ranks,

@@ -176,7 +176,11 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   TERSE_RETURN_IF_ERROR(
       t.stream->Memset(s.norms.data(), 0, kNumNorms * sizeof(double)));
   double* norms = s.norms.as<double>();
-  if (!in_place) {
+  // ||a||^2 and ||sent||^2 only where the policy reads them (the CPU
+  // path's step norms): a decision that wants its statistics; 0 otherwise,
+  // on every rank.
+  const bool step_norms = decision.wants_stats;
+  if (!in_place && step_norms) {
     TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, norms + kEf));
   }
 
@@ -237,7 +241,10 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   }
   if (sending != nullptr) {
     // Error feedback before the sum replaces a: residual = a - sent.
-    TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, local, n, norms + kSent));
+    if (step_norms) {
+      TERSE_RETURN_IF_ERROR(
+          ops->SquaredNorm(t.stream, local, n, norms + kSent));
+    }
     for (const Segment& seg : s.segments) {
       Residual& r = residuals_[seg.name];
       TERSE_RETURN_IF_ERROR(ops->Subtract(t.stream, a + seg.offset,
@@ -301,7 +308,9 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                            r.buffer.as<float>(), seg.count));
                        r.valid = true;
                      }
-                     return ops->SquaredNorm(t.stream, own, n, norms + kSent);
+                     return step_norms ? ops->SquaredNorm(t.stream, own, n,
+                                                          norms + kSent)
+                                       : absl::OkStatus();
                    }));
     TERSE_RETURN_IF_ERROR(
         t.stream->Memcpy(&s.host_norms[kSent], norms + kSent, sizeof(double)));
