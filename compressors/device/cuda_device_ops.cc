@@ -53,6 +53,22 @@ absl::Status CudaDeviceOps::Add(Stream* stream, const float* x, float* y,
   return device_ops_cuda::Add(ordinal_, stream->native_handle(), x, y, n);
 }
 
+absl::Status CudaDeviceOps::MomentumAccumulate(Stream* stream, float m,
+                                              float* u, float* g, int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(u, n * 4, "MomentumAccumulate: u"));
+  TERSE_RETURN_IF_ERROR(Check(g, n * 4, "MomentumAccumulate: g"));
+  return device_ops_cuda::MomentumAccumulate(ordinal_, stream->native_handle(),
+                                             m, u, g, n);
+}
+
+absl::Status CudaDeviceOps::ClearWhereSent(Stream* stream, const float* sent,
+                                           float* x, int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(sent, n * 4, "ClearWhereSent: sent"));
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "ClearWhereSent: x"));
+  return device_ops_cuda::ClearWhereSent(ordinal_, stream->native_handle(),
+                                         sent, x, n);
+}
+
 absl::Status CudaDeviceOps::Subtract(Stream* stream, const float* x,
                                      const float* y, float* out, int64_t n) {
   TERSE_RETURN_IF_ERROR(Check(x, n * 4, "Subtract: x"));

@@ -46,6 +46,13 @@ class DeviceOps {
   // y[i] += x[i], i < n.
   virtual absl::Status Add(Stream* stream, const float* x, float* y,
                            int64_t n) = 0;
+  // DGC's momentum correction (engine/momentum_correction.h): u[i] = m *
+  // u[i] + g[i] (two roundings, as the CPU), then g[i] = u[i].
+  virtual absl::Status MomentumAccumulate(Stream* stream, float m, float* u,
+                                          float* g, int64_t n) = 0;
+  // x[i] = 0 where sent[i] != 0 (DGC's masking of what was sent).
+  virtual absl::Status ClearWhereSent(Stream* stream, const float* sent,
+                                      float* x, int64_t n) = 0;
   // out[i] = x[i] - y[i] (error feedback's a - sent); out may alias x.
   virtual absl::Status Subtract(Stream* stream, const float* x, const float* y,
                                 float* out, int64_t n) = 0;

@@ -47,6 +47,24 @@ __global__ void SubtractKernel(const float* x, const float* y, float* out,
   }
 }
 
+// No FMA contraction: the CPU rounds the product, then the sum.
+__global__ void MomentumAccumulateKernel(float m, float* u, float* g,
+                                         int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = __fadd_rn(__fmul_rn(m, u[i]), g[i]);
+    u[i] = v;
+    g[i] = v;
+  }
+}
+
+__global__ void ClearWhereSentKernel(const float* sent, float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (sent[i] != 0.0f) x[i] = 0.0f;
+  }
+}
+
 __global__ void CastToHalfKernel(const float* x, uint16_t* out, int64_t n,
                                  bool bf16) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -356,6 +374,26 @@ absl::Status Subtract(int device, void* stream, const float* x, const float* y,
   SubtractKernel<<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       x, y, out, n);
   return LaunchError("Subtract");
+}
+
+absl::Status MomentumAccumulate(int device, void* stream, float m, float* u,
+                                float* g, int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "MomentumAccumulate");
+  if (!set.ok()) return set;
+  MomentumAccumulateKernel<<<Blocks(n), kThreads, 0,
+                             static_cast<cudaStream_t>(stream)>>>(m, u, g, n);
+  return LaunchError("MomentumAccumulate");
+}
+
+absl::Status ClearWhereSent(int device, void* stream, const float* sent,
+                            float* x, int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "ClearWhereSent");
+  if (!set.ok()) return set;
+  ClearWhereSentKernel<<<Blocks(n), kThreads, 0,
+                         static_cast<cudaStream_t>(stream)>>>(sent, x, n);
+  return LaunchError("ClearWhereSent");
 }
 
 absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,

@@ -23,6 +23,10 @@ absl::Status Add(int device, void* stream, const float* x, float* y, int64_t n);
 // out[i] = x[i] - y[i].
 absl::Status Subtract(int device, void* stream, const float* x, const float* y,
                       float* out, int64_t n);
+absl::Status MomentumAccumulate(int device, void* stream, float m, float* u,
+                                float* g, int64_t n);
+absl::Status ClearWhereSent(int device, void* stream, const float* sent,
+                            float* x, int64_t n);
 // out[i] = half(x[i]) (bf16 when `bf16`), round to nearest even.
 absl::Status CastToHalf(int device, void* stream, const float* x, uint16_t* out,
                         int64_t n, bool bf16);

@@ -228,6 +228,26 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     TERSE_ASSIGN_OR_RETURN(std::vector<uint32_t> got, f.Download(di, count));
     TERSE_RETURN_IF_ERROR(SameBits(got, want, "SampledTopK"));
   }
+  {  // MomentumAccumulate and ClearWhereSent against the CPU loops.
+    const std::vector<float> u0 = Values(d, 11), g0 = Values(d, 12);
+    std::vector<float> sent(d, 0.0f);
+    for (int64_t i = 0; i < d; i += 7) sent[i] = g0[i];
+    TERSE_ASSIGN_OR_RETURN(float* du, f.Upload(u0));
+    TERSE_ASSIGN_OR_RETURN(float* dg, f.Upload(g0));
+    TERSE_ASSIGN_OR_RETURN(float* ds, f.Upload(sent));
+    TERSE_RETURN_IF_ERROR(ops->MomentumAccumulate(s, 0.9f, du, dg, d));
+    TERSE_RETURN_IF_ERROR(ops->ClearWhereSent(s, ds, du, d));
+    std::vector<float> u = u0, g = g0;
+    for (int64_t i = 0; i < d; ++i) {
+      u[i] = 0.9f * u[i] + g[i];
+      g[i] = u[i];
+      if (sent[i] != 0.0f) u[i] = 0.0f;
+    }
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> got_u, f.Download(du, d));
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> got_g, f.Download(dg, d));
+    TERSE_RETURN_IF_ERROR(SameBits(got_u, u, "MomentumAccumulate+Clear: u"));
+    TERSE_RETURN_IF_ERROR(SameBits(got_g, g, "MomentumAccumulate: g"));
+  }
   {  // ThresholdSearch (RedSync) and SelectAtLeast (threshold).
     const int64_t n = 20000, k = 200;
     const std::vector<float> xs = Values(n, 5);

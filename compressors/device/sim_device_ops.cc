@@ -225,6 +225,29 @@ absl::Status SimDeviceOps::Add(Stream* stream, const float* x, float* y,
   });
 }
 
+absl::Status SimDeviceOps::MomentumAccumulate(Stream* stream, float m,
+                                             float* u, float* g, int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(u, n * 4, "MomentumAccumulate: u"));
+  TERSE_RETURN_IF_ERROR(Check(g, n * 4, "MomentumAccumulate: g"));
+  return stream->LaunchHost([m, u, g, n] {
+    for (int64_t i = 0; i < n; ++i) {
+      u[i] = m * u[i] + g[i];
+      g[i] = u[i];
+    }
+  });
+}
+
+absl::Status SimDeviceOps::ClearWhereSent(Stream* stream, const float* sent,
+                                          float* x, int64_t n) {
+  TERSE_RETURN_IF_ERROR(Check(sent, n * 4, "ClearWhereSent: sent"));
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "ClearWhereSent: x"));
+  return stream->LaunchHost([sent, x, n] {
+    for (int64_t i = 0; i < n; ++i) {
+      if (sent[i] != 0.0f) x[i] = 0.0f;
+    }
+  });
+}
+
 absl::Status SimDeviceOps::Subtract(Stream* stream, const float* x,
                                     const float* y, float* out, int64_t n) {
   TERSE_RETURN_IF_ERROR(Check(x, n * 4, "Subtract: x"));

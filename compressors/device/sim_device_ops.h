@@ -20,6 +20,10 @@ class SimDeviceOps : public DeviceOps {
 
   absl::Status Add(Stream* stream, const float* x, float* y,
                    int64_t n) override;
+  absl::Status MomentumAccumulate(Stream* stream, float m, float* u, float* g,
+                                  int64_t n) override;
+  absl::Status ClearWhereSent(Stream* stream, const float* sent, float* x,
+                              int64_t n) override;
   absl::Status Subtract(Stream* stream, const float* x, const float* y,
                         float* out, int64_t n) override;
   absl::Status CastToHalf(Stream* stream, const float* x, uint16_t* out,
