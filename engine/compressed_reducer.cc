@@ -513,6 +513,24 @@ std::optional<std::vector<float>> CompressedReducer::TakeResidual(
   return found;
 }
 
+std::optional<std::vector<float>> CompressedReducer::TakeVelocity(
+    const std::string& name, int64_t count) {
+  std::optional<std::vector<float>> found;
+  momenta_
+      .WithEntries([&](const std::vector<const ResidualStore::Entry*>& all) {
+        for (const ResidualStore::Entry* e : all) {
+          if (e->name == name && e->tensor_offset == 0 &&
+              static_cast<int64_t>(e->values.size()) == count) {
+            found = e->values;
+          }
+        }
+        return absl::OkStatus();
+      })
+      .IgnoreError();
+  if (found.has_value()) momenta_.EraseNames({name});
+  return found;
+}
+
 std::vector<BucketReport> CompressedReducer::Reports() const {
   absl::MutexLock lock(&report_mu_);
   std::vector<BucketReport> out;

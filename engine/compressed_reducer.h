@@ -118,6 +118,9 @@ class CompressedReducer : public BucketReducer {
   // For a caller that moves a restored residual elsewhere.
   std::optional<std::vector<float>> TakeResidual(const std::string& name,
                                                  int64_t count);
+  // The same for the momentum-correction velocity of tensor `name`.
+  std::optional<std::vector<float>> TakeVelocity(const std::string& name,
+                                                 int64_t count);
   // Removes and returns the restored state of the bucket with key `key`
   // (members' names joined by ','), warm-state values included; nullopt
   // when a load restored none. Only inside RunExternalStep's step.

@@ -59,10 +59,11 @@ absl::Status CompressedReducer::WriteState(checkpoint::ByteSink* sink) const {
   meta.set_bytes_sent(bytes_sent_);
   const int64_t chunk_bytes = checkpoint_chunk_bytes_;
   // Residuals held elsewhere (device buckets'), copied for this write.
-  std::vector<ResidualStore::Entry> external;
+  std::vector<ResidualStore::Entry> external, external_velocities;
   std::vector<ExternalCompressionState::SavedBucket> external_buckets;
   if (external_ != nullptr) {
     TERSE_ASSIGN_OR_RETURN(external, external_->ExportResiduals());
+    TERSE_ASSIGN_OR_RETURN(external_velocities, external_->ExportVelocities());
     TERSE_ASSIGN_OR_RETURN(external_buckets, external_->ExportBuckets());
   }
   for (const ExternalCompressionState::SavedBucket& b : external_buckets) {
@@ -86,6 +87,10 @@ absl::Status CompressedReducer::WriteState(checkpoint::ByteSink* sink) const {
       for (const ResidualStore::Entry* e : residuals) {
         tensors.push_back(
             {e->name, e->tensor_offset, CheckpointTensor::RESIDUAL, e->values});
+      }
+      for (const ResidualStore::Entry& e : external_velocities) {
+        tensors.push_back(
+            {e.name, e.tensor_offset, CheckpointTensor::VELOCITY, e.values});
       }
       for (const ResidualStore::Entry* e : velocities) {
         tensors.push_back(

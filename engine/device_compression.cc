@@ -14,6 +14,7 @@
 #include "compressors/payload.h"
 #include "engine/device_compression_internal.h"
 #include "engine/device_powersgd.h"
+#include "engine/momentum_correction.h"
 #include "gravac/policy_factory.h"
 #include "gravac/portfolio_policy.h"
 
@@ -33,6 +34,7 @@ DeviceCompression::~DeviceCompression() {
   std::set<Stream*> streams;
   for (const auto& [id, state] : buckets_) streams.insert(state->target.stream);
   for (const auto& [name, r] : residuals_) streams.insert(r.target.stream);
+  for (const auto& [name, v] : velocities_) streams.insert(v.target.stream);
   for (const Residual& r : graveyard_) streams.insert(r.target.stream);
   for (Stream* stream : streams) {
     absl::Status synced = stream->Synchronize();
@@ -85,6 +87,8 @@ absl::Status DeviceCompression::Prepare(const Target& target) {
     buckets_.clear();
     for (auto& [name, r] : residuals_) graveyard_.push_back(std::move(r));
     residuals_.clear();
+    for (auto& [name, v] : velocities_) graveyard_.push_back(std::move(v));
+    velocities_.clear();
     stale_ = false;
   }
   if (!graveyard_.empty()) {
@@ -222,6 +226,36 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
     absl::MutexLock lock(&mu_);
     TERSE_RETURN_IF_ERROR(Prepare(target));
     if (!compressible) {
+      if (config_.momentum_correction > 0) {
+        // The CPU path's ApplyMomentumBeforeDense: float32 sums only.
+        const bool fits =
+            bucket.dtype == DataType::kFloat32 && op == ReduceOp::kSum;
+        std::vector<Segment> segments;
+        int64_t offset = 0;
+        for (const BucketMember& m : bucket.members) {
+          if (!fits && MomentumCorrection::Applies(m.name)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "TERSE_MOMENTUM_CORRECTION=", config_.momentum_correction,
+                " applies momentum to float32 gradients summed or averaged "
+                "over ranks; gradient '",
+                m.name, "' is ", DataTypeName(bucket.dtype), " (op ",
+                static_cast<int>(op),
+                "): set TERSE_MOMENTUM_CORRECTION=0 and let the optimizer "
+                "apply momentum"));
+          }
+          Segment seg;
+          seg.name = m.name;
+          seg.offset = offset;
+          seg.count = m.count;
+          segments.push_back(seg);
+          offset += m.count;
+        }
+        if (fits) {
+          TERSE_ASSIGN_OR_RETURN(DeviceOps * ops, OpsFor(target));
+          TERSE_RETURN_IF_ERROR(
+              ApplyMomentum(ops, target, segments, static_cast<float*>(data)));
+        }
+      }
       TERSE_RETURN_IF_ERROR(allreduce(data, bucket.count, bucket.dtype));
       return BucketReport{bucket.id,    static_cast<int>(bucket.members.size()),
                           bucket.bytes, "none",
@@ -231,6 +265,10 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
     TERSE_ASSIGN_OR_RETURN(BucketState * s, StateFor(bucket, choice, target));
     const auto start = std::chrono::steady_clock::now();
     float* g = static_cast<float*>(data);
+    // u = m u + g, g = u (TERSE_MOMENTUM_CORRECTION), before the residual.
+    if (config_.momentum_correction > 0) {
+      TERSE_RETURN_IF_ERROR(ApplyMomentum(s->ops, target, s->segments, g));
+    }
     // a = g + residual, per tensor, on the device.
     for (const Segment& seg : s->segments) {
       TERSE_ASSIGN_OR_RETURN(Residual * r,
@@ -264,6 +302,77 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
   });
 }
 
+absl::StatusOr<DeviceCompression::Residual*> DeviceCompression::VelocityFor(
+    const std::string& name, int64_t count, const Target& target) {
+  auto it = velocities_.find(name);
+  if (it != velocities_.end() && it->second.count == count &&
+      it->second.target.runtime == target.runtime) {
+    return &it->second;
+  }
+  if (it != velocities_.end()) {
+    graveyard_.push_back(std::move(it->second));
+    velocities_.erase(it);
+  }
+  Residual v;
+  v.target = target;
+  v.count = count;
+  TERSE_ASSIGN_OR_RETURN(
+      v.buffer,
+      DeviceBuffer::Allocate(target.runtime, target.ordinal,
+                             count * static_cast<int64_t>(sizeof(float))));
+  std::optional<std::vector<float>> restored =
+      reducer_->TakeVelocity(name, count);
+  if (restored.has_value()) {
+    // The copy reads the host vector later: upload and wait (first use).
+    TERSE_RETURN_IF_ERROR(target.stream->Memcpy(
+        v.buffer.data(), restored->data(), count * sizeof(float)));
+    TERSE_RETURN_IF_ERROR(target.stream->Synchronize());
+    v.valid = true;
+  }
+  return &velocities_.emplace(name, std::move(v)).first->second;
+}
+
+absl::Status DeviceCompression::ApplyMomentum(
+    DeviceOps* ops, const Target& target, const std::vector<Segment>& segments,
+    float* g) {
+  const float m = static_cast<float>(config_.momentum_correction);
+  for (const Segment& seg : segments) {
+    if (!MomentumCorrection::Applies(seg.name)) continue;
+    TERSE_ASSIGN_OR_RETURN(Residual * v,
+                           VelocityFor(seg.name, seg.count, target));
+    if (v->valid) {
+      TERSE_RETURN_IF_ERROR(ops->MomentumAccumulate(
+          target.stream, m, v->buffer.as<float>(), g + seg.offset, seg.count));
+    } else {
+      // First step: u = g (g unchanged), as the CPU store.
+      TERSE_RETURN_IF_ERROR(target.stream->Memcpy(
+          v->buffer.data(), g + seg.offset, seg.count * sizeof(float)));
+      v->valid = true;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceCompression::MaskSent(BucketState& s, const float* local) {
+  if (config_.momentum_correction <= 0) return absl::OkStatus();
+  const Target& t = s.target;
+  for (const Segment& seg : s.segments) {
+    auto r = residuals_.find(seg.name);
+    if (r != residuals_.end() && r->second.valid) {
+      TERSE_RETURN_IF_ERROR(s.ops->ClearWhereSent(t.stream, local + seg.offset,
+                                                  r->second.buffer.as<float>(),
+                                                  seg.count));
+    }
+    auto v = velocities_.find(seg.name);
+    if (v != velocities_.end() && v->second.valid) {
+      TERSE_RETURN_IF_ERROR(s.ops->ClearWhereSent(t.stream, local + seg.offset,
+                                                  v->second.buffer.as<float>(),
+                                                  seg.count));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceCompression::MarkResidualsWritten(const Target& target) {
   std::unique_ptr<Event>& event = written_[target.stream];
   if (event == nullptr) {
@@ -286,6 +395,17 @@ void DeviceCompression::Forget(int bucket_id) {
 absl::StatusOr<std::vector<ResidualStore::Entry>>
 DeviceCompression::ExportResiduals() {
   absl::MutexLock lock(&mu_);
+  return ExportEntries(residuals_);
+}
+
+absl::StatusOr<std::vector<ResidualStore::Entry>>
+DeviceCompression::ExportVelocities() {
+  absl::MutexLock lock(&mu_);
+  return ExportEntries(velocities_);
+}
+
+absl::StatusOr<std::vector<ResidualStore::Entry>>
+DeviceCompression::ExportEntries(const std::map<std::string, Residual>& from) {
   std::vector<ResidualStore::Entry> out;
   if (stale_) return out;
   for (auto& [stream, event] : written_) {
@@ -294,7 +414,7 @@ DeviceCompression::ExportResiduals() {
   // This thread may not enqueue on the engine streams: copies go on
   // streams of its own (one per runtime), waited for at the end.
   std::map<DeviceRuntime*, std::unique_ptr<Stream>> copies;
-  for (auto& [name, r] : residuals_) {
+  for (const auto& [name, r] : from) {
     if (!r.valid) continue;
     ResidualStore::Entry e;
     e.name = name;
@@ -378,10 +498,12 @@ void DeviceCompression::OnStateLoaded() {
 void DeviceCompression::ForgetTensors(const std::vector<std::string>& names) {
   absl::MutexLock lock(&mu_);
   for (const std::string& name : names) {
-    auto it = residuals_.find(name);
-    if (it == residuals_.end()) continue;
-    graveyard_.push_back(std::move(it->second));
-    residuals_.erase(it);
+    for (std::map<std::string, Residual>* store : {&residuals_, &velocities_}) {
+      auto it = store->find(name);
+      if (it == store->end()) continue;
+      graveyard_.push_back(std::move(it->second));
+      store->erase(it);
+    }
   }
 }
 

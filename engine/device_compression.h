@@ -44,9 +44,13 @@
 // simulated device when the policy's decisions do not depend on measured
 // time (the throughput guard off).
 //
+// TERSE_MOMENTUM_CORRECTION runs here too (velocities in device memory,
+// in checkpoints through ExportVelocities / TakeVelocity), for every bucket
+// Reduce is given, compressed or not.
+//
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
 // on the simulated device and refuses them on CUDA): gravac's portfolio and
-// its randomk family, and TERSE_MOMENTUM_CORRECTION.
+// its randomk family.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -148,6 +152,7 @@ class DeviceCompression : public ExternalCompressionState {
 
   // ExternalCompressionState.
   absl::StatusOr<std::vector<ResidualStore::Entry>> ExportResiduals() override;
+  absl::StatusOr<std::vector<ResidualStore::Entry>> ExportVelocities() override;
   absl::StatusOr<std::vector<SavedBucket>> ExportBuckets() override;
   void OnStateLoaded() override;
   void ForgetTensors(const std::vector<std::string>& names) override;
@@ -172,6 +177,20 @@ class DeviceCompression : public ExternalCompressionState {
   // reducer's store held for it, on first use).
   absl::StatusOr<Residual*> ResidualFor(const std::string& name, int64_t count,
                                         const Target& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TERSE_MOMENTUM_CORRECTION (engine/momentum_correction.h) on the
+  // device: the velocity of a tensor the correction Applies to (created,
+  // with what the reducer's store held for it, on first use); u = m u + g
+  // and g = u for each such segment of `segments` in `g`; and after a
+  // sparsifier sent `local` (this rank's decoded contribution), the sent
+  // entries cleared from the residuals and the velocities.
+  absl::StatusOr<Residual*> VelocityFor(const std::string& name, int64_t count,
+                                        const Target& target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ApplyMomentum(DeviceOps* ops, const Target& target,
+                             const std::vector<Segment>& segments, float* g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MaskSent(BucketState& s, const float* local)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> CastStep(BucketState& s, float* data,
                                         const DeviceAllreduce& allreduce)
@@ -280,6 +299,11 @@ class DeviceCompression : public ExternalCompressionState {
   double PreviousStepSeconds(BucketState& s,
                              std::chrono::steady_clock::time_point now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Host copies of `from`'s valid entries (ExportResiduals and
+  // ExportVelocities), after the steps that wrote them.
+  absl::StatusOr<std::vector<ResidualStore::Entry>> ExportEntries(
+      const std::map<std::string, Residual>& from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the event ExportResiduals waits for.
   absl::Status MarkResidualsWritten(const Target& target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +317,8 @@ class DeviceCompression : public ExternalCompressionState {
   std::map<Device::Kind, std::unique_ptr<DeviceOps>> ops_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::unique_ptr<BucketState>> buckets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Residual> residuals_ ABSL_GUARDED_BY(mu_);
+  // Momentum-correction velocities, by tensor (as residuals_).
+  std::map<std::string, Residual> velocities_ ABSL_GUARDED_BY(mu_);
   // Residuals dropped between steps, freed after their stream's work.
   std::vector<Residual> graveyard_ ABSL_GUARDED_BY(mu_);
   // A load happened: the residuals here are stale (dropped at the next

@@ -119,6 +119,7 @@ absl::StatusOr<BucketReport> DeviceCompression::RandomKStep(
                                           r.buffer.as<float>(), seg.count));
     r.valid = true;
   }
+  TERSE_RETURN_IF_ERROR(MaskSent(s, local));
   // The values are the summable body of the CPU path's payload.
   TERSE_RETURN_IF_ERROR(allreduce(values, k, DataType::kFloat32));
   TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
@@ -462,6 +463,7 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
                                           r.buffer.as<float>(), seg.count));
       r.valid = true;
     }
+    TERSE_RETURN_IF_ERROR(MaskSent(s, local));
     // The sum over ranks, in rank order.
     TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
     for (size_t r = 0; r < entries.counts.size(); ++r) {
@@ -530,6 +532,17 @@ absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
     TERSE_RETURN_IF_ERROR(
         t.stream->Memcpy(r.buffer.data(), kept_a + seg.offset, seg.count * 4));
     r.valid = true;
+  }
+  if (config_.momentum_correction > 0) {
+    // What this rank sent, dense: its entries cleared from the residuals
+    // and velocities.
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
+    float* local = s.local.as<float>();
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(local, 0, n * 4));
+    TERSE_RETURN_IF_ERROR(ops->ScatterAdd(t.stream, recv_indices + own_start,
+                                          recv_values + own_start, own_count,
+                                          local));
+    TERSE_RETURN_IF_ERROR(MaskSent(s, local));
   }
   // The sum over ranks, in rank order (every rank adds the same floats in
   // the same order, as the CPU path).

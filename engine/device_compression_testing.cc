@@ -76,11 +76,12 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
                              DeviceRuntime* runtime,
                              const std::function<int(int)>& ordinal_of,
                              const std::map<std::string, std::string>& extra,
-                             bool device_gather,
-                             const CorruptGathered& corrupt) {
+                             bool device_gather, const CorruptGathered& corrupt,
+                             const Bucket* bucket_in) {
   TERSE_ASSIGN_OR_RETURN(const Config config,
                          DeviceCompressionConfig(compression, cf, extra));
-  const Bucket bucket = DeviceCompressionBucket();
+  const Bucket bucket =
+      bucket_in != nullptr ? *bucket_in : DeviceCompressionBucket();
   const int64_t n = bucket.count;
   run->device.assign(steps, std::vector<std::vector<float>>(size));
   run->cpu = run->device;
@@ -159,7 +160,7 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
       run->device_report[rank] = device_reducer.Reports().at(0);
       run->cpu_report[rank] = cpu_reducer.Reports().at(0);
       run->store_residual[rank] =
-          device_reducer.Residual("layer0.weight", 40000);
+          device_reducer.Residual(bucket.members[0].name, 40000);
     }
     return absl::OkStatus();
   });

@@ -54,6 +54,7 @@ struct Outcome {
 // SimDeviceCommunicator (DeviceCompression's device allgatherv), else
 // through the host. `corrupt` (when set) runs on the gathered device
 // messages of every rank before they are read (fault injection).
+// `bucket` (when set) replaces DeviceCompressionBucket() (the same sizes).
 using CorruptGathered = std::function<void(
     int rank, void* gathered, const std::vector<int64_t>& recv_bytes)>;
 absl::Status RunDeviceAndCpu(
@@ -61,7 +62,8 @@ absl::Status RunDeviceAndCpu(
     Outcome* run, DeviceRuntime* runtime,
     const std::function<int(int)>& ordinal_of,
     const std::map<std::string, std::string>& extra = {},
-    bool device_gather = false, const CorruptGathered& corrupt = {});
+    bool device_gather = false, const CorruptGathered& corrupt = {},
+    const Bucket* bucket = nullptr);
 
 // OK when every step's results are bitwise equal and the reports agree
 // (every step's, when recorded).

@@ -8,7 +8,6 @@
 #include "common/status.h"
 #include "compressors/registry.h"
 #include "device/cuda_kernels.h"
-#include "engine/momentum_correction.h"
 #include "engine/scale.h"
 
 namespace terse {
@@ -120,13 +119,6 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
         "redsync family (TERSE_GRAVAC_CANDIDATES), and accordion with topk, "
         "dgc, redsync or powersgd); pass one of those or \"none\", or "
         "exclude the tensor with TERSE_COMPRESSION_RULES"));
-  }
-  if (config_.momentum_correction > 0 && MomentumCorrection::Applies(e.name)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", e.name, "': TERSE_MOMENTUM_CORRECTION on ",
-        e.input.device.ToString(),
-        " tensors is not implemented yet; set TERSE_MOMENTUM_CORRECTION=0 "
-        "and let the optimizer apply momentum"));
   }
   return absl::OkStatus();
 }
@@ -264,11 +256,10 @@ absl::Status DeviceExecutor::RunBucket(
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
   const bool reduce = needs_reducer_ && needs_reducer_(bucket);
-  if (reduce && config_.momentum_correction <= 0 &&
-      DeviceCompression::Handles(
-          ChooseCompressionFor(bucket.members.front().name, bucket.compression,
-                               config_),
-          config_)) {
+  const CompressionChoice choice = ChooseCompressionFor(
+      bucket.members.front().name, bucket.compression, config_);
+  if (reduce &&
+      (DeviceCompression::Handles(choice, config_) || choice.name == "none")) {
     // Compression on the device, in stream order.
     const DeviceCompression::Target target{ctx->runtime, ctx->ordinal,
                                            ctx->stream.get()};

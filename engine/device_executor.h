@@ -31,11 +31,12 @@
 // always staged through the host.
 //
 // Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
-// randomk, efsignsgd and qsgd, gravac with one topk or dgc family and
-// accordion with topk, dgc or powersgd run on the device, in stream order,
-// with their residuals in device memory (DeviceCompression,
-// engine/device_compression.h), on CUDA and on the simulated device. The
-// other compressors and policies and TERSE_MOMENTUM_CORRECTION run only
+// randomk, efsignsgd and qsgd (and redsync, threshold), gravac with one
+// topk, dgc or redsync family and accordion with topk, dgc, redsync or
+// powersgd, and TERSE_MOMENTUM_CORRECTION run on the device, in stream
+// order, with their residuals and velocities in device memory
+// (DeviceCompression, engine/device_compression.h), on CUDA and on the
+// simulated device. The other policies (gravac's portfolio) run only
 // where the runtime's memory is host-addressable (the simulated device):
 // there a bucket that `needs_reducer` says so is reduced by the engine's
 // CompressedReducer (its CPU kernels, residuals and velocities, payloads
@@ -90,8 +91,8 @@ class DeviceExecutor {
                          const char* what);
   // Enqueue time (any thread): the device rules of an op: CheckView of its
   // views, output on the input's device, a ready event only for device
-  // tensors, and on CUDA only the compression DeviceCompression handles and
-  // no momentum correction (Unimplemented otherwise).
+  // tensors, and on CUDA only the compression DeviceCompression handles
+  // (Unimplemented otherwise).
   absl::Status CheckEntry(const TensorEntry& e);
 
   // Whether `kind`'s memory is host-addressable (false without a runtime).

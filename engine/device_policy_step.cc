@@ -252,6 +252,7 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                                           r.buffer.as<float>(), seg.count));
       r.valid = true;
     }
+    TERSE_RETURN_IF_ERROR(MaskSent(s, local));
   }
   std::vector<double> stats(kStatsTrailer, 0.0);
   stats[kStatSeconds] = previous_seconds;

@@ -520,11 +520,12 @@ absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
 // starts).
 absl::Status CheckpointAcross(SimRuntime* sim, Engine& engine,
                               const std::string& spec, int rank,
-                              std::vector<int64_t> shape) {
+                              std::vector<int64_t> shape,
+                              const std::string& prefix = "") {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
   int64_t n = 1;
   for (int64_t dim : shape) n *= dim;
-  const std::string a = "a." + spec, b = "b." + spec;
+  const std::string a = prefix + "a." + spec, b = prefix + "b." + spec;
   std::vector<double> dev;
   std::vector<float> cpu;
   for (int step = 0; step < 2; ++step) {
@@ -557,6 +558,26 @@ absl::Status CheckpointAcrossDeviceKinds(SimRuntime* sim, int rank,
   // rank; the default switch period keeps it there): the pending decision
   // and norms, the accumulator and the warm starts of that rank.
   return CheckpointAcross(sim, engine, "accordion", rank, {40, 50});
+}
+
+// TERSE_MOMENTUM_CORRECTION (this scenario's configuration) on gradients
+// ("grad." names): the device path equals the CPU path (momentum, then
+// top-k with the sent entries masked out of residual and velocity), and a
+// checkpoint's velocities (held in device memory for the device tensor)
+// load across device kinds, the next step equal to the saving engine's.
+absl::Status MomentumAcrossDeviceKinds(SimRuntime* sim, int rank,
+                                       Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  for (int step = 0; step < 3; ++step) {
+    std::vector<double> dev;
+    std::vector<float> cpu;
+    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, "none", "grad.dev.none",
+                                   "grad.cpu.none", Gradient(rank, step, 500),
+                                   &dev, &cpu));
+    TERSE_RETURN_IF_ERROR(
+        ExpectSame(dev, cpu, absl::StrCat("momentum dense step ", step)));
+  }
+  return CheckpointAcross(sim, engine, "topk:10", rank, {2000}, "grad.");
 }
 
 }  // namespace
@@ -592,6 +613,22 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
       s.options.devices = runtimes;
       all.push_back(std::move(s));
     }
+  }
+  for (const char* mode : {"nccl", "mpi"}) {
+    Scenario s;
+    s.name = std::string(mode) == "mpi" ? "MomentumAcrossDeviceKindsStaged"
+                                        : "MomentumAcrossDeviceKinds";
+    const std::string ops = mode;
+    s.configure = [ops](Config* c) {
+      c->gpu_operations = ops;
+      c->min_compress_bytes = 0;
+      c->momentum_correction = 0.9;
+    };
+    s.body = [sim](int rank, Engine& engine) {
+      return MomentumAcrossDeviceKinds(sim, rank, engine);
+    };
+    s.options.devices = runtimes;
+    all.push_back(std::move(s));
   }
   return all;
 }

@@ -29,6 +29,11 @@ class ExternalCompressionState {
   // place). May block for device work that produced them.
   virtual absl::StatusOr<std::vector<ResidualStore::Entry>>
   ExportResiduals() = 0;
+  // Copies of the momentum-correction velocities this state holds, as
+  // ExportResiduals (keys never overlap the reducer's).
+  virtual absl::StatusOr<std::vector<ResidualStore::Entry>> ExportVelocities() {
+    return std::vector<ResidualStore::Entry>();
+  }
   // Bucket states to write with the reducer's (keys never overlap theirs):
   // each header as the reducer writes its own (policy state, warm-state
   // entries without values), and the warm states' values, one per

@@ -54,7 +54,7 @@ absl::Status CudaDeviceOps::Add(Stream* stream, const float* x, float* y,
 }
 
 absl::Status CudaDeviceOps::MomentumAccumulate(Stream* stream, float m,
-                                              float* u, float* g, int64_t n) {
+                                               float* u, float* g, int64_t n) {
   TERSE_RETURN_IF_ERROR(Check(u, n * 4, "MomentumAccumulate: u"));
   TERSE_RETURN_IF_ERROR(Check(g, n * 4, "MomentumAccumulate: g"));
   return device_ops_cuda::MomentumAccumulate(ordinal_, stream->native_handle(),

@@ -225,8 +225,8 @@ absl::Status SimDeviceOps::Add(Stream* stream, const float* x, float* y,
   });
 }
 
-absl::Status SimDeviceOps::MomentumAccumulate(Stream* stream, float m,
-                                             float* u, float* g, int64_t n) {
+absl::Status SimDeviceOps::MomentumAccumulate(Stream* stream, float m, float* u,
+                                              float* g, int64_t n) {
   TERSE_RETURN_IF_ERROR(Check(u, n * 4, "MomentumAccumulate: u"));
   TERSE_RETURN_IF_ERROR(Check(g, n * 4, "MomentumAccumulate: g"));
   return stream->LaunchHost([m, u, g, n] {
