@@ -119,6 +119,29 @@ TEST(DevicePolicyGuardTest, TheGuardsDenseStepsEqualTheCpuPath) {
   EXPECT_EQ(sim.live_allocations(), 0);
 }
 
+// Gravac with TERSE_MOMENTUM_CORRECTION on a gradient ("grad.") tensor:
+// velocities on the device, the sent entries of each compressed step masked
+// out of them; the same decisions and results as the CPU path.
+TEST(DevicePolicyMomentumTest, GravacWithMomentumEqualsTheCpuPath) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  Bucket bucket = DeviceCompressionBucket();
+  bucket.members[0].name = "grad.layer0.weight";
+  std::map<std::string, std::string> settings = Gravac("topk");
+  settings["TERSE_MOMENTUM_CORRECTION"] = "0.9";
+  for (const bool device_gather : {false, true}) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        3, "gravac", "10", 6, &run, &sim, [](int rank) { return rank; },
+        settings, device_gather, {}, &bucket);
+    ASSERT_TRUE(st.ok()) << st;
+    st = ExpectBitwiseEqual(run, "gravac with momentum");
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_NE(run.device_steps[5][0].find("sent topk"), std::string::npos)
+        << run.device_steps[5][0];
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
 // Error feedback under a policy loses nothing: what the ranks sent plus what
 // stays in their residuals is the sum of every gradient (fp64 oracle),
 // across dense steps (which drop the residual after sending it) and
