@@ -52,11 +52,13 @@ bool DeviceCompression::HandlesPolicy(const CompressionChoice& choice,
     if (!gravac::IsSingleFamily(config.gravac_candidates, &family)) {
       return false;  // The portfolio.
     }
-    return family == "topk" || family == "dgc" || family == "redsync";
+    return family == "topk" || family == "dgc" || family == "redsync" ||
+           family == "randomk";
   }
   const std::string& c = config.accordion_compressor;
   return choice.name == "accordion" &&
-         (c == "topk" || c == "dgc" || c == "redsync" || c == "powersgd");
+         (c == "topk" || c == "dgc" || c == "redsync" || c == "randomk" ||
+          c == "powersgd");
 }
 
 bool DeviceCompression::Handles(const CompressionChoice& choice,

@@ -35,8 +35,9 @@
 // the bucket's state from the reducer (TakeResidual, TakeRestoredBucket),
 // so state saved on one device kind loads on another.
 //
-// The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc or
-// redsync family, accordion with topk, dgc, redsync or powersgd) run the
+// The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc,
+// redsync or randomk family, accordion with any of those or powersgd) run
+// the
 // CompressedReducer's
 // protocol here too (PolicyStep): probes, norms (reduced on the device; only
 // the scalars reach the host policy), statistics exchange, one step of lag;
@@ -49,8 +50,7 @@
 // Reduce is given, compressed or not.
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
-// on the simulated device and refuses them on CUDA): gravac's portfolio and
-// its randomk family.
+// on the simulated device and refuses them on CUDA): gravac's portfolio.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -112,14 +112,15 @@ class DeviceCompression : public ExternalCompressionState {
   DeviceCompression& operator=(const DeviceCompression&) = delete;
 
   // Whether buckets whose tensors have compression `choice` go through
-  // Reduce: a static policy of fp16, bf16, topk, dgc, powersgd, randomk,
-  // efsignsgd or qsgd, or an adaptive policy HandlesPolicy accepts.
+  // Reduce: a static policy of any compressor (fp16, bf16, topk, dgc,
+  // redsync, threshold, powersgd, randomk, efsignsgd, qsgd), or an adaptive
+  // policy HandlesPolicy accepts.
   static bool Handles(const CompressionChoice& choice, const Config& config);
   // The adaptive policies run on the device (PolicyStep): gravac with one
   // sparsifier family (TERSE_GRAVAC_CANDIDATES "paper" with
-  // TERSE_GRAVAC_COMPRESSOR, or a single family) of topk or dgc, and
-  // accordion with TERSE_ACCORDION_COMPRESSOR topk, dgc or powersgd. Not
-  // (yet): gravac's portfolio, the randomk and redsync families.
+  // TERSE_GRAVAC_COMPRESSOR, or a single family) of topk, dgc, redsync or
+  // randomk, and accordion with TERSE_ACCORDION_COMPRESSOR topk, dgc,
+  // redsync, randomk or powersgd. Not (yet): gravac's portfolio.
   static bool HandlesPolicy(const CompressionChoice& choice,
                             const Config& config);
 

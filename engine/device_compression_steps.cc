@@ -653,6 +653,18 @@ absl::StatusOr<int64_t> DeviceCompression::Select(BucketState& s,
       opt.num_threads = s.options.num_threads;
       return ops->ThresholdSearch(t.stream, x, n, k, opt, indices);
     }
+    case CompressorId::kRandomK: {
+      // The shared-seed positions, drawn on the host (RandomKStep's), kept
+      // until the stream has copied them (the next Synchronize).
+      std::vector<uint32_t>& host = s.randomk_positions[s.randomk_next];
+      s.randomk_next ^= 1;
+      kernels::RandomKIndices(
+          kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
+                           s.stream_hash),
+          n, k, &host);
+      TERSE_RETURN_IF_ERROR(t.stream->Memcpy(indices, host.data(), k * 4));
+      return k;
+    }
     case CompressorId::kThreshold: {
       TERSE_ASSIGN_OR_RETURN(
           const int64_t qualify,

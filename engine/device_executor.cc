@@ -114,11 +114,10 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
         "tensor '", e.name, "': compression '", c.name, "' of ",
         e.input.device.ToString(),
         " tensors is not implemented yet (on this device the engine "
-        "compresses with fp16, bf16, topk, dgc, redsync, threshold, "
-        "powersgd, randomk, efsignsgd and qsgd, gravac with one topk, dgc or "
-        "redsync family (TERSE_GRAVAC_CANDIDATES), and accordion with topk, "
-        "dgc, redsync or powersgd); pass one of those or \"none\", or "
-        "exclude the tensor with TERSE_COMPRESSION_RULES"));
+        "compresses with every compressor, gravac with one sparsifier family "
+        "(TERSE_GRAVAC_CANDIDATES; not its portfolio) and accordion); pass "
+        "one of those or \"none\", or exclude the tensor with "
+        "TERSE_COMPRESSION_RULES"));
   }
   return absl::OkStatus();
 }

@@ -32,8 +32,8 @@
 //
 // Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
 // randomk, efsignsgd and qsgd (and redsync, threshold), gravac with one
-// topk, dgc or redsync family and accordion with topk, dgc, redsync or
-// powersgd, and TERSE_MOMENTUM_CORRECTION run on the device, in stream
+// topk, dgc, redsync or randomk family and accordion, and
+// TERSE_MOMENTUM_CORRECTION run on the device, in stream
 // order, with their residuals and velocities in device memory
 // (DeviceCompression, engine/device_compression.h), on CUDA and on the
 // simulated device. The other policies (gravac's portfolio) run only

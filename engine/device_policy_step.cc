@@ -24,7 +24,8 @@ namespace {
 
 bool IsDeviceSparsifier(CompressorId id) {
   return id == CompressorId::kTopK || id == CompressorId::kDgc ||
-         id == CompressorId::kRedSync || id == CompressorId::kThreshold;
+         id == CompressorId::kRedSync || id == CompressorId::kThreshold ||
+         id == CompressorId::kRandomK;
 }
 
 // Slots of DeviceCompression::BucketState::norms.
@@ -89,10 +90,13 @@ absl::Status DeviceCompression::SparseLevel(BucketState& s, CompressorId kind,
                          Select(s, kind, x, k, step, indices));
   TERSE_RETURN_IF_ERROR(ops->Gather(t.stream, x, indices, kept, values));
   s.selected_count[which] = kept;
-  if (payload == nullptr) {
+  if (payload == nullptr || kind == CompressorId::kRandomK) {
     // The values as the wire rounds them, on the device: the level every
-    // rank would decode (compressors/payload.h's WriteValues/ReadValues).
-    const ValueType type = s.options.value_type;
+    // rank would decode (compressors/payload.h's WriteValues/ReadValues;
+    // randomk's are float32, checked by PolicyStep).
+    const ValueType type = kind == CompressorId::kRandomK
+                               ? ValueType::kFloat32
+                               : s.options.value_type;
     float* decoded = values;
     if (type != ValueType::kFloat32) {
       const DataType half = type == ValueType::kFloat16 ? DataType::kFloat16
@@ -188,8 +192,18 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   // what the decision sends. Over the device communicator the payloads are
   // built on the device (ExchangeSparseOnDevice), not here.
   const bool sparse_send = !decision.dense() && !rounds;
-  const bool on_device =
-      allgatherv && s.options.index_coding == IndexCoding::kU32;
+  // RandomK's values are summable (shared-seed positions): summed by the
+  // device collective, not gathered.
+  const bool summable_send = sparse_send && kind == CompressorId::kRandomK;
+  if (kind == CompressorId::kRandomK &&
+      s.options.randomk_value_type != ValueType::kFloat32) {
+    return absl::UnimplementedError(
+        absl::StrCat("bucket ", s.id, ": randomk with ",
+                     ValueTypeName(s.options.randomk_value_type), " values on ",
+                     Device::KindName(t.runtime->kind()), " devices"));
+  }
+  const bool on_device = allgatherv && !summable_send &&
+                         s.options.index_coding == IndexCoding::kU32;
   Payload p1, p2;
   Payload* p1_out = on_device ? nullptr : &p1;
   Payload* p2_out = on_device ? nullptr : &p2;
@@ -290,6 +304,16 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   if (decision.dense()) {
     bytes = n * 4;
     TERSE_RETURN_IF_ERROR(allreduce(a, n, DataType::kFloat32));
+  } else if (summable_send) {
+    // The sent level's values summed over ranks, scattered into 0.
+    const int64_t kept = s.selected_count[sent_level];
+    float* values = s.selected_values[sent_level].as<float>();
+    bytes = kept * 4;
+    TERSE_RETURN_IF_ERROR(allreduce(values, kept, DataType::kFloat32));
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+    TERSE_RETURN_IF_ERROR(
+        ops->ScatterAdd(t.stream, s.selected_indices[sent_level].as<uint32_t>(),
+                        values, kept, a));
   } else if (rounds) {
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
     float* own = s.local.as<float>();

@@ -29,10 +29,13 @@ struct PolicyCase {
   std::map<std::string, std::string> settings;
 };
 
-std::map<std::string, std::string> Gravac(const std::string& family) {
+// `epsilon`: randomk keeps about 1/CF of the energy, so it needs a lower
+// one to compress at all.
+std::map<std::string, std::string> Gravac(const std::string& family,
+                                          const std::string& epsilon = "0.3") {
   return {{"TERSE_GRAVAC_CANDIDATES", family},
           {"TERSE_GRAVAC_WINDOW", "2"},
-          {"TERSE_GRAVAC_EPSILON", "0.3"},
+          {"TERSE_GRAVAC_EPSILON", epsilon},
           {"TERSE_GRAVAC_EWMA", "0.5"},
           {"TERSE_GRAVAC_OMEGA", "0"},
           {"TERSE_GRAVAC_CF_MIN", "4"},
@@ -90,9 +93,11 @@ INSTANTIATE_TEST_SUITE_P(
         PolicyCase{"gravac_topk", "gravac", Gravac("topk")},
         PolicyCase{"gravac_dgc", "gravac", Gravac("dgc")},
         PolicyCase{"gravac_redsync", "gravac", Gravac("redsync")},
+        PolicyCase{"gravac_randomk", "gravac", Gravac("randomk", "0.1")},
         PolicyCase{"accordion_topk", "accordion", Accordion("topk")},
         PolicyCase{"accordion_dgc", "accordion", Accordion("dgc")},
         PolicyCase{"accordion_redsync", "accordion", Accordion("redsync")},
+        PolicyCase{"accordion_randomk", "accordion", Accordion("randomk")},
         PolicyCase{"accordion_powersgd", "accordion", Accordion("powersgd")}),
     [](const ::testing::TestParamInfo<PolicyCase>& i) { return i.param.name; });
 
