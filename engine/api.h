@@ -102,9 +102,11 @@ absl::StatusOr<std::vector<int32_t>> ProcessSetIds();
 // Returns the last rank that joined.
 absl::StatusOr<int> Join();
 
-// Compression (engine/compressed_reducer.h): what every bucket did on its
-// last step, the bytes this rank has sent, and the checkpoint of the
-// compression state (policies and error-feedback residuals).
+// Compression (engine/compressed_reducer.h) over every process set this
+// rank is in (Engine::BucketReports etc.): what every bucket did on its
+// last step (each report names its set), the bytes this rank has sent, and
+// the checkpoint of the compression state (policies and error-feedback
+// residuals; one part per set, refused at load when the sets differ).
 absl::StatusOr<std::vector<BucketReport>> BucketReports();
 absl::StatusOr<int64_t> BytesSent();
 // The learning rate was just lowered (Accordion switches to its low CF).

@@ -627,6 +627,11 @@ int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
   return reports->reports.at(index).steps;
 }
 
+int32_t terse_bucket_report_process_set(const terse_bucket_reports* reports,
+                                        int index) {
+  return reports->reports.at(index).process_set;
+}
+
 void terse_bucket_reports_free(terse_bucket_reports* reports) {
   delete reports;
 }

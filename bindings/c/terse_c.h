@@ -231,6 +231,9 @@ int64_t terse_bucket_report_bytes_sent(const terse_bucket_reports* reports,
                                        int index);
 int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
                                   int index);
+/* The id of the process set the bucket belongs to (0: the global set). */
+int32_t terse_bucket_report_process_set(const terse_bucket_reports* reports,
+                                        int index);
 void terse_bucket_reports_free(terse_bucket_reports* reports);
 
 /* Bytes this rank has sent through the compression path so far. */

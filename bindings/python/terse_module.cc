@@ -360,12 +360,14 @@ PYBIND11_MODULE(_terse, m) {
           d["cf"] = terse_bucket_report_cf(reports, i);
           d["bytes_sent"] = terse_bucket_report_bytes_sent(reports, i);
           d["steps"] = terse_bucket_report_steps(reports, i);
+          d["process_set"] = terse_bucket_report_process_set(reports, i);
           out.append(d);
         }
         return out;
       },
       "What every bucket did on its last step: a list of dicts (bucket, "
-      "tensors, bytes, policy, compressor, cf, bytes_sent, steps).");
+      "tensors, bytes, policy, compressor, cf, bytes_sent, steps, "
+      "process_set).");
   m.def(
       "bytes_sent",
       [] {

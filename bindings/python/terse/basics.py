@@ -292,7 +292,10 @@ def join():
 def bucket_reports():
     """What every fused bucket did on its last step, as the engine reports
     it: a list of dicts with bucket, tensors, bytes (dense), policy,
-    compressor (what it sent; "none" = dense), cf, bytes_sent, steps."""
+    compressor (what it sent; "none" = dense), cf, bytes_sent, steps and
+    process_set (the id of the bucket's process set, 0: global). Every
+    process set this rank is in is covered, the global set's buckets
+    first."""
     check_initialized("bucket_reports()")
     return lib().bucket_reports()
 
@@ -313,7 +316,8 @@ def notify_learning_rate_drop():
 
 def save_compression_state(path=None):
     """This rank's compression state: policies, error-feedback residuals,
-    momentum-correction velocities, Accordion's accumulators. Residuals
+    momentum-correction velocities, Accordion's accumulators, of every
+    process set this rank is in (keyed by set id and ranks). Residuals
     differ between ranks.
 
     path=None: returns it as bytes. path (str or os.PathLike): streams it to
@@ -332,7 +336,9 @@ def load_compression_state(state):
 
     state: the bytes it returned (bytes-like), or the path (str or
     os.PathLike) of the file it wrote. A truncated or corrupt state raises
-    TerseError naming the problem and leaves the current state unchanged."""
+    TerseError naming the problem and leaves the current state unchanged;
+    so does a state saved while this rank was in other process sets (ids
+    and ranks) than now."""
     check_initialized("load_compression_state()")
     if isinstance(state, (str, os.PathLike)):
         lib().load_compression_state_from_file(os.fspath(state))
