@@ -92,6 +92,16 @@ bool IsInitialized() {
   return instance.engine != nullptr;
 }
 
+absl::Status FatalStatus() {
+  std::shared_ptr<Engine> engine;
+  {
+    Instance& instance = TheInstance();
+    absl::MutexLock lock(&instance.mu);
+    engine = instance.engine;
+  }
+  return engine == nullptr ? absl::OkStatus() : engine->fatal_status();
+}
+
 absl::StatusOr<int> Rank() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->rank();

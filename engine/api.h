@@ -44,6 +44,11 @@ absl::Status InitFromEnvironment();
 // when not initialised. Returns the root cause if the engine stopped on one.
 absl::Status Shutdown();
 bool IsInitialized();
+// The root cause the running engine stopped with (Engine::fatal_status):
+// OK while it runs, or when terse is not initialised. After an error, the
+// engine stays initialised but every op fails fast until Shutdown and a new
+// Init (what elastic training does).
+absl::Status FatalStatus();
 
 // FailedPrecondition("terse is not initialised; call init() first") before
 // Init (and after Shutdown).

@@ -348,6 +348,10 @@ terse_error* terse_shutdown(void) {
 
 int terse_is_initialized(void) { return terse::IsInitialized() ? 1 : 0; }
 
+terse_error* terse_fatal_status(void) {
+  return terse::ToError(terse::FatalStatus());
+}
+
 terse_error* terse_rank(int* rank) {
   if (!rank) return terse::ToError(terse::CheckOut(rank, "rank"));
   return terse::Store(terse::Rank(), rank);

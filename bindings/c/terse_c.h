@@ -108,6 +108,10 @@ terse_error* terse_init_from_environment(void);
 /* Stops the engine (see above). Idempotent; NULL when not running. */
 terse_error* terse_shutdown(void);
 int terse_is_initialized(void);
+/* The error the engine stopped with (NULL while it runs, or when terse is
+ * not initialised); after one, every op fails until terse_shutdown and a
+ * new terse_init. */
+terse_error* terse_fatal_status(void);
 
 terse_error* terse_rank(int* rank);
 terse_error* terse_size(int* size);

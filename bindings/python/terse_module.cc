@@ -257,6 +257,16 @@ PYBIND11_MODULE(_terse, m) {
       "Stops the engine; pending handles fail. Idempotent.");
   m.def("is_initialized", [] { return terse_is_initialized() != 0; });
   m.def(
+      "fatal_status",
+      []() -> py::object {
+        terse_error* error = terse_fatal_status();
+        if (error == nullptr) return py::none();
+        std::string message = terse_error_message(error);
+        terse_error_free(error);
+        return py::str(message);
+      },
+      "The error the engine stopped with (None while it runs).");
+  m.def(
       "rank", [] { return terse::QueryOrThrow(&terse_rank); }, Release());
   m.def(
       "size", [] { return terse::QueryOrThrow(&terse_size); }, Release());

@@ -208,6 +208,7 @@ global_process_set.process_set_id = 0
 # (alias, target) pairs given their ids by on_init; reset at shutdown.
 _pending_aliases = []
 _aliases = []
+_last_aliases = []  # The last init's, for a re-init.
 
 
 def _expand_comm_sets(listed):
@@ -333,8 +334,10 @@ def static_sets(process_sets):
     return _expand_comm_sets(out), False
 
 
-def on_init(sets, dynamic):
-    """The engine started with `sets` as ids 1, 2, ...: registers them."""
+def on_init(sets, dynamic, again=False):
+    """The engine started with `sets` as ids 1, 2, ...: registers them (and
+    the aliases static_sets found). again=True: a re-init with the last
+    init's sets (elastic), whose aliases are registered again too."""
     from terse import basics
     with _lock:
         _registered.clear()
@@ -343,10 +346,12 @@ def on_init(sets, dynamic):
         for i, ps in enumerate(sets):
             ps.process_set_id = i + 1
             _registered[i + 1] = ps
-        for alias, target in _pending_aliases:
+        if not again:
+            _last_aliases[:] = _pending_aliases
+        _pending_aliases.clear()
+        for alias, target in _last_aliases:
             alias.process_set_id = target.process_set_id
             _aliases.append(alias)
-        _pending_aliases.clear()
 
 
 def on_shutdown():
