@@ -110,8 +110,12 @@ def test_comm_sets_are_not_added_dynamically(s):
                   hvd.ProcessSet, 3.5)
     expect_raises(ValueError, ["COMM_NULL"], hvd.ProcessSet,
                   s.MPI.COMM_NULL)
+
+
+def all_done(_):
+    # A rank that shuts down stops every rank's engine: wait for all.
     hvd.barrier()
 
 
 if __name__ == "__main__":
-    run(globals(), setup=Setup)
+    run(globals(), setup=Setup, teardown=all_done)
