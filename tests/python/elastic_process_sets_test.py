@@ -79,9 +79,11 @@ def test_stopped_engine_reinits_with_static_sets(s):
     finally:
         basics.reinit = real_reinit
     expect(failed == [3], f"one failure: {failed}")
-    expect(len(reinits) == 1 and reinits[0] is not None and
-           "stall" in reinits[0].lower(),
-           f"one re-init after the engine stopped: {reinits}")
+    # At least the injected stall's re-init (a loaded machine may add a
+    # spurious one; the sums below must hold either way).
+    expect(len(reinits) >= 1 and all(r is not None and "stall" in r.lower()
+                                     for r in reinits),
+           f"a re-init after the engine stopped: {reinits}")
     expect(basics.engine_error() is None, "the new engine runs")
     expect((s.even.process_set_id, s.odd.process_set_id) == ids,
            f"static sets registered again under ids {ids}")
