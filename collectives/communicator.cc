@@ -46,6 +46,19 @@ absl::Status Communicator::AllgathervUnknownSizes(
   return Allgatherv(send, recv->data(), *recv_bytes);
 }
 
+absl::Status Communicator::Alltoallv(const void*, const std::vector<int64_t>&,
+                                     void*, const std::vector<int64_t>&) {
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", backend(), " communicator has no alltoallv"));
+}
+
+absl::Status Communicator::ReduceScatter(const void*, void*,
+                                         const std::vector<int64_t>&, DataType,
+                                         ReduceOp) {
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", backend(), " communicator has no reduce-scatter"));
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::CreateSubgroup(
     const std::vector<int>& ranks) {
   TERSE_RETURN_IF_ERROR(CheckSubgroupRanks(ranks, size()));

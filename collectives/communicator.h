@@ -86,6 +86,31 @@ class Communicator {
 
   virtual absl::Status Barrier() = 0;
 
+  // Personalised all-to-all (MPI_Alltoallv): this rank sends send_bytes[j]
+  // bytes to rank j, taken packed in rank order from `send`, and receives
+  // recv_bytes[j] bytes from rank j, packed in rank order into `recv`. Both
+  // vectors have size() entries; recv_bytes[j] here must equal
+  // send_bytes[rank()] on rank j, or the call fails with InvalidArgument on
+  // every rank (naming the pair). `send` may not alias `recv`. The base
+  // class returns Unimplemented (NCCL, the simulated device); loopback and
+  // MPI implement it.
+  virtual absl::Status Alltoallv(const void* send,
+                                 const std::vector<int64_t>& send_bytes,
+                                 void* recv,
+                                 const std::vector<int64_t>& recv_bytes);
+
+  // Reduce-scatter (MPI_Reduce_scatter): `send` holds sum(recv_counts)
+  // elements of this rank's input, in size() blocks of recv_counts[i]
+  // elements; rank i receives into `recv` the reduction over ranks of block
+  // i. recv_counts must agree on every rank (InvalidArgument on every rank
+  // otherwise). Sum, Average, Min, Max and Product with Allreduce's dtype
+  // rules and numerics; Adasum is InvalidArgument. `send` may not alias
+  // `recv`. The base class returns Unimplemented; loopback and MPI
+  // implement it.
+  virtual absl::Status ReduceScatter(const void* send, void* recv,
+                                     const std::vector<int64_t>& recv_counts,
+                                     DataType dtype, ReduceOp op);
+
   // Element-wise AND / OR of `count` 64-bit words across ranks, in place.
   // Negotiation uses these for the ready-bit vectors.
   virtual absl::Status BitwiseAnd(uint64_t* words, int64_t count) = 0;

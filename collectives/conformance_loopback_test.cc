@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "collectives/conformance.h"
+#include "collectives/conformance_alltoall.h"
 #include "collectives/loopback/loopback.h"
 #include "common/half.h"
 #include "gmock/gmock.h"
@@ -20,6 +21,19 @@ TEST_P(ConformanceLoopbackTest, EveryOperationConforms) {
   absl::Status s = RunLoopbackRanks(ranks, [&](int rank, Communicator* comm) {
     ConformanceOptions options;  // Loopback rounds f16/bf16 once.
     failures[rank] = RunConformance(*comm, options);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_TRUE(failures[r].empty()) << absl::StrJoin(failures[r], "\n");
+  }
+}
+
+TEST_P(ConformanceLoopbackTest, AlltoallvAndReduceScatterConform) {
+  const int ranks = GetParam();
+  std::vector<std::vector<std::string>> failures(ranks);
+  absl::Status s = RunLoopbackRanks(ranks, [&](int rank, Communicator* comm) {
+    failures[rank] = RunAlltoallConformance(*comm);
     return absl::OkStatus();
   });
   ASSERT_TRUE(s.ok()) << s;

@@ -41,6 +41,16 @@ class ForwardingCommunicator : public Communicator {
     return target_->Broadcast(buffer, bytes, root);
   }
   absl::Status Barrier() override { return target_->Barrier(); }
+  absl::Status Alltoallv(const void* send,
+                         const std::vector<int64_t>& send_bytes, void* recv,
+                         const std::vector<int64_t>& recv_bytes) override {
+    return target_->Alltoallv(send, send_bytes, recv, recv_bytes);
+  }
+  absl::Status ReduceScatter(const void* send, void* recv,
+                             const std::vector<int64_t>& recv_counts,
+                             DataType dtype, ReduceOp op) override {
+    return target_->ReduceScatter(send, recv, recv_counts, dtype, op);
+  }
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
     return target_->BitwiseAnd(words, count);
   }

@@ -92,6 +92,16 @@ bool IsInitialized() {
   return instance.engine != nullptr;
 }
 
+absl::Status FatalStatus() {
+  std::shared_ptr<Engine> engine;
+  {
+    Instance& instance = TheInstance();
+    absl::MutexLock lock(&instance.mu);
+    engine = instance.engine;
+  }
+  return engine == nullptr ? absl::OkStatus() : engine->fatal_status();
+}
+
 absl::StatusOr<int> Rank() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->rank();
@@ -199,17 +209,17 @@ absl::StatusOr<int> Join() {
 
 absl::StatusOr<std::vector<BucketReport>> BucketReports() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  return engine->compression().Reports();
+  return engine->BucketReports();
 }
 
 absl::StatusOr<int64_t> BytesSent() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  return engine->compression().bytes_sent();
+  return engine->BytesSent();
 }
 
 absl::Status NotifyLearningRateDrop() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  engine->compression().OnLearningRateDrop();
+  engine->NotifyLearningRateDrop();
   return absl::OkStatus();
 }
 
@@ -225,22 +235,22 @@ absl::Status StopTimeline() {
 
 absl::StatusOr<std::string> SaveCompressionState() {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  return engine->compression().SaveState();
+  return engine->SaveCompressionState();
 }
 
 absl::Status LoadCompressionState(const std::string& state) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  return engine->compression().LoadState(state);
+  return engine->LoadCompressionState(state);
 }
 
 absl::Status SaveCompressionStateToFile(const std::string& path) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  return engine->compression().SaveStateToFile(path);
+  return engine->SaveCompressionStateToFile(path);
 }
 
 absl::Status LoadCompressionStateFromFile(const std::string& path) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Current());
-  return engine->compression().LoadStateFromFile(path);
+  return engine->LoadCompressionStateFromFile(path);
 }
 
 }  // namespace terse

@@ -44,6 +44,11 @@ absl::Status InitFromEnvironment();
 // when not initialised. Returns the root cause if the engine stopped on one.
 absl::Status Shutdown();
 bool IsInitialized();
+// The root cause the running engine stopped with (Engine::fatal_status):
+// OK while it runs, or when terse is not initialised. After an error, the
+// engine stays initialised but every op fails fast until Shutdown and a new
+// Init (what elastic training does).
+absl::Status FatalStatus();
 
 // FailedPrecondition("terse is not initialised; call init() first") before
 // Init (and after Shutdown).
@@ -102,9 +107,11 @@ absl::StatusOr<std::vector<int32_t>> ProcessSetIds();
 // Returns the last rank that joined.
 absl::StatusOr<int> Join();
 
-// Compression (engine/compressed_reducer.h): what every bucket did on its
-// last step, the bytes this rank has sent, and the checkpoint of the
-// compression state (policies and error-feedback residuals).
+// Compression (engine/compressed_reducer.h) over every process set this
+// rank is in (Engine::BucketReports etc.): what every bucket did on its
+// last step (each report names its set), the bytes this rank has sent, and
+// the checkpoint of the compression state (policies and error-feedback
+// residuals; one part per set, refused at load when the sets differ).
 absl::StatusOr<std::vector<BucketReport>> BucketReports();
 absl::StatusOr<int64_t> BytesSent();
 // The learning rate was just lowered (Accordion switches to its low CF).

@@ -79,6 +79,7 @@ struct BucketReport {
   double cf = 1;           // Compression factor sent last step.
   int64_t bytes_sent = 0;  // Bytes this rank sent for it last step.
   int64_t steps = 0;
+  int32_t process_set = 0;  // Its set's id (Engine::BucketReports fills it).
 };
 
 class CompressedReducer : public BucketReducer {

@@ -544,7 +544,12 @@ void Engine::Stop(const absl::Status& cause, bool fatal) {
     Complete(set, std::move(one), pending_error, {}, nullptr);
   }
   global_->FailAll(pending_error);
-  for (auto& [id, runner] : sets_) runner->FailAll(pending_error);
+  std::vector<int32_t> ids;
+  for (auto& [id, runner] : sets_) {
+    runner->FailAll(pending_error);
+    ids.push_back(id);
+  }
+  UnregisterSetReducers(ids);
   sets_.clear();
   absl::MutexLock lock(&mu_);
   stopped_ = true;

@@ -34,8 +34,10 @@
 // unique per set; a broadcast's root is a world rank in the set. Enqueueing
 // on a set this rank is not in, or on an unknown one, is InvalidArgument.
 // Compression works per set (each set has its own compression state);
-// compression() (reports, checkpoints) covers the global set only. Device
-// tensors run on the global set only (Unimplemented at enqueue otherwise).
+// BucketReports, BytesSent and the compression checkpoints cover every set
+// this rank is in (engine_compression.cc); compression() is the global
+// set's alone. Device tensors run on the global set only (Unimplemented at
+// enqueue otherwise).
 //
 // Errors: a bad argument is an error at enqueue. A disagreement between
 // ranks (dtype, shape, op, root, scales, compression) fails that op on every
@@ -60,6 +62,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "collectives/communicator.h"
 #include "collectives/registry.h"
@@ -74,6 +77,7 @@
 #include "engine/handle_table.h"
 #include "engine/negotiator.h"
 #include "engine/process_set_runner.h"
+#include "engine/set_checkpoint.h"
 #include "engine/stall_guard.h"
 #include "engine/tensor_queue.h"
 #include "engine/timeline.h"
@@ -234,6 +238,34 @@ class Engine : private ProcessSetHost {
   // checkpoints); the reducer is thread-safe for these calls.
   CompressedReducer& compression() { return global_->reducer(); }
 
+  // Compression over every process set this rank is in
+  // (engine_compression.cc). Thread-safe; each waits for the step a
+  // reducer is running, never for a whole cycle.
+  //
+  // What every bucket did on its last step: the global set's buckets
+  // first, then each other set's in increasing id, each report naming its
+  // set (BucketReport::process_set).
+  std::vector<BucketReport> BucketReports() const;
+  // Bytes this rank has sent through every set's reducer since Create
+  // (sets removed since included).
+  int64_t BytesSent() const;
+  // Forwards a learning-rate drop to every set's policies (Accordion).
+  void NotifyLearningRateDrop();
+  // The checkpoint of every set's compression state. A rank in no
+  // non-global set gets its global reducer's checkpoint alone (the format
+  // of compressed_reducer.h, as before process sets); a rank in others
+  // gets engine/set_checkpoint.h's, one part per set keyed by set id and
+  // world ranks. The file variants write `path`.tmp and rename it, so a
+  // failed save leaves `path` as it was.
+  absl::StatusOr<std::string> SaveCompressionState() const;
+  absl::Status SaveCompressionStateToFile(const std::string& path) const;
+  // Restores a checkpoint saved by this rank. FailedPrecondition, naming
+  // both layouts, unless this rank is in the same sets (ids and ranks) as
+  // when it was saved; InvalidArgument/DataLoss for a damaged one. A failed
+  // load leaves every set's state as it was.
+  absl::Status LoadCompressionState(absl::string_view bytes);
+  absl::Status LoadCompressionStateFromFile(const std::string& path);
+
  private:
   static absl::StatusOr<std::unique_ptr<Engine>> Start(
       const Config& config, CommunicatorRegistry* registry,
@@ -266,6 +298,20 @@ class Engine : private ProcessSetHost {
   void NoteLocalError(const absl::Status& status);
   std::shared_ptr<Event> TakeDone(Handle handle);
   void Stop(const absl::Status& cause, bool fatal);
+  // Background thread: a runner of a non-global set joins / leaves the
+  // sets whose compression state the getters above cover.
+  void RegisterSetReducer(ProcessSetRunner& runner);
+  void UnregisterSetReducers(const std::vector<int32_t>& ids);
+  // The global set's and every registered set's checkpoint parts (states
+  // empty unless `with_states`), global first.
+  absl::StatusOr<std::vector<set_checkpoint::Part>> CompressionParts(
+      bool with_states) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(reducers_mu_);
+  absl::Status LoadCompressionParts(std::vector<set_checkpoint::Part> parts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reducers_mu_);
+  // FailedPrecondition unless this rank is in no non-global set (a
+  // checkpoint of the global set alone is being loaded).
+  absl::Status CheckGlobalOnlyLayout() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reducers_mu_);
 
   // ProcessSetHost.
   void Complete(int32_t set, std::vector<TensorEntry> entries,
@@ -327,6 +373,19 @@ class Engine : private ProcessSetHost {
   // yet waited for.
   absl::flat_hash_map<Handle, std::shared_ptr<Event>> done_
       ABSL_GUARDED_BY(mu_);
+
+  // The reducers of the non-global sets this rank is in, by id, with the
+  // sets' world ranks: written by the background thread when a runner is
+  // built or destroyed, read by the compression getters on any thread
+  // (which hold the lock while they use a reducer, so it outlives them).
+  struct SetReducer {
+    std::vector<int> ranks;
+    CompressedReducer* reducer = nullptr;  // The runner's.
+  };
+  mutable absl::Mutex reducers_mu_;
+  std::map<int32_t, SetReducer> set_reducers_ ABSL_GUARDED_BY(reducers_mu_);
+  // Bytes sent by the reducers of sets since removed.
+  int64_t removed_bytes_sent_ ABSL_GUARDED_BY(reducers_mu_) = 0;
 
   std::once_flag shutdown_once_;
   std::thread thread_;

@@ -145,9 +145,11 @@ absl::Status Engine::BuildSet(int32_t id, const std::vector<int>& ranks) {
   }
   if (*sub != nullptr) {
     Communicator* raw = sub->get();
-    sets_[id] = std::make_unique<ProcessSetRunner>(
+    auto runner = std::make_unique<ProcessSetRunner>(
         id, ranks, raw, *std::move(sub), &context_,
         static_cast<ProcessSetHost*>(this));
+    RegisterSetReducer(*runner);
+    sets_[id] = std::move(runner);
   }
   return absl::OkStatus();
 }
@@ -194,6 +196,7 @@ void Engine::ProcessSetChange(const proto::Response& response) {
       if (it != sets_.end()) {
         it->second->FailAll(absl::AbortedError(
             absl::StrCat("process set ", id, " was removed")));
+        UnregisterSetReducers({id});
         sets_.erase(it);
       }
       outcome = id;

@@ -42,6 +42,9 @@ std::vector<Scenario> CorrectnessScenarios();
 std::vector<Scenario> ErrorScenarios();
 // The compressing reducer through the engine: conservation, identical sums.
 std::vector<Scenario> CompressionScenarios();
+// Process sets on exactly 4 ranks (overlapping static and dynamic sets
+// against a dense reference; per-set compression reports and checkpoints).
+std::vector<Scenario> ProcessSetScenarios();
 
 // Defaults with a 1 ms cycle and no timeline, then scenario.configure.
 Config ScenarioConfig(const Scenario& scenario);

@@ -383,6 +383,21 @@ TEST(ProcessSetsOverlapTest, FourRanks) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
+// ProcessSetScenarios on 4 loopback ranks (the same cases run under
+// mpirun in process_sets_mpi_np4_test).
+class ProcessSetScenariosTest : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(ProcessSetScenariosTest, OnLoopback) {
+  absl::Status status = RunOnLoopback(4, GetParam());
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, ProcessSetScenariosTest,
+                         ::testing::ValuesIn(ProcessSetScenarios()),
+                         [](const ::testing::TestParamInfo<Scenario>& info) {
+                           return info.param.name;
+                         });
+
 }  // namespace
 }  // namespace testing
 }  // namespace terse

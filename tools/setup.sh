@@ -9,7 +9,7 @@ DEBIAN_PACKAGES=(
   protobuf-compiler libgtest-dev libgmock-dev pybind11-dev python3-dev
   python3-torch python3-numpy libeigen3-dev libopenblas0-pthread
   dataset-fashion-mnist python3-matplotlib iproute2 clang libclang-rt-14-dev
-  zlib1g-dev
+  zlib1g-dev python3-mpi4py
 )
 
 missing=()

@@ -348,6 +348,10 @@ terse_error* terse_shutdown(void) {
 
 int terse_is_initialized(void) { return terse::IsInitialized() ? 1 : 0; }
 
+terse_error* terse_fatal_status(void) {
+  return terse::ToError(terse::FatalStatus());
+}
+
 terse_error* terse_rank(int* rank) {
   if (!rank) return terse::ToError(terse::CheckOut(rank, "rank"));
   return terse::Store(terse::Rank(), rank);
@@ -625,6 +629,11 @@ int64_t terse_bucket_report_bytes_sent(const terse_bucket_reports* reports,
 int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
                                   int index) {
   return reports->reports.at(index).steps;
+}
+
+int32_t terse_bucket_report_process_set(const terse_bucket_reports* reports,
+                                        int index) {
+  return reports->reports.at(index).process_set;
 }
 
 void terse_bucket_reports_free(terse_bucket_reports* reports) {

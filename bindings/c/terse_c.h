@@ -108,6 +108,10 @@ terse_error* terse_init_from_environment(void);
 /* Stops the engine (see above). Idempotent; NULL when not running. */
 terse_error* terse_shutdown(void);
 int terse_is_initialized(void);
+/* The error the engine stopped with (NULL while it runs, or when terse is
+ * not initialised); after one, every op fails until terse_shutdown and a
+ * new terse_init. */
+terse_error* terse_fatal_status(void);
 
 terse_error* terse_rank(int* rank);
 terse_error* terse_size(int* size);
@@ -231,6 +235,9 @@ int64_t terse_bucket_report_bytes_sent(const terse_bucket_reports* reports,
                                        int index);
 int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
                                   int index);
+/* The id of the process set the bucket belongs to (0: the global set). */
+int32_t terse_bucket_report_process_set(const terse_bucket_reports* reports,
+                                        int index);
 void terse_bucket_reports_free(terse_bucket_reports* reports);
 
 /* Bytes this rank has sent through the compression path so far. */

@@ -257,6 +257,16 @@ PYBIND11_MODULE(_terse, m) {
       "Stops the engine; pending handles fail. Idempotent.");
   m.def("is_initialized", [] { return terse_is_initialized() != 0; });
   m.def(
+      "fatal_status",
+      []() -> py::object {
+        terse_error* error = terse_fatal_status();
+        if (error == nullptr) return py::none();
+        std::string message = terse_error_message(error);
+        terse_error_free(error);
+        return py::str(message);
+      },
+      "The error the engine stopped with (None while it runs).");
+  m.def(
       "rank", [] { return terse::QueryOrThrow(&terse_rank); }, Release());
   m.def(
       "size", [] { return terse::QueryOrThrow(&terse_size); }, Release());
@@ -360,12 +370,14 @@ PYBIND11_MODULE(_terse, m) {
           d["cf"] = terse_bucket_report_cf(reports, i);
           d["bytes_sent"] = terse_bucket_report_bytes_sent(reports, i);
           d["steps"] = terse_bucket_report_steps(reports, i);
+          d["process_set"] = terse_bucket_report_process_set(reports, i);
           out.append(d);
         }
         return out;
       },
       "What every bucket did on its last step: a list of dicts (bucket, "
-      "tensors, bytes, policy, compressor, cf, bytes_sent, steps).");
+      "tensors, bytes, policy, compressor, cf, bytes_sent, steps, "
+      "process_set).");
   m.def(
       "bytes_sent",
       [] {

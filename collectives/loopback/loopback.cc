@@ -31,6 +31,12 @@ class LoopbackCommunicator : public Communicator {
                           const std::vector<int64_t>& recv_bytes) override;
   absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
   absl::Status Barrier() override;
+  absl::Status Alltoallv(const void* send,
+                         const std::vector<int64_t>& send_bytes, void* recv,
+                         const std::vector<int64_t>& recv_bytes) override;
+  absl::Status ReduceScatter(const void* send, void* recv,
+                             const std::vector<int64_t>& recv_counts,
+                             DataType dtype, ReduceOp op) override;
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
   absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
   absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
@@ -166,6 +172,37 @@ absl::Status LoopbackGroup::Depart(int rank) {
   return WaitForAll(1);
 }
 
+namespace {
+
+// Elements [offset, offset + count) of every rank's input (all[r].in)
+// reduced into `out`: f16/bf16 accumulated in fp32 and rounded once,
+// integers wrap; Average divides by the number of ranks. Not Adasum.
+void ReduceBlock(const std::vector<LoopbackGroup::Call>& all, int64_t offset,
+                 int64_t count, DataType dtype, ReduceOp op, uint8_t* out) {
+  const int size = static_cast<int>(all.size());
+  const size_t elem = DataTypeSize(dtype);
+  auto in = [&](int r) {
+    return static_cast<const uint8_t*>(all[r].in) + offset * elem;
+  };
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
+    std::vector<float> acc(count, 0.0f);
+    HalfToFloatInto(in(0), acc.data(), count, dtype);
+    for (int r = 1; r < size; ++r) {
+      AccumulateHalfToFloat(acc.data(), in(r), count, dtype, op);
+    }
+    if (op == ReduceOp::kAverage) {
+      for (float& v : acc) v /= static_cast<float>(size);
+    }
+    FloatToHalfInto(acc.data(), out, count, dtype);
+    return;
+  }
+  if (count > 0) std::memcpy(out, in(0), count * elem);
+  for (int r = 1; r < size; ++r) ReduceInPlace(out, in(r), count, dtype, op);
+  if (op == ReduceOp::kAverage) DivideInPlace(out, count, dtype, size);
+}
+
+}  // namespace
+
 absl::Status LoopbackCommunicator::Allreduce(void* buffer, int64_t count,
                                              DataType dtype, ReduceOp op) {
   TERSE_RETURN_IF_ERROR(CheckBuffer(buffer, count, "allreduce"));
@@ -197,24 +234,8 @@ absl::Status LoopbackCommunicator::Allreduce(void* buffer, int64_t count,
       }
     }
     result = std::move(level[0]);
-  } else if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) {
-    std::vector<float> acc(count, 0.0f);
-    HalfToFloatInto(all[0].in, acc.data(), count, dtype);
-    for (int r = 1; r < size(); ++r) {
-      AccumulateHalfToFloat(acc.data(), all[r].in, count, dtype, op);
-    }
-    if (op == ReduceOp::kAverage) {
-      for (float& v : acc) v /= static_cast<float>(size());
-    }
-    FloatToHalfInto(acc.data(), result.data(), count, dtype);
   } else {
-    if (bytes > 0) std::memcpy(result.data(), all[0].in, bytes);
-    for (int r = 1; r < size(); ++r) {
-      ReduceInPlace(result.data(), all[r].in, count, dtype, op);
-    }
-    if (op == ReduceOp::kAverage) {
-      DivideInPlace(result.data(), count, dtype, size());
-    }
+    ReduceBlock(all, 0, count, dtype, op, result.data());
   }
   TERSE_RETURN_IF_ERROR(group_->Depart(rank_));
   if (bytes > 0) std::memcpy(buffer, result.data(), bytes);
@@ -292,6 +313,97 @@ absl::Status LoopbackCommunicator::Broadcast(void* buffer, int64_t bytes,
 absl::Status LoopbackCommunicator::Barrier() {
   std::vector<LoopbackGroup::Call> all;
   absl::Status arrived = group_->Arrive(rank_, {"barrier"}, &all);
+  absl::Status departed = group_->Depart(rank_);
+  return arrived.ok() ? departed : arrived;
+}
+
+absl::Status LoopbackCommunicator::Alltoallv(
+    const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+    const std::vector<int64_t>& recv_bytes) {
+  if (static_cast<int>(send_bytes.size()) != size() ||
+      static_cast<int>(recv_bytes.size()) != size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alltoallv: send_bytes has ", send_bytes.size(), " and recv_bytes ",
+        recv_bytes.size(), " entries for ", size(), " ranks"));
+  }
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (send_bytes[r] < 0 || recv_bytes[r] < 0) {
+      return absl::InvalidArgumentError("alltoallv: negative size");
+    }
+    sent += send_bytes[r];
+    received += recv_bytes[r];
+  }
+  TERSE_RETURN_IF_ERROR(CheckBuffer(send, sent, "alltoallv send"));
+  TERSE_RETURN_IF_ERROR(CheckBuffer(recv, received, "alltoallv recv"));
+  LoopbackGroup::Call call{"alltoallv"};
+  call.own = send_bytes;
+  call.own.insert(call.own.end(), recv_bytes.begin(), recv_bytes.end());
+  call.in = send;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  // Every rank sees every rank's sizes: each finds the same first mismatch.
+  const int n = size();
+  for (int i = 0; arrived.ok() && i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (all[i].own[j] != all[j].own[n + i]) {
+        arrived = absl::InvalidArgumentError(absl::StrCat(
+            "alltoallv: rank ", i, " sends ", all[i].own[j],
+            " bytes to rank ", j, ", which expects ", all[j].own[n + i]));
+        break;
+      }
+    }
+  }
+  if (arrived.ok()) {
+    uint8_t* out = static_cast<uint8_t*>(recv);
+    for (int j = 0; j < n; ++j) {
+      int64_t offset = 0;  // Where rank j's bytes for this rank start.
+      for (int k = 0; k < rank_; ++k) offset += all[j].own[k];
+      if (recv_bytes[j] > 0) {
+        std::memcpy(out, static_cast<const uint8_t*>(all[j].in) + offset,
+                    recv_bytes[j]);
+      }
+      out += recv_bytes[j];
+    }
+  }
+  absl::Status departed = group_->Depart(rank_);
+  return arrived.ok() ? departed : arrived;
+}
+
+absl::Status LoopbackCommunicator::ReduceScatter(
+    const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+    DataType dtype, ReduceOp op) {
+  if (static_cast<int>(recv_counts.size()) != size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce-scatter: recv_counts has ", recv_counts.size(),
+                     " entries for ", size(), " ranks"));
+  }
+  if (op == ReduceOp::kAdasum) {
+    return absl::InvalidArgumentError(
+        "reduce-scatter: Adasum is not element-wise and cannot be scattered");
+  }
+  TERSE_RETURN_IF_ERROR(CheckReduceSupported(dtype, op));
+  int64_t total = 0, offset = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (recv_counts[r] < 0) {
+      return absl::InvalidArgumentError("reduce-scatter: negative count");
+    }
+    if (r == rank_) offset = total;
+    total += recv_counts[r];
+  }
+  TERSE_RETURN_IF_ERROR(CheckBuffer(send, total, "reduce-scatter send"));
+  TERSE_RETURN_IF_ERROR(
+      CheckBuffer(recv, recv_counts[rank_], "reduce-scatter recv"));
+  LoopbackGroup::Call call{"reducescatter", total, static_cast<int32_t>(dtype),
+                           static_cast<int32_t>(op)};
+  call.sizes = recv_counts;
+  call.in = send;
+  std::vector<LoopbackGroup::Call> all;
+  absl::Status arrived = group_->Arrive(rank_, call, &all);
+  if (arrived.ok()) {
+    ReduceBlock(all, offset, recv_counts[rank_], dtype, op,
+                static_cast<uint8_t*>(recv));
+  }
   absl::Status departed = group_->Depart(rank_);
   return arrived.ok() ? departed : arrived;
 }

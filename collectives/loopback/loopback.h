@@ -61,6 +61,9 @@ class LoopbackGroup {
     int32_t op = -1;
     int root = -1;
     std::vector<int64_t> sizes;
+    // Per rank and not compared across ranks (alltoallv: this rank's send
+    // sizes, then its receive sizes).
+    std::vector<int64_t> own;
     const void* in = nullptr;
     void* out = nullptr;
     std::string Describe() const;

@@ -99,6 +99,19 @@ class MpiCommunicator : public Communicator {
                           const std::vector<int64_t>& recv_bytes) override;
   absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
   absl::Status Barrier() override;
+  // MPI_Alltoallv of bytes; MPI_Sendrecv pairs in chunks past INT_MAX or
+  // max_elements_per_call. The sizes are checked across ranks first (one
+  // small allgather).
+  absl::Status Alltoallv(const void* send,
+                         const std::vector<int64_t>& send_bytes, void* recv,
+                         const std::vector<int64_t>& recv_bytes) override;
+  // MPI_Reduce_scatter (f16/bf16 and small-integer products through the
+  // same user-defined ops as Allreduce); one MPI_Reduce per block and chunk
+  // past INT_MAX or max_elements_per_call. The counts are checked across
+  // ranks first.
+  absl::Status ReduceScatter(const void* send, void* recv,
+                             const std::vector<int64_t>& recv_counts,
+                             DataType dtype, ReduceOp op) override;
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
   absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
   // MPI_Comm_split of this communicator (collective over all its ranks);

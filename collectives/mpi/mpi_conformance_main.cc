@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "collectives/conformance.h"
+#include "collectives/conformance_alltoall.h"
 #include "collectives/mpi/mpi_communicator.h"
 
 namespace terse {
@@ -76,6 +77,8 @@ int Conformance() {
       options.detects_count_mismatch = false;  // Only with verify_all_calls.
       std::vector<std::string> f = RunConformance(c, options);
       failures.insert(failures.end(), f.begin(), f.end());
+      f = RunAlltoallConformance(c);
+      failures.insert(failures.end(), f.begin(), f.end());
     }
     result = Report(rank, "default options", failures);
 
@@ -92,8 +95,11 @@ int Conformance() {
     ConformanceOptions options;
     options.half_partial_roundings = (*comm)->size() - 1;
     options.detects_count_mismatch = true;
+    std::vector<std::string> strict_failures = RunConformance(**comm, options);
+    std::vector<std::string> f = RunAlltoallConformance(**comm);
+    strict_failures.insert(strict_failures.end(), f.begin(), f.end());
     result |= Report((*comm)->rank(), "verify_all_calls + 4096-element chunks",
-                     RunConformance(**comm, options));
+                     strict_failures);
   });
   worker.join();
   return result;  // MPI is finalised at exit (terse initialised it).

@@ -163,6 +163,20 @@ def test_compute_service_requests(_):
         service.shutdown()
     expect_raises(ValueError, ["dispatchers must be larger than 0"],
                   ComputeService, 0, 1, key)
+    # nics: only the named interfaces' addresses are advertised, and they
+    # answer.
+    lo = ComputeService(1, 1, key, nics=["lo"])
+    try:
+        addresses = lo.addresses()
+        expect(list(addresses) == ["lo"] and
+               addresses["lo"][0][0] == "127.0.0.1", f"nics: {addresses}")
+        ComputeClient(addresses, key).register_dispatcher(0, "grpc://l:1")
+        expect(ComputeClient(addresses, key).wait_for_dispatcher_registration(
+            0, 5) == "grpc://l:1", "registered through the nic's address")
+    finally:
+        lo.shutdown()
+    expect_raises(ValueError, ["no network interface", "'no-such-nic'"],
+                  ComputeService, 1, 1, key, nics=["no-such-nic"])
     expect_raises(ValueError, ["dispatcher_side"], TfDataServiceConfig,
                   1, 1, "elsewhere", {}, key)
 

@@ -107,34 +107,45 @@ def adasum_tree(parts):
     return parts[0]
 
 
-def test_adasum_optimizer(_):
-    size, rank = terse.size(), terse.rank()
+def adasum_run(rank, passes, runs):
+    """w and global_step after each run of the TF1 Adasum optimizer."""
     with tf.Graph().as_default():
         w = tf.compat.v1.get_variable("w", initializer=tf.ones([DIM],
                                                                tf.float64))
         x = tf.compat.v1.placeholder(tf.float64, [DIM])
         step = tf.compat.v1.train.get_or_create_global_step()
         opt = terse.DistributedOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(LR), op=terse.Adasum)
+            tf.compat.v1.train.GradientDescentOptimizer(LR), op=terse.Adasum,
+            backward_passes_per_step=passes,
+            name_prefix=f"adasum{passes}")
         train = opt.minimize(tf.reduce_sum(w * w * x), global_step=step)
         got = []
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            for k in range(2):
+            session.run([tf.compat.v1.global_variables_initializer(),
+                         tf.compat.v1.local_variables_initializer()])
+            for k in range(runs):
                 session.run(train, {x: x_of(rank, k)})
                 got.append(session.run([w, step]))
-    # Each rank's SGD update of sum(w * w * x) is -LR * 2 w x; the step is
-    # the Adasum of those updates.
-    w_ref = np.ones(DIM)
-    for k, (gw, gs) in enumerate(got):
-        w_ref = w_ref + adasum_tree(
-            [-LR * 2 * w_ref * x_of(r, k) for r in range(size)])
-        close(gw, w_ref, f"Adasum optimizer step {k}")
-        expect(gs == k + 1, f"global_step {gs}")
-    expect_raises(NotImplementedError, ["backward_passes_per_step must be 1"],
-                  terse.DistributedOptimizer,
-                  tf.compat.v1.train.GradientDescentOptimizer(LR),
-                  op=terse.Adasum, backward_passes_per_step=2)
+    return got
+
+
+def test_adasum_optimizer(_):
+    size, rank = terse.size(), terse.rank()
+    # Each rank's SGD update of sum(w * w * x) is -LR * 2 w x. Every N
+    # runs, w becomes its value N runs ago plus the Adasum of the ranks'
+    # N-step updates; in between each rank holds its own steps.
+    for passes in (1, 2, 3):
+        runs = 2 * passes
+        got = adasum_run(rank, passes, runs)
+        synced = np.ones(DIM)
+        own = [synced.copy() for _ in range(size)]
+        for k, (gw, gs) in enumerate(got):
+            own = [w - LR * 2 * w * x_of(r, k) for r, w in enumerate(own)]
+            if (k + 1) % passes == 0:
+                synced = synced + adasum_tree([w - synced for w in own])
+                own = [synced.copy() for _ in range(size)]
+            close(gw, own[rank], f"Adasum passes={passes} run {k}")
+            expect(gs == k + 1, f"global_step {gs}")
 
 
 def test_aggregation_errors(_):

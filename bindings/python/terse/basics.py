@@ -77,8 +77,46 @@ def init(compression=None, config=None, comm=None, process_sets=None):
         lib().init(variables, [ps.ranks for ps in static])
         _process_sets.on_init(static, dynamic)
         _engine_variables, _engine_sets = settings
+        _last_init[:] = [variables, static, dynamic]
         _gather_host_layout_locked()
     _register_exit_hook()
+
+
+# The last successful init's (variables, static ProcessSets, dynamic).
+_last_init = []
+
+
+def engine_error():
+    """The error the engine stopped with (a failed collective, a stall past
+    TERSE_STALL_SHUTDOWN_SECONDS, ...): its message, or None while the
+    engine runs or terse is not initialised. After one, every op fails until
+    shutdown() and init() again (reinit())."""
+    return lib().fatal_status()
+
+
+def reinit():
+    """Elastic's reset (Horovod's shutdown(); init()): stops terse and starts
+    it again with the last init's settings; its static process sets are
+    registered again with the same ids, so ProcessSet objects held by the
+    application work again (sets added by add_process_set are not).
+    Collective over every rank. TerseError if terse was never initialised.
+    """
+    global _engine_variables, _engine_sets
+    from terse import process_sets as _process_sets
+    with _lock:
+        if not _last_init:
+            raise lib().TerseError("reinit(): terse was never initialised")
+        variables, static, dynamic = _last_init
+    try:
+        shutdown()
+    except lib().TerseError:
+        pass  # The root cause the engine stopped with, raised already.
+    with _lock:
+        lib().init(variables, [ps.ranks for ps in static])
+        _process_sets.on_init(static, dynamic, again=True)
+        _engine_variables = variables
+        _engine_sets = ([ps.ranks for ps in static], dynamic)
+        _gather_host_layout_locked()
 
 
 _exit_hook_registered = threading.Event()
@@ -102,10 +140,12 @@ def shutdown():
     global _engine_variables, _host_layout
     from terse import process_sets as _process_sets
     with _lock:
-        lib().shutdown()
-        _process_sets.on_shutdown()
-        _engine_variables = None
-        _host_layout = None
+        try:
+            lib().shutdown()  # Raises the root cause the engine stopped on.
+        finally:
+            _process_sets.on_shutdown()
+            _engine_variables = None
+            _host_layout = None
 
 
 def is_initialized():
@@ -292,7 +332,10 @@ def join():
 def bucket_reports():
     """What every fused bucket did on its last step, as the engine reports
     it: a list of dicts with bucket, tensors, bytes (dense), policy,
-    compressor (what it sent; "none" = dense), cf, bytes_sent, steps."""
+    compressor (what it sent; "none" = dense), cf, bytes_sent, steps and
+    process_set (the id of the bucket's process set, 0: global). Every
+    process set this rank is in is covered, the global set's buckets
+    first."""
     check_initialized("bucket_reports()")
     return lib().bucket_reports()
 
@@ -313,7 +356,8 @@ def notify_learning_rate_drop():
 
 def save_compression_state(path=None):
     """This rank's compression state: policies, error-feedback residuals,
-    momentum-correction velocities, Accordion's accumulators. Residuals
+    momentum-correction velocities, Accordion's accumulators, of every
+    process set this rank is in (keyed by set id and ranks). Residuals
     differ between ranks.
 
     path=None: returns it as bytes. path (str or os.PathLike): streams it to
@@ -332,7 +376,9 @@ def load_compression_state(state):
 
     state: the bytes it returned (bytes-like), or the path (str or
     os.PathLike) of the file it wrote. A truncated or corrupt state raises
-    TerseError naming the problem and leaves the current state unchanged."""
+    TerseError naming the problem and leaves the current state unchanged;
+    so does a state saved while this rank was in other process sets (ids
+    and ranks) than now."""
     check_initialized("load_compression_state()")
     if isinstance(state, (str, os.PathLike)):
         lib().load_compression_state_from_file(os.fspath(state))

@@ -7,7 +7,11 @@ name table and recoverable errors, and add their own states.
 What `run` does: sync the state from rank 0, call the function; when a
 collective fails on every rank (one of the binding's recoverable errors),
 every rank restores its last commit, runs the reset callbacks, syncs from
-rank 0 again and calls the function anew. After TERSE_ELASTIC_MAX_RESTORES
+rank 0 again and calls the function anew; when the error stopped the
+engine (a failed collective, a stall past TERSE_STALL_SHUTDOWN_SECONDS),
+every rank first re-initialises terse with its last init's settings, static
+process sets registered again under the same ids (basics.reinit, Horovod's
+shutdown(); init()). After TERSE_ELASTIC_MAX_RESTORES
 (default 5) consecutive failures without a commit in between, the error
 is re-raised. Hosts are never added or removed: HostsUpdatedInterrupt
 exists for Horovod code and is never raised by terse.
@@ -140,6 +144,11 @@ def make_run(recoverable_errors):
                     commits_at_failure = state._commits
                     if failures > limit:
                         raise
+                    if basics.engine_error() is not None:
+                        # The engine stopped (fatal errors are agreed by
+                        # every rank): start it again, static process sets
+                        # included, before restoring into it.
+                        basics.reinit()
                     state.restore()
                     skip_sync = False
                 except HostsUpdatedInterrupt as e:

@@ -17,10 +17,19 @@ rank). As in Horovod 0.28.1:
     ranks, included() whether this process is in it; all None before the set
     is registered.
 
-A ProcessSet built from an mpi4py communicator is not supported (terse
-makes its sub-communicators itself): ProcessSetsNotSupportedError.
+ProcessSet(comm) takes an mpi4py communicator (Horovod's other form): its
+world ranks are read from the communicator's group (MPI_COMM_WORLD is
+terse's world). In init(process_sets=[...]) each process passes the
+communicator it is in (e.g. from COMM_WORLD.Split); every process's sets are
+exchanged over MPI_COMM_WORLD, so the sets of every process are registered,
+in list position order and, within a position, in order of the lowest world
+rank that passed them; a ProcessSet whose ranks are registered already gets
+that set's id, one of every rank is the global set (id 0). Without mpi4py,
+ProcessSet(comm) raises ProcessSetsNotSupportedError naming what is
+missing. As in Horovod, add_process_set() takes rank lists only.
 """
 
+import sys
 import threading
 
 from terse._native import lib
@@ -54,6 +63,51 @@ def not_supported_error():
         return _error[0]
 
 
+def _is_mpi4py_object(obj):
+    return type(obj).__module__.split(".")[0] == "mpi4py"
+
+
+def _mpi():
+    """mpi4py.MPI; ProcessSetsNotSupportedError naming what is missing when
+    this Python cannot import it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise not_supported_error()(
+            "ProcessSet(communicator) needs mpi4py, which this Python "
+            f"({sys.executable}) cannot import ({e}); install mpi4py (Debian: "
+            "python3-mpi4py) or pass ProcessSet(list of world ranks)"
+        ) from None
+    return MPI
+
+
+def _comm_world_ranks(comm):
+    """The sorted MPI_COMM_WORLD ranks of mpi4py communicator `comm`."""
+    MPI = _mpi()
+    if not isinstance(comm, MPI.Comm):
+        raise ValueError("ProcessSet should be initialized with a list of "
+                         "process ranks or an mpi4py Comm object, not "
+                         f"{type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise ValueError("ProcessSet(MPI.COMM_NULL): this process is in no "
+                         "such communicator; pass the one it is in")
+    if comm.Is_inter():
+        raise ValueError("ProcessSet(comm): an intercommunicator has no "
+                         "single set of ranks; pass an intracommunicator")
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())),
+                                          world)
+    finally:
+        group.Free()
+        world.Free()
+    if any(r == MPI.UNDEFINED for r in ranks):
+        raise ValueError("ProcessSet(comm): the communicator holds processes "
+                         "outside MPI_COMM_WORLD, terse's world")
+    return sorted(int(r) for r in ranks)
+
+
+
 class ProcessSet:
     """A set of world ranks that runs collectives together (Horovod's API).
 
@@ -63,18 +117,23 @@ class ProcessSet:
     while terse runs)."""
 
     def __init__(self, ranks_or_comm=None):
+        self.mpi_comm = None
+        self.process_set_id = None
+        if _is_mpi4py_object(ranks_or_comm):
+            self.ranks = _comm_world_ranks(ranks_or_comm)
+            self.mpi_comm = ranks_or_comm
+            return
         if ranks_or_comm is not None and not isinstance(
                 ranks_or_comm, (list, tuple, range)):
-            raise not_supported_error()(
-                "ProcessSet(mpi communicator): terse makes process sets from "
-                "rank lists only; pass ProcessSet(comm.Get_group() ranks) as "
-                "a list of world ranks")
+            raise ValueError(
+                "ProcessSet should be initialized with a list of process "
+                "ranks or an mpi4py Comm object, not "
+                f"{type(ranks_or_comm).__name__}")
         self.ranks = (None if ranks_or_comm is None
                       else sorted(int(r) for r in ranks_or_comm))
         if self.ranks is not None and len(set(self.ranks)) != len(self.ranks):
             raise ValueError(f"ProcessSet({list(ranks_or_comm)}): a rank is "
                              "listed twice")
-        self.process_set_id = None
 
     def _is_global(self):
         if self is global_process_set or self.process_set_id == 0:
@@ -143,6 +202,50 @@ class ProcessSet:
 
 global_process_set = ProcessSet()
 global_process_set.process_set_id = 0
+
+
+# Listed sets that share an already listed set's ranks (or are global):
+# (alias, target) pairs given their ids by on_init; reset at shutdown.
+_pending_aliases = []
+_aliases = []
+_last_aliases = []  # The last init's, for a re-init.
+
+
+def _expand_comm_sets(listed):
+    """static_sets' part for ProcessSet(comm): every process's communicator
+    sets, exchanged over MPI_COMM_WORLD, in a list order every process
+    computes alike; the aliases go to _pending_aliases."""
+    comm_sets = [ps for ps in listed if ps.mpi_comm is not None]
+    if not comm_sets:
+        return listed
+    MPI = _mpi()
+    everyone = MPI.COMM_WORLD.allgather([ps.ranks for ps in comm_sets])
+    counts = sorted({len(theirs) for theirs in everyone})
+    if len(counts) != 1:
+        raise ValueError(
+            "init(process_sets=...): every process must list as many "
+            "ProcessSet(comm) entries; the processes listed "
+            f"{[len(theirs) for theirs in everyone]}")
+    world = list(range(MPI.COMM_WORLD.Get_size()))
+    out, by_ranks, j = [], {}, 0
+    for ps in listed:
+        if ps.mpi_comm is None:  # A rank list: as without communicators.
+            out.append(ps)
+            by_ranks.setdefault(tuple(ps.ranks), ps)
+            continue
+        candidates = [theirs[j] for theirs in everyone]
+        j += 1
+        for ranks in candidates:
+            if ranks == world or tuple(ranks) in by_ranks:
+                continue
+            made = ps if ranks == ps.ranks else ProcessSet(ranks)
+            by_ranks[tuple(ranks)] = made
+            out.append(made)
+        if ps.ranks == world:
+            _pending_aliases.append((ps, global_process_set))
+        elif by_ranks[tuple(ps.ranks)] is not ps:
+            _pending_aliases.append((ps, by_ranks[tuple(ps.ranks)]))
+    return out
 
 
 def resolve(process_set, what):
@@ -226,11 +329,15 @@ def static_sets(process_sets):
             raise ValueError(f"init(process_sets=...): {ps!r} is already "
                              "registered")
         out.append(ps)
-    return out, False
+    with _lock:
+        _pending_aliases.clear()
+    return _expand_comm_sets(out), False
 
 
-def on_init(sets, dynamic):
-    """The engine started with `sets` as ids 1, 2, ...: registers them."""
+def on_init(sets, dynamic, again=False):
+    """The engine started with `sets` as ids 1, 2, ...: registers them (and
+    the aliases static_sets found). again=True: a re-init with the last
+    init's sets (elastic), whose aliases are registered again too."""
     from terse import basics
     with _lock:
         _registered.clear()
@@ -239,14 +346,21 @@ def on_init(sets, dynamic):
         for i, ps in enumerate(sets):
             ps.process_set_id = i + 1
             _registered[i + 1] = ps
+        if not again:
+            _last_aliases[:] = _pending_aliases
+        _pending_aliases.clear()
+        for alias, target in _last_aliases:
+            alias.process_set_id = target.process_set_id
+            _aliases.append(alias)
 
 
 def on_shutdown():
     """The engine stopped: every registered set is unregistered."""
     with _lock:
-        for ps in _registered.values():
+        for ps in list(_registered.values()) + _aliases:
             ps.process_set_id = None
         _registered.clear()
+        _aliases.clear()
         global_process_set.ranks = None
         _dynamic[0] = False
 
@@ -274,6 +388,11 @@ def add_process_set(process_set):
     if ps is global_process_set or ps.ranks is None:
         raise ValueError("add_process_set(): the global process set always "
                          "exists")
+    if ps.mpi_comm is not None:
+        raise NotImplementedError(
+            "add_process_set(ProcessSet(comm)): dynamically adding a process "
+            "set defined by an MPI communicator is not implemented (as in "
+            "Horovod); pass its list of world ranks")
     if ps.process_set_id is not None:
         raise ValueError(f"add_process_set(): {ps!r} has been added before")
     try:

@@ -13,7 +13,9 @@ applies it; the other runs apply nothing and only advance global_step.
 Every rank must run the training op the same number of times. With
 op=Adasum it is Horovod's Adasum optimizer: each rank applies its own
 gradients, and each variable then takes its value before the step plus the
-Adasum of the ranks' updates.
+Adasum of the ranks' updates; with backward_passes_per_step=N each rank
+takes N steps of its own and the variables then take their value before
+the first of them plus the Adasum of the ranks' N-step updates.
 """
 
 import numpy as np
@@ -136,18 +138,61 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
                 "op=Adasum with a tf.compat.v1.train.Optimizer runs in a TF1 "
                 "graph")
         variables = [v for g, v in grads_and_vars if g is not None]
+        s = self._terse
+        if s["passes"] > 1:
+            return self._adasum_apply_every(grads_and_vars, variables,
+                                            global_step, name)
         old = [tf.identity(v.read_value()) for v in variables]
         with tf.control_dependencies(old):
             applied = self._optimizer.apply_gradients(grads_and_vars,
                                                       global_step, name)
         with tf.control_dependencies([applied]):
             deltas = [v.read_value() - o for v, o in zip(variables, old)]
-        s = self._terse
         combined = functions.reduce_gradients(
             deltas, variables, op=ops.Adasum, prefix=f"{s['prefix']}.adasum",
             compression=s["compression"])
         return tf.group(*[v.assign(o + d)
                           for v, o, d in zip(variables, old, combined)])
+
+    def _adasum_apply_every(self, grads_and_vars, variables, global_step,
+                            name):
+        """Adasum with backward_passes_per_step=N (Horovod's): every run
+        applies this rank's own step; the first run of each N snapshots the
+        variables, the N-th replaces each by its snapshot plus the Adasum of
+        the ranks' updates since (new - snapshot)."""
+        s, passes = self._terse, self._terse["passes"]
+        local = [tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+        counter = tf.compat.v1.Variable(
+            tf.constant(0, tf.int64), trainable=False, collections=local,
+            name="terse_adasum_counter")
+        starts = [tf.compat.v1.Variable(
+            tf.zeros(v.shape, v.dtype.base_dtype), trainable=False,
+            collections=local, name="terse_adasum_start") for v in variables]
+
+        def snapshot():
+            return tf.group(*[a.assign(v.read_value())
+                              for a, v in zip(starts, variables)])
+
+        first = tf.equal(counter.read_value() % passes, 0)
+        snapped = tf.compat.v1.cond(first, snapshot, tf.no_op)
+        with tf.control_dependencies([snapped]):
+            applied = self._optimizer.apply_gradients(grads_and_vars,
+                                                      global_step, name)
+        with tf.control_dependencies([applied]):
+            count = counter.assign_add(1)
+        due = tf.equal(count % passes, 0)
+
+        def combine():
+            deltas = [v.read_value() - a.read_value()
+                      for v, a in zip(variables, starts)]
+            combined = functions.reduce_gradients(
+                deltas, variables, op=ops.Adasum,
+                prefix=f"{s['prefix']}.adasum", compression=s["compression"])
+            return tf.group(*[v.assign(a.read_value() + d)
+                              for v, a, d in zip(variables, starts,
+                                                 combined)])
+
+        return tf.compat.v1.cond(due, combine, tf.no_op)
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -186,10 +231,6 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False,
         if op not in (ops.Sum, ops.Average, ops.Adasum):
             raise ValueError("DistributedOptimizer reduces with Sum, Average "
                              "or Adasum")
-        if op == ops.Adasum and backward_passes_per_step != 1:
-            raise NotImplementedError(
-                "terse's TF1 Adasum optimizer combines every step's update: "
-                "backward_passes_per_step must be 1 with op=Adasum")
         return _DistributedV1Optimizer(optimizer, name, use_locking, dict(
             op=op, prefix=name_prefix, sparse_as_dense=sparse_as_dense,
             predivide=float(gradient_predivide_factor),

@@ -20,9 +20,11 @@ dispatcher)).
 
 Importing this module adds Dataset.send_to_data_service, as Horovod's does.
 What differs from Horovod: the compute service's transport is
-multiprocessing.connection (terse.tensorflow.data.rendezvous) and it listens
-on every interface (no `nics`); a worker advertises the host's address (its
-name's), so the workers and the training job must reach each other there.
+multiprocessing.connection (terse.tensorflow.data.rendezvous); it listens on
+every interface and advertises the host's address, or with
+ComputeService(nics=[...]) those interfaces' addresses only; a worker
+advertises the host's address (its name's), so the workers and the
+training job must reach each other there.
 """
 
 import binascii

@@ -38,6 +38,25 @@ from multiprocessing.connection import (Client, Listener, answer_challenge,
 _BACKLOG = 128
 
 
+def _interface_address(name):
+    """The IPv4 address of network interface `name` (Linux: SIOCGIFADDR);
+    ValueError naming the interface and those that exist when it has none."""
+    import fcntl
+    import struct
+    known = sorted(n for _, n in socket.if_nameindex())
+    if name not in known:
+        raise ValueError(f"ComputeService(nics=...): no network interface "
+                         f"{name!r} on this host (it has {known})")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                                 struct.pack("256s", name.encode()[:15]))
+        except OSError as e:
+            raise ValueError(f"ComputeService(nics=...): interface {name!r} "
+                             f"has no IPv4 address ({e})") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
 def _local_addresses(port):
     """{interface-ish name: [(host, port)]}: the host's name and loopback."""
     out = {}
@@ -56,7 +75,10 @@ class ComputeService:
 
     dispatchers, workers_per_dispatcher: positive ints. key: bytes, the
     HMAC key every client must hold. Listens on every interface at a free
-    port from construction until shutdown(); addresses() says where.
+    port from construction until shutdown(); addresses() says where: the
+    host's address and loopback, or with nics (interface names, Horovod's)
+    those interfaces' IPv4 addresses only (ValueError naming an interface
+    that does not exist or has none).
     """
 
     def __init__(self, dispatchers, workers_per_dispatcher, key, nics=None):
@@ -69,10 +91,16 @@ class ComputeService:
                              f"larger than 0: {workers_per_dispatcher}")
         if not isinstance(key, bytes) or not key:
             raise ValueError("key must be non-empty bytes")
-        if nics:
-            raise NotImplementedError(
-                "ComputeService(nics=...): terse's compute service listens on "
-                "every interface; pass nics=None")
+        # nics (Horovod's): the service advertises only these interfaces'
+        # addresses, {name: [(address, port)]}, so clients reach it there.
+        self._nics = None
+        if nics is not None:
+            if isinstance(nics, str):
+                nics = [nics]
+            self._nics = {n: _interface_address(n) for n in nics}
+            if not self._nics:
+                raise ValueError("ComputeService(nics=...): name at least "
+                                 "one network interface, or pass None")
         self._dispatchers = dispatchers
         self._workers_per_dispatcher = workers_per_dispatcher
         self._addresses = [None] * dispatchers
@@ -91,6 +119,8 @@ class ComputeService:
 
     def addresses(self):
         """{name: [(host, port)]}: where clients reach this service."""
+        if self._nics is not None:
+            return {n: [(a, self._port)] for n, a in self._nics.items()}
         return _local_addresses(self._port)
 
     def shutdown(self):
