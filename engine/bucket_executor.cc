@@ -25,6 +25,7 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
                                  const std::vector<const TensorEntry*>& entries,
                                  Clock::time_point ready_at) {
   const Clock::time_point start = Clock::now();
+  bytes_run_ += bucket.bytes;
   PerBucket& state = state_[bucket.id];
   std::vector<FusionMember> members(bucket.members.size());
   Clock::time_point first_enqueued = ready_at;

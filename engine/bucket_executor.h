@@ -43,6 +43,10 @@ class BucketExecutor {
                    const std::vector<const TensorEntry*>& entries,
                    Clock::time_point ready_at);
 
+  // Bytes of the buckets run so far (every rank runs the same buckets, so
+  // the same on every rank).
+  int64_t bytes_run() const { return bytes_run_; }
+
   // The bucket was dropped or changed: release its buffer and state.
   void Forget(int bucket_id);
   // Tensor names no longer tracked: forwarded to the reducer.
@@ -60,6 +64,7 @@ class BucketExecutor {
   BucketReducer* const reducer_;
   Timeline* const timeline_;
   absl::flat_hash_map<int, PerBucket> state_;
+  int64_t bytes_run_ = 0;
 };
 
 }  // namespace terse
