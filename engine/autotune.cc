@@ -80,13 +80,23 @@ bool Autotuner::Observe(double throughput) {
   }
   samples_.push_back(throughput);
   if (static_cast<int>(samples_.size()) < options_.samples) return false;
-  trials_.push_back(AutotuneTrial{current_, Median(samples_)});
+  if (phase_ == 2) {
+    // A finalist's second measurement decides.
+    AutotuneTrial& t = trials_[confirm_[next_ - 1]];
+    t.samples.insert(t.samples.end(), samples_.begin(), samples_.end());
+    t.score = Median(samples_);
+  } else {
+    trials_.push_back(AutotuneTrial{current_, Median(samples_), samples_});
+  }
   const AutotuneSetting before = current_;
   if (!Advance()) {
-    // The best pair measured; the earliest tried wins a tie.
-    const AutotuneTrial* best = &trials_.front();
-    for (const AutotuneTrial& t : trials_) {
-      if (t.score > best->score) best = &t;
+    // The better confirmed pair; the earliest tried wins a tie.
+    const AutotuneTrial* best = &trials_[confirm_.front()];
+    for (size_t i : confirm_) {
+      if (trials_[i].score > best->score ||
+          (trials_[i].score == best->score && &trials_[i] < best)) {
+        best = &trials_[i];
+      }
     }
     current_ = best->setting;
     warmup_left_ = 0;
@@ -117,12 +127,30 @@ bool Autotuner::Advance() {
     }
   }
   const int64_t threshold = best->setting.fusion_threshold_bytes;
-  while (next_ < options_.cycle_times_ms.size()) {
-    const AutotuneSetting c{threshold, options_.cycle_times_ms[next_++]};
-    if (Find(c) == nullptr) {
-      Start(c);
-      return true;
+  if (phase_ == 1) {
+    while (next_ < options_.cycle_times_ms.size()) {
+      const AutotuneSetting c{threshold, options_.cycle_times_ms[next_++]};
+      if (Find(c) == nullptr) {
+        Start(c);
+        return true;
+      }
     }
+    // Confirmation: the two best so far (earliest first among equals), in
+    // the order they were tried.
+    std::vector<size_t> order(trials_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return trials_[a].score > trials_[b].score;
+    });
+    order.resize(std::min<size_t>(order.size(), 2));
+    std::sort(order.begin(), order.end());
+    confirm_ = order;
+    phase_ = 2;
+    next_ = 0;
+  }
+  if (next_ < confirm_.size()) {
+    Start(trials_[confirm_[next_++]].setting);
+    return true;
   }
   return false;
 }

@@ -7,10 +7,13 @@
 // Autotuner, the search (no clock, no communication): coordinate descent over
 // a grid. First every fusion threshold of the grid at the configured cycle
 // time, then every cycle time of the grid at the best threshold so far (the
-// pair measured in the first phase is not measured again); the result is the
-// best pair measured. Each candidate is scored by the median of its samples
-// after its warm-up samples are dropped (the first steps after a change pay
-// for new buckets and buffers). The search is a pure function of the
+// pair measured in the first phase is not measured again); then the two
+// best pairs so far are measured once more, one after the other, and the
+// better of them in this second measurement is the result (the two
+// finalists are compared under the same conditions, and one lucky
+// measurement on a noisy machine does not decide alone). Each candidate's score is the median of
+// its samples after its warm-up samples are dropped (the first steps after
+// a change pay for new buckets and buffers). The search is a pure function of the
 // samples fed to it, so ranks fed the same samples make the same choices.
 //
 // AutotuneSession, the measurement: called by the engine's background
@@ -77,7 +80,10 @@ AutotuneOptions DefaultAutotuneOptions(const Config& config);
 
 struct AutotuneTrial {
   AutotuneSetting setting;
-  double score = 0;  // Median throughput of its samples, bytes/s.
+  // Median throughput of its samples, bytes/s (of its second measurement
+  // for a finalist, see above).
+  double score = 0;
+  std::vector<double> samples;  // All, in order.
 };
 
 class Autotuner {
@@ -87,7 +93,7 @@ class Autotuner {
   // The setting to run now (the best one once done()).
   const AutotuneSetting& current() const { return current_; }
   bool done() const { return done_; }
-  // Candidates scored so far, in the order they were tried.
+  // Candidates scored so far, in the order they were first tried.
   const std::vector<AutotuneTrial>& trials() const { return trials_; }
   // Warm-up samples still to drop for current() (0 when measuring).
   int warmup_left() const { return warmup_left_; }
@@ -105,11 +111,12 @@ class Autotuner {
   AutotuneOptions options_;
   AutotuneSetting start_;
   AutotuneSetting current_;
-  int phase_ = 0;       // 0: thresholds, 1: cycle times.
+  int phase_ = 0;       // 0: thresholds, 1: cycle times, 2: confirmation.
   size_t next_ = 0;     // Next grid index of the phase.
   int warmup_left_ = 0;
   std::vector<double> samples_;
   std::vector<AutotuneTrial> trials_;
+  std::vector<size_t> confirm_;  // Phase 2: indices into trials_.
   bool done_ = false;
 };
 

@@ -59,9 +59,10 @@ TEST(AutotunerTest, ConvergesToTheGridArgmaxAndDropsWarmup) {
   ASSERT_TRUE(tuner.done());
   EXPECT_EQ(tuner.current(), BruteForce(grid, Separable));
   EXPECT_EQ(tuner.current(), (AutotuneSetting{16 * kMiB, 2.5}));
-  // 6 thresholds, then the 3 cycle times not measured yet; 5 samples each.
+  // 6 thresholds, then the 3 cycle times not measured yet, then the best
+  // two again; 5 samples each.
   EXPECT_EQ(tuner.trials().size(), 9u);
-  EXPECT_EQ(fed, 9 * 5);
+  EXPECT_EQ(fed, (9 + 2) * 5);
   // The configured setting is measured first.
   EXPECT_EQ(tuner.trials().front().setting, (AutotuneSetting{64 * kMiB, 1}));
   EXPECT_FALSE(tuner.Observe(0));  // Done: ignored.
@@ -79,6 +80,21 @@ TEST(AutotunerTest, AStartOffTheGridIsMeasuredAndCanWin) {
   }
   EXPECT_EQ(tuner.current(), (AutotuneSetting{3 * kMiB, 0.75}));
   EXPECT_EQ(tuner.trials().size(), 7u + 4u);
+}
+
+// A setting that won its first measurement by luck loses the confirmation.
+TEST(AutotunerTest, ConfirmationOverrulesOneLuckySample) {
+  Autotuner tuner(AutotuneSetting{64 * kMiB, 1}, Grid(0, 1));
+  int seen_16 = 0;
+  while (!tuner.done()) {
+    const AutotuneSetting s = tuner.current();
+    double x = 1.0;
+    if (s == AutotuneSetting{16 * kMiB, 1}) x = ++seen_16 == 1 ? 9.0 : 0.5;
+    if (s == AutotuneSetting{4 * kMiB, 1}) x = 2.0;
+    tuner.Observe(x);
+  }
+  EXPECT_EQ(seen_16, 2);
+  EXPECT_EQ(tuner.current(), (AutotuneSetting{4 * kMiB, 1}));
 }
 
 TEST(AutotunerTest, TiesGoToTheEarliestTried) {
