@@ -18,10 +18,12 @@
 //
 // AutotuneSession, the measurement: called by the engine's background
 // thread after every cycle of the global process set. A sample is
-// `steps_per_sample` steps of the bucket assigner (engine/bucket_assigner.h;
-// steps are counted from negotiated responses, so every rank sees a step
-// end in the same cycle) from one step boundary to another; its bytes are
-// those of the allreduce buckets run in it (the same on every rank). At the
+// `steps_per_sample` training steps from one step boundary to another,
+// steps counted as Horovod counts them (a step ends when a tensor is
+// reduced a second time; BucketExecutor::steps_run: every rank runs the
+// same buckets in the same order, so every rank sees a step end in the same
+// cycle); its bytes are those of the allreduce buckets run in it (the same
+// on every rank). At the
 // end of a sample every rank contributes its elapsed time to one allreduce
 // (Sum, float64) on the control communicator, so all ranks score the
 // rank-averaged throughput, feed the same number to their Autotuner and
@@ -134,7 +136,7 @@ class AutotuneSession {
   AutotuneSession(const Config& config, AutotuneOptions options,
                   Communicator* comm);
 
-  // After a cycle of the global set: `steps` (BucketAssigner::steps()) and
+  // After a cycle of the global set: `steps` (BucketExecutor::steps_run()) and
   // `bytes` (allreduce bytes run so far) are the same on every rank at this
   // cycle. Collective at the end of a sample (every rank reaches it in the
   // same cycle). An error is the communicator's.

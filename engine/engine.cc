@@ -479,7 +479,7 @@ void Engine::Loop() {
     CycleSets();
     if (autotune_ != nullptr) {
       absl::Status tuned = autotune_->AfterCycle(
-          global_->buckets().steps(), global_->bytes_reduced(), Clock::now(),
+          global_->steps_reduced(), global_->bytes_reduced(), Clock::now(),
           [this](int64_t bytes) { return global_->Regroup(bytes); });
       if (!tuned.ok()) {
         Stop(tuned, /*fatal=*/true);
