@@ -4,6 +4,7 @@
 #ifndef TERSE_ENGINE_AUTOTUNE_TESTING_H_
 #define TERSE_ENGINE_AUTOTUNE_TESTING_H_
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -73,11 +74,19 @@ inline Scenario AutotuneScenario() {
   s.body = [](int rank, Engine& engine) -> absl::Status {
     std::vector<int64_t> sizes(48);
     for (int t = 0; t < 48; ++t) sizes[t] = 1 + (t * 53) % 700;
-    // 6 thresholds + 3 more cycle times, one sample each; a change waits for
-    // the next step boundary, so about 2 steps per candidate.
+    // 6 thresholds, 3 more cycle times and 2 confirmations, one sample
+    // each; a change waits for the next step boundary, so about 2 steps per
+    // setting. The threshold-0 trial (every tensor alone, 48 buckets)
+    // shows the regroup took effect.
+    int64_t most_buckets = 0;
     for (int step = 0; step < 40; ++step) {
       TERSE_RETURN_IF_ERROR(AutotuneStep(rank, engine, sizes));
+      most_buckets = std::max(most_buckets, engine.stats().buckets);
     }
+    TERSE_RETURN_IF_ERROR(Expect(
+        most_buckets >= 48, absl::StrCat("rank ", rank, ": at most ",
+                                         most_buckets, " buckets: no regroup "
+                                         "to threshold 0")));
     const EngineStats stats = engine.stats();
     TERSE_RETURN_IF_ERROR(Expect(
         stats.autotune_done, absl::StrCat("rank ", rank, ": autotune not done "
