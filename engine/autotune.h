@@ -37,6 +37,9 @@
 // rank 0 and, with TERSE_AUTOTUNE_LOG, written by rank 0 to that file as
 // CSV rows.
 //
+// A workload whose tensor names never repeat (every op under a fresh name)
+// has no steps and is never tuned: it keeps the configured setting.
+//
 // Only the global process set is tuned; other sets keep the configured
 // threshold. Regrouping drops per-bucket state as any change of a bucket's
 // members does (compressed buckets lose their error-feedback residual then).
