@@ -22,6 +22,12 @@ Modes, each one step = every tensor of the workload reduced (Sum) in place:
                             Horovod's DistributedOptimizer does it: cast to
                             float16 (Compression.fp16.compress) before, cast
                             back into the tensor after, both timed
+  terse:autotune            terse:none with TERSE_AUTOTUNE=1 (engine/autotune.h,
+                            TERSE_AUTOTUNE_STEPS_PER_SAMPLE from
+                            --autotune-steps-per-sample): terse is started
+                            afresh for each workload and runs
+                            --autotune-steps untimed steps (the search)
+                            before its warm-up and timed steps
   mpi:per_tensor            one MPI_Allreduce (MPI_IN_PLACE) per tensor, in
                             order, through ctypes on Open MPI's libmpi: what a
                             trainer without an engine does
@@ -104,7 +110,8 @@ class _Terse:
         self.tt = tt
         tt.init()
         self.rank, self.size = tt.rank(), tt.size()
-        self.compression = None if compression == "none" else compression
+        self.compression = (None if compression in ("none", "autotune")
+                            else compression)
 
     def barrier(self):
         self.tt.barrier()
@@ -225,7 +232,11 @@ def worker(args):
         variant)
     want = lib.size * (lib.size + 1) / 2
     out = {"rank": lib.rank, "ranks": lib.size, "workloads": {}}
-    for workload in args.workloads.split(","):
+    tune = args.worker == "terse:autotune"
+    for k, workload in enumerate(args.workloads.split(",")):
+        if tune and k > 0:  # A fresh search for each workload.
+            lib.close()
+            lib = _Terse(variant)
         sizes = WORKLOADS[workload]()
         tensors = [torch.empty(n) for n in sizes]
         names = [f"{workload}.{i}" for i in range(len(sizes))]
@@ -233,6 +244,9 @@ def worker(args):
             lib.buffer = torch.empty(sum(sizes))
             tensors = [lib.buffer]
         total, enqueue = [], []
+        for s in range(args.autotune_steps if tune else 0):
+            lib.barrier()
+            lib.step(tensors, names)
         for s in range(args.warmup + args.steps):
             for t in tensors:
                 t.fill_(lib.rank + 1)
@@ -259,12 +273,16 @@ def worker(args):
 
 def run_mode(args, mode, workloads):
     library = mode.split(":")[0]
-    env = mpi_launch.job_env(args.np, library)
+    extra = ({"TERSE_AUTOTUNE": "1", "TERSE_AUTOTUNE_STEPS_PER_SAMPLE":
+              str(args.autotune_steps_per_sample)}
+             if mode == "terse:autotune" else None)
+    env = mpi_launch.job_env(args.np, library, extra)
     python = (mpi_launch.horovod_python() if library == "horovod"
               else sys.executable)
     program = [python, os.path.abspath(__file__), "--worker", mode,
                "--workloads", ",".join(workloads), "--warmup",
-               str(args.warmup), "--steps", str(args.steps)]
+               str(args.warmup), "--steps", str(args.steps),
+               "--autotune-steps", str(args.autotune_steps)]
     ranks = mpi_launch.run_job(args.np, args.transport, env, program,
                                args.timeout)
     per_workload = {}
@@ -335,6 +353,8 @@ def driver(args):
                  "enqueue_ms": {}, "speed_vs_horovod": {}}
         for m in modes:
             lib_variant = m.split(":", 1)[1]
+            if lib_variant == "autotune":  # Against Horovod's defaults.
+                lib_variant = "none"
             hvd = med.get((f"horovod:{lib_variant}", w))
             ratio = hvd / med[(m, w)] if hvd else float("nan")
             print(f"{w:<9} {m:<16} {_ms(med[(m, w)]):10.2f} "
@@ -370,6 +390,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--autotune-steps", type=int, default=90,
+                        help="terse:autotune: untimed steps of the search "
+                        "(11 settings x (1 warm-up + 2) samples x "
+                        "--autotune-steps-per-sample steps, and a margin)")
+    parser.add_argument("--autotune-steps-per-sample", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=600,
                         help="seconds per job")
     parser.add_argument("--worker", help=argparse.SUPPRESS)

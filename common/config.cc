@@ -286,6 +286,29 @@ const std::vector<Knob>& Knobs() {
                "(Horovod's HOROVOD_DYNAMIC_PROCESS_SETS); the bindings ask "
                "for it, the engine accepts set changes either way",
                &Config::dynamic_process_sets),
+      BoolKnob("TERSE_AUTOTUNE", "off",
+               "tune the fusion threshold and cycle time online from the "
+               "measured throughput (Horovod's HOROVOD_AUTOTUNE; "
+               "engine/autotune.h)",
+               &Config::autotune),
+      Knob{"TERSE_AUTOTUNE_LOG", "path", "", "a file path (empty: off)",
+           "rank 0 writes every autotune sample and the final choice to this "
+           "CSV file (needs TERSE_AUTOTUNE)",
+           [](absl::string_view v, Config* c) {
+             c->autotune_log = std::string(v);
+             return absl::OkStatus();
+           },
+           [](const Config& c) { return c.autotune_log; }},
+      IntKnob("TERSE_AUTOTUNE_WARMUP_SAMPLES", "samples", "1",
+              "autotune samples dropped after each change of setting",
+              &Config::autotune_warmup_samples, 0, 1000),
+      IntKnob("TERSE_AUTOTUNE_SAMPLES", "samples", "2",
+              "autotune samples scored per setting (their median)",
+              &Config::autotune_samples, 1, 1000),
+      IntKnob("TERSE_AUTOTUNE_STEPS_PER_SAMPLE", "steps", "10",
+              "training steps per autotune sample (Horovod's "
+              "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE)",
+              &Config::autotune_steps_per_sample, 1, 1000000),
       WordKnob("TERSE_COMPRESSION", "none",
                "compressor or policy for every bucket", &Config::compression,
                CompressionWords()),
@@ -460,6 +483,12 @@ absl::Status Apply(const Knob& knob, absl::string_view value, Config* c) {
 }
 
 absl::Status CheckConsistency(const Config& c) {
+  if (!c.autotune_log.empty() && !c.autotune) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TERSE_AUTOTUNE_LOG='", c.autotune_log,
+        "' is set but TERSE_AUTOTUNE is off: set TERSE_AUTOTUNE=1 or unset "
+        "TERSE_AUTOTUNE_LOG"));
+  }
   if (c.gravac_cf_min > c.gravac_cf_max) {
     return absl::InvalidArgumentError(
         absl::StrCat("TERSE_GRAVAC_CF_MIN='", FormatDouble(c.gravac_cf_min),

@@ -47,6 +47,12 @@ struct Config {
   // HOROVOD_GPU_OPERATIONS).
   std::string gpu_operations = "nccl";
   bool dynamic_process_sets = false;  // TERSE_DYNAMIC_PROCESS_SETS.
+  // Online tuning of the fusion threshold and cycle time (engine/autotune.h).
+  bool autotune = false;
+  std::string autotune_log;  // CSV of the samples (rank 0); empty: none.
+  int64_t autotune_warmup_samples;
+  int64_t autotune_samples;
+  int64_t autotune_steps_per_sample;
 
   // Compression.
   std::string compression;  // none | fp16 | ... | gravac | accordion

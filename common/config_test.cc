@@ -14,6 +14,11 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
   Config c = Config::Defaults();
   EXPECT_EQ(c.fusion_threshold_bytes, 67108864);
   EXPECT_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_FALSE(c.autotune);
+  EXPECT_EQ(c.autotune_log, "");
+  EXPECT_EQ(c.autotune_warmup_samples, 1);
+  EXPECT_EQ(c.autotune_samples, 2);
+  EXPECT_EQ(c.autotune_steps_per_sample, 10);
   EXPECT_EQ(c.cache_capacity, 1024);
   EXPECT_EQ(c.forget_after_steps, 100);
   EXPECT_EQ(c.compression, "none");
@@ -60,7 +65,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 40u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 45u);
 }
 
 TEST(ConfigTest, ParsesValues) {
@@ -98,6 +103,20 @@ struct BadValue {
   const char* accepted;  // A fragment of the accepted form.
 };
 
+TEST(ConfigTest, AutotuneLogNeedsAutotune) {
+  absl::StatusOr<Config> c =
+      Config::FromMap({{"TERSE_AUTOTUNE_LOG", "/tmp/tune.csv"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("TERSE_AUTOTUNE_LOG='/tmp/tune.csv'"));
+  EXPECT_THAT(c.status().message(), HasSubstr("TERSE_AUTOTUNE is off"));
+  c = Config::FromMap(
+      {{"TERSE_AUTOTUNE", "1"}, {"TERSE_AUTOTUNE_LOG", "/tmp/tune.csv"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->autotune);
+  EXPECT_EQ(c->autotune_log, "/tmp/tune.csv");
+}
+
 class ConfigBadValueTest : public ::testing::TestWithParam<BadValue> {};
 
 TEST_P(ConfigBadValueTest, ErrorNamesVariableValueAndAcceptedForm) {
@@ -117,6 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"TERSE_FUSION_THRESHOLD", "-1", "an integer in [0,"},
         BadValue{"TERSE_FUSION_THRESHOLD", "1.5", "an integer"},
         BadValue{"TERSE_CYCLE_TIME_MS", "fast", "a number in [0, 10000]"},
+        BadValue{"TERSE_AUTOTUNE", "yes", "one of: on off true false 1 0"},
+        BadValue{"TERSE_AUTOTUNE_STEPS_PER_SAMPLE", "0", "an integer in [1,"},
+        BadValue{"TERSE_AUTOTUNE_SAMPLES", "0", "an integer in [1, 1000]"},
         BadValue{"TERSE_GRAVAC_THROUGHPUT_GUARD", "maybe",
                  "one of: on off true false 1 0"},
         BadValue{"TERSE_COMPRESSION", "zip", "one of: none fp16 bf16 topk"},

@@ -120,6 +120,17 @@ void BucketAssigner::Erase(int id, int index) {
   Reindex(b);
 }
 
+bool BucketAssigner::Regroup(int64_t threshold_bytes) {
+  for (const auto& [id, b] : buckets_) {
+    if (b.ready_count > 0) return false;
+  }
+  for (const auto& [id, b] : buckets_) changed_.push_back(id);
+  buckets_.clear();
+  places_.clear();
+  threshold_ = threshold_bytes;
+  return true;
+}
+
 int BucketAssigner::BucketOf(const std::string& name) const {
   auto it = places_.find(name);
   return it == places_.end() ? -1 : it->second.bucket;

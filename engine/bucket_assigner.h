@@ -139,6 +139,12 @@ class BucketAssigner {
   // Names forgotten (see Forgetting above) since the last call.
   std::vector<std::string> TakeForgotten();
 
+  // Autotune (engine/autotune.h): from now on buckets hold up to
+  // `threshold_bytes`, and every bucket is dropped (reported by TakeChanged)
+  // so each tensor is assigned afresh the next time it is ready. Refused
+  // (false, nothing changed) while some bucket holds ready members.
+  bool Regroup(int64_t threshold_bytes);
+
   // Names tracked now (members of some bucket).
   int64_t num_names() const { return static_cast<int64_t>(places_.size()); }
   // Steps counted so far (see Forgetting above).
@@ -176,7 +182,7 @@ class BucketAssigner {
   void CountStep(const std::string& name, std::vector<int>* completed);
   void EndStep(std::vector<int>* completed);
 
-  const int64_t threshold_;
+  int64_t threshold_;
   const int64_t solo_bytes_;
   const GroupFunction group_;
   const SoloFilter solo_filter_;

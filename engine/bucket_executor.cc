@@ -1,5 +1,7 @@
 #include "engine/bucket_executor.h"
 
+#include "absl/hash/hash.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,14 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
                                  const std::vector<const TensorEntry*>& entries,
                                  Clock::time_point ready_at) {
   const Clock::time_point start = Clock::now();
+  bytes_run_ += bucket.bytes;
+  for (const BucketMember& m : bucket.members) {
+    if (!step_names_.insert(absl::HashOf(m.name)).second) {
+      ++steps_run_;
+      step_names_.clear();
+      step_names_.insert(absl::HashOf(m.name));
+    }
+  }
   PerBucket& state = state_[bucket.id];
   std::vector<FusionMember> members(bucket.members.size());
   Clock::time_point first_enqueued = ready_at;

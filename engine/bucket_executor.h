@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
 #include "engine/bucket_assigner.h"
@@ -43,6 +44,14 @@ class BucketExecutor {
                    const std::vector<const TensorEntry*>& entries,
                    Clock::time_point ready_at);
 
+  // Bytes of the buckets run so far (every rank runs the same buckets, so
+  // the same on every rank).
+  int64_t bytes_run() const { return bytes_run_; }
+  // Training steps seen, counted as Horovod's autotune does: a step ends
+  // when a tensor name is reduced a second time since the last step ended
+  // (also the same on every rank).
+  int64_t steps_run() const { return steps_run_; }
+
   // The bucket was dropped or changed: release its buffer and state.
   void Forget(int bucket_id);
   // Tensor names no longer tracked: forwarded to the reducer.
@@ -60,6 +69,10 @@ class BucketExecutor {
   BucketReducer* const reducer_;
   Timeline* const timeline_;
   absl::flat_hash_map<int, PerBucket> state_;
+  int64_t bytes_run_ = 0;
+  int64_t steps_run_ = 0;
+  // Hashes of the names reduced in the current step (steps_run()).
+  absl::flat_hash_set<size_t> step_names_;
 };
 
 }  // namespace terse

@@ -8,6 +8,7 @@
 #include "collectives/loopback/loopback.h"
 #include "common/config.h"
 #include "common/half.h"
+#include "common/status.h"
 #include "engine/compressed_reducer.h"
 #include "gtest/gtest.h"
 
@@ -188,6 +189,39 @@ TEST(BucketExecutorTest, UncastBucketsUseTheGeneralPath) {
   }
   EXPECT_EQ(o.bytes_sent, 2 * bucket.count * 4);
   EXPECT_EQ(o.casts, std::vector<int>(2, 0));
+}
+
+// bytes_run and steps_run (autotune's measurements): two buckets per step,
+// three steps; a step ends when a name is reduced again.
+TEST(BucketExecutorTest, CountsBytesAndStepsAsHorovodsAutotune) {
+  Bucket a = MakeBucket({9, 4}, ReduceOp::kSum);
+  Bucket b = MakeBucket({5}, ReduceOp::kSum);
+  b.id = 4;
+  b.members[0].name = "h0";
+  CompressedReducer reducer(MakeConfig("none"), 0, 1);
+  absl::Status status = RunLoopbackRanks(1, [&](int, Communicator* comm) {
+    BucketExecutor executor(comm, &reducer, nullptr);
+    std::vector<float> buf(9, 1.0f);
+    std::vector<int64_t> steps;
+    for (int step = 0; step < 3; ++step) {
+      for (const Bucket* bucket : {&a, &b}) {
+        std::vector<TensorEntry> entries(bucket->members.size());
+        std::vector<const TensorEntry*> ptrs;
+        for (size_t i = 0; i < entries.size(); ++i) {
+          const int64_t n = bucket->members[i].count;
+          entries[i].input = TensorView(buf.data(), n, DataType::kFloat32);
+          entries[i].output = entries[i].input;
+          ptrs.push_back(&entries[i]);
+        }
+        TERSE_RETURN_IF_ERROR(executor.Run(*bucket, ptrs, Clock::now()));
+        steps.push_back(executor.steps_run());
+      }
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{0, 0, 1, 1, 2, 2}));
+    EXPECT_EQ(executor.bytes_run(), 3 * (a.bytes + b.bytes));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
 }
 
 }  // namespace

@@ -411,8 +411,20 @@ void Engine::Loop() {
                                    [this] { return queue_.InFlightNames(); });
   context_.stall_guard = stall_guard_.get();
   CreateStaticSets();
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  auto cycle_of = [](double ms) {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(ms));
+  };
+  auto cycle = cycle_of(config_.cycle_time_ms);
+  if (config_.autotune) {
+    absl::StatusOr<std::unique_ptr<AutotuneSession>> tune =
+        AutotuneSession::Create(config_, comm_);
+    if (!tune.ok()) {
+      Stop(tune.status(), /*fatal=*/true);
+      return;
+    }
+    autotune_ = *std::move(tune);
+  }
   Clock::time_point next = Clock::now();
   while (true) {
     next += cycle;
@@ -465,6 +477,21 @@ void Engine::Loop() {
       return;
     }
     CycleSets();
+    if (autotune_ != nullptr) {
+      absl::Status tuned = autotune_->AfterCycle(
+          global_->steps_reduced(), global_->bytes_reduced(), Clock::now(),
+          [this](int64_t bytes) { return global_->Regroup(bytes); });
+      if (!tuned.ok()) {
+        Stop(tuned, /*fatal=*/true);
+        return;
+      }
+      cycle = cycle_of(autotune_->cycle_time_ms());
+      absl::MutexLock lock(&mu_);
+      stats_.autotune_threshold_bytes =
+          autotune_->tuner().current().fusion_threshold_bytes;
+      stats_.autotune_cycle_time_ms = autotune_->cycle_time_ms();
+      stats_.autotune_done = autotune_->tuner().done();
+    }
   }
 }
 

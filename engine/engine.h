@@ -69,6 +69,7 @@
 #include "common/config.h"
 #include "common/tensor_view.h"
 #include "device/runtime.h"
+#include "engine/autotune.h"
 #include "engine/bucket_assigner.h"
 #include "engine/bucket_executor.h"
 #include "engine/bucket_reducer.h"
@@ -93,6 +94,10 @@ struct EngineStats {
   int64_t buckets = 0;        // Buckets currently assigned.
   int64_t bucket_runs = 0;    // Bucket executions so far.
   int64_t cache_entries = 0;
+  // TERSE_AUTOTUNE: the setting run now, and whether the search is over.
+  int64_t autotune_threshold_bytes = 0;
+  double autotune_cycle_time_ms = 0;
+  bool autotune_done = false;
 };
 
 // Engine tunables that are not TERSE_* knobs (tests and benchmarks).
@@ -353,6 +358,7 @@ class Engine : private ProcessSetHost {
   // TERSE_STALL_SHUTDOWN_SECONDS inside a blocking collective (null when
   // off); set at the start of Loop.
   std::unique_ptr<StallGuard> stall_guard_;
+  std::unique_ptr<AutotuneSession> autotune_;  // TERSE_AUTOTUNE; loop only.
 
   mutable absl::Mutex mu_;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);

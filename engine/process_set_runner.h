@@ -113,6 +113,14 @@ class ProcessSetRunner {
   CompressedReducer& reducer() { return reducer_; }
   const Negotiator& negotiator() const { return negotiator_; }
   const BucketAssigner& buckets() const { return buckets_; }
+  // For autotune: bytes and steps (BucketExecutor::steps_run) of the CPU
+  // allreduce buckets run so far, and a new fusion threshold for this set's
+  // buckets (BucketAssigner::Regroup).
+  int64_t bytes_reduced() const { return executor_.bytes_run(); }
+  int64_t steps_reduced() const { return executor_.steps_run(); }
+  bool Regroup(int64_t threshold_bytes) {
+    return buckets_.Regroup(threshold_bytes);
+  }
   // Set once by the engine, for the global set only (it must be built
   // after the reducer it uses).
   void set_device(DeviceExecutor* device) { device_ = device; }

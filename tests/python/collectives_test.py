@@ -73,6 +73,33 @@ def test_allreduce_in_place_and_non_contiguous(_):
         check_equal(base, want, f"allreduce_ transposed {dtype}")
 
 
+def test_in_place_fast_path_equals_the_general_path(_):
+    """allreduce_async_ of a named contiguous float CPU tensor takes the
+    per-call fast path; a transposed view of the same values takes the
+    general one. Average with factors: both equal the closed form (small
+    integers, exact) bit for bit, and the handle keeps the tensor alive."""
+    for case, dtype in enumerate(sorted(FLOATS, key=str), start=500):
+        want = (torch.stack(all_inputs(dtype, (6, 4), case)).sum(0)
+                * 0.5 * 4.0 / tt.size())
+        fast = rank_input(tt.rank(), dtype, (6, 4), case)
+        h = tt.allreduce_async_(fast, name=f"fast.{dtype}",
+                                prescale_factor=0.5, postscale_factor=4.0)
+        base = rank_input(tt.rank(), dtype, (4, 6), case + 50).t()
+        base.copy_(fast)
+        expect(not base.is_contiguous(), "the view is non-contiguous")
+        g = tt.allreduce_async_(base, name=f"general.{dtype}",
+                                prescale_factor=0.5, postscale_factor=4.0)
+        got = tt.synchronize(h)
+        expect(got is fast, "synchronize returns the tensor")
+        tt.synchronize(g)
+        check_equal(fast, want, f"fast path {dtype}")
+        check_equal(base, want, f"general path {dtype}")
+        s = tt.allreduce_async_(torch.ones(3, dtype=dtype), name=f"drop.{dtype}",
+                                op=tt.Sum)
+        check_equal(tt.synchronize(s), torch.full((3,), float(tt.size())),
+                    f"dropped reference {dtype}")
+
+
 def test_allreduce_scaling_and_random_floats(_):
     g = torch.Generator().manual_seed(7 + tt.rank())
     mine = torch.randn(1000, generator=g)

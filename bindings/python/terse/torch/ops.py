@@ -70,6 +70,12 @@ _DTYPE_NAMES = {
 }
 _DTYPE_CODES = {t: lib().DTYPES[n] for t, n in _DTYPE_NAMES.items()}
 _TORCH_DTYPES = {code: t for t, code in _DTYPE_CODES.items()}
+# The per-call fast path (allreduce_async_ of a contiguous floating-point
+# CPU tensor, Sum or Average, no compression, the global set): the dtypes
+# it takes, and the extension module itself (lib() looks it up per call).
+_FAST_CODES = {t: _DTYPE_CODES[t] for t in
+               (torch.float32, torch.float64, torch.float16, torch.bfloat16)}
+_native = lib()
 
 
 class _Entry:
@@ -214,7 +220,7 @@ def _enqueue_allreduce(source, output, name, op, prescale, postscale,
     """One engine allreduce of `source` into `output` (may be equal) over
     process set `ps_id`."""
     code, device, stream = _describe(source, _what("allreduce", name))
-    return lib().allreduce_async(
+    return _native.allreduce_async(
         name, source.data_ptr(), output.data_ptr(), source.numel(), code,
         device, list(source.shape), op, float(prescale), float(postscale),
         stream, basics.compression_spec(compression), ps_id)
@@ -229,8 +235,8 @@ def _allreduce_into(tensor, output, name, op, prescale_factor,
     factors on integers and factors with Min/Max/Product/Adasum are applied
     here,
     around an engine Sum (or the op), with Horovod's double-precision
-    scaling."""
-    _describe(tensor, _what("allreduce", name))
+    scaling. The tensor was described (checked) by _prepare, and
+    _enqueue_allreduce describes what it enqueues."""
     pre, post = float(prescale_factor), float(postscale_factor)
     floating = tensor.dtype.is_floating_point
     if tensor.dtype == torch.bool:
@@ -300,6 +306,23 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
                      process_set=process_sets.global_process_set,
                      compression=None):
     """In-place allreduce_async: the result overwrites `tensor`."""
+    # Fast path (issue 19): a training loop's call. What it enqueues and how
+    # it finishes are those of the general path below for the same call.
+    if (average is None and compression is None and type(name) is str
+            and name and (op is None or op == Average or op == Sum)
+            and (process_set is process_sets.global_process_set
+                 or process_set is None)
+            and isinstance(tensor, torch.Tensor)):
+        code = _FAST_CODES.get(tensor.dtype)
+        if (code is not None and tensor.device.type == "cpu"
+                and tensor.is_contiguous() and _native.is_initialized()):
+            ptr = tensor.data_ptr()
+            handle = _native.allreduce_async(
+                name, ptr, ptr, tensor.numel(), code, -1, list(tensor.shape),
+                Average if op is None else op, float(prescale_factor),
+                float(postscale_factor), 0, "", 0)
+            _table.add(handle, _Entry((tensor,), lambda: tensor))
+            return handle
     op = _resolve_op(op, average)
     _check_op(op)
     name, ps_id = _prepare("allreduce", name, tensor, process_set)
@@ -532,7 +555,7 @@ def synchronize(handle):
         return handle()
     entry = _table.pop(handle)
     if entry.parts is None:
-        lib().wait(handle)
+        _native.wait(handle)
     return entry.finish()
 
 
