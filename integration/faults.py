@@ -414,11 +414,18 @@ def verdict(s, clean):
         if name == "clean":
             return True, "reference"
         acc = s["test_accuracy"]
-        worst = max(abs(acc - c) for c in clean) if clean else None
-        if worst is None:
+        if not clean:
             return False, "no clean run to compare with"
-        return worst <= 0.003, (f"{100 * worst:.2f} points from the "
-                                f"farthest clean run (bound 0.3)")
+        # "The same final accuracy as a clean run": clean runs differ among
+        # themselves (GraVAC's fusion and choices follow measured timing),
+        # so the nearest one decides; the farthest is said beside it.
+        near = min(abs(acc - c) for c in clean)
+        far = max(abs(acc - c) for c in clean)
+        return near <= 0.003, (f"{100 * near:.2f} points from the nearest "
+                               f"clean run (bound 0.3), {100 * far:.2f} "
+                               f"from the farthest; {len(clean)} clean "
+                               f"runs span {100 * min(clean):.2f}-"
+                               f"{100 * max(clean):.2f}%")
     stall = s.get("stall_seconds", 20)
     gone = s.get("ranks_end_after_fault_s", s.get("end_after_fault_s", 1e9))
     ended = (s.get("returncode") not in (0, "timeout") and
