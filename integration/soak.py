@@ -68,7 +68,10 @@ reported beside it, and end vs warm-up for comparison. Exits 1 (every rank)
 on any mismatch, floor growth above --max-rss-growth, or more fds at the
 end than at the start. --leak-kib (a positive control, never in CI) keeps
 that many KiB alive per batch, so a run can show that the measure sees a
-leak.
+leak. --malloc-trim samples RSS after glibc's malloc_trim(0), so free heap
+pages the allocator keeps do not count (the untrimmed floor and the floor
+of malloc's live bytes are reported beside it); --trace writes what each
+point's RSS is made of (integration/soak_memory.py, docs/reliability.md).
 """
 
 import argparse
