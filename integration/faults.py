@@ -33,6 +33,15 @@ lossy host could not connect back, "unable to complete a TCP connection",
 after 134 s of SYN retries). The clean run uses the same qdisc tree without
 filters.
 
+Where the drops happen (--drop-at): "local" (the default) puts the drop
+class on both ends of the link, the rank's own eth0 included, so the
+rank's TCP sees its own qdisc refuse packets (local congestion: it probes
+twice a second and aborts a connection after tcp_retries2 probes, so Open
+MPI's daemon there loses mpirun ~16 s into a cut). "bridge" puts it on the
+bridge's ports only: the port to the rank drops what goes to it, the other
+ports what comes from its address (a u32 match on the source), as a
+failure inside the network would.
+
 Needs root. Its own namespaces (prefix terse-flt, 10.79.0.0/24), apart from
 the experiment's and the demo's; removed at the end.
 
