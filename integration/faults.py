@@ -33,6 +33,15 @@ lossy host could not connect back, "unable to complete a TCP connection",
 after 134 s of SYN retries). The clean run uses the same qdisc tree without
 filters.
 
+Where the drops happen (--drop-at): "local" (the default) puts the drop
+class on both ends of the link, the rank's own eth0 included, so the
+rank's TCP sees its own qdisc refuse packets (local congestion: it probes
+twice a second and aborts a connection after tcp_retries2 probes, so Open
+MPI's daemon there loses mpirun ~16 s into a cut). "bridge" puts it on the
+bridge's ports only: the port to the rank drops what goes to it, the other
+ports what comes from its address (a u32 match on the source), as a
+failure inside the network would.
+
 Needs root. Its own namespaces (prefix terse-flt, 10.79.0.0/24), apart from
 the experiment's and the demo's; removed at the end.
 
@@ -168,15 +177,27 @@ def sh(*cmd, check=True):
                           text=True)
 
 
-def link_ends(rank):
-    """(namespace, device) of both ends of rank's link."""
+def link_ends(rank, where="local"):
+    """(namespace, device) of the qdiscs a fault on rank's link uses.
+    "local": both ends of the link (the rank's own eth0, so its TCP sees
+    its packets dropped by its own stack, and the bridge's port to it).
+    "bridge": every port of the bridge (the network drops what crosses
+    it; no socket sees a local drop)."""
     prefix = NETNS_ENV["TERSE_NETNS_PREFIX"]
+    if where == "bridge":
+        return [(f"{prefix}-br", f"p{r}") for r in range(4)]
     return [(f"{prefix}{rank}", "eth0"), (f"{prefix}-br", f"p{rank}")]
 
 
-def shape_link(rank):
+def address_of(rank):
+    """The rank's IP address, from netns.sh's state file."""
+    with open(NETNS_ENV["TERSE_NETNS_STATE"]) as f:
+        return f.read().split("\n")[rank].split()[0]
+
+
+def shape_link(rank, where="local"):
     """Replaces the link's tbf root by htb -> {1:1 tbf, 1:2 drop}."""
-    for ns, dev in link_ends(rank):
+    for ns, dev in link_ends(rank, where):
         tc = ["ip", "netns", "exec", ns, "tc"]
         sh(*tc, "qdisc", "del", "dev", dev, "root", check=False)
         sh(*tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
@@ -190,30 +211,34 @@ def shape_link(rank):
            "pfifo", "limit", "0")
 
 
-def add_filters(rank, patterns, prio):
+def add_filters(rank, patterns, prio, where="local"):
     """u32 filters at `prio` sending matching IP packets to the drop class;
-    patterns: (value, mask) of the IP ID, or None for every packet."""
-    for ns, dev in link_ends(rank):
+    patterns: (value, mask) of the IP ID, or None for every packet. With
+    where="bridge", the bridge's port to the rank drops what goes to it and
+    the other ports drop what comes from it (source address)."""
+    for ns, dev in link_ends(rank, where):
         base = ["ip", "netns", "exec", ns, "tc", "filter", "add", "dev", dev,
                 "parent", "1:", "protocol", "ip", "prio", str(prio), "u32"]
-        if patterns is None:
-            sh(*base, "match", "u32", "0", "0", "flowid", "1:2")
-        else:
-            for value, mask in patterns:
-                sh(*base, "match", "u16", value, mask, "at", "4",
-                   "flowid", "1:2")
+        if where == "bridge" and dev != f"p{rank}":
+            base += ["match", "ip", "src", f"{address_of(rank)}/32"]
+        elif patterns is None:
+            base += ["match", "u32", "0", "0"]
+        for value, mask in patterns or [(None, None)]:
+            ident = [] if value is None else ["match", "u16", value, mask,
+                                              "at", "4"]
+            sh(*base, *ident, "flowid", "1:2")
 
 
-def del_filters(rank, prio):
-    for ns, dev in link_ends(rank):
+def del_filters(rank, prio, where="local"):
+    for ns, dev in link_ends(rank, where):
         sh("ip", "netns", "exec", ns, "tc", "filter", "del", "dev", dev,
            "parent", "1:", "prio", str(prio), check=False)
 
 
-def dropped(rank):
-    """Packets the drop class discarded on both ends."""
+def dropped(rank, where="local"):
+    """Packets the drop classes discarded."""
     total = 0
-    for ns, dev in link_ends(rank):
+    for ns, dev in link_ends(rank, where):
         out = sh("ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show",
                  "dev", dev, check=False).stdout
         m = re.search(r"pfifo 20:.*?dropped (\d+)", out, re.S)
@@ -265,9 +290,9 @@ def run_scenario(label, args, env):
     metrics = os.path.join(out, f"{label}.metrics.json")
     ckpt_dir = os.path.join(out, f"{label}.ckpt")
     subprocess.run(["rm", "-rf", ckpt_dir, metrics], check=False)
-    shape_link(args.rank)
+    shape_link(args.rank, args.drop_at)
     if name == "loss":
-        add_filters(args.rank, LOSS_PATTERNS, 1)
+        add_filters(args.rank, LOSS_PATTERNS, 1, args.drop_at)
     run_env = dict(env)
     if name == "down":
         run_env["TERSE_STALL_SHUTDOWN_SECONDS"] = str(args.stall)
@@ -277,7 +302,7 @@ def run_scenario(label, args, env):
            str(args.ckpt_every), "--ckpt-dir", ckpt_dir, "--metrics-out",
            metrics]
     summary = {"scenario": label, "link": f"rank {args.rank}",
-               "epochs": args.epochs}
+               "epochs": args.epochs, "drop_at": args.drop_at}
     events = []
     start = time.time()
     fault_at = int(args.fault_at * args.epochs * 60000 / 4 / 64)
@@ -306,13 +331,13 @@ def run_scenario(label, args, env):
                 steps = [int(m.group(1)) for _, l in lines
                          for m in [re.match(r"FAULTS step (\d+)/", l)] if m]
                 if steps and steps[-1] >= fault_at:
-                    add_filters(args.rank, None, 2)
+                    add_filters(args.rank, None, 2, args.drop_at)
                     fault_start = time.time()
                     events.append(f"link of rank {args.rank} down at step "
                                   f"{steps[-1]}, {fault_start - start:.1f} s")
             if name == "flap" and fault_start and not restored and \
                     time.time() >= fault_start + args.flap_seconds:
-                del_filters(args.rank, 2)
+                del_filters(args.rank, 2, args.drop_at)
                 restored = True
                 events.append(f"link back after "
                               f"{time.time() - fault_start:.1f} s")
@@ -333,7 +358,7 @@ def run_scenario(label, args, env):
                     args.grace:
                 # Past the bound (and a grace): record the miss, then bring
                 # the link back to see whether the job resumes or ends.
-                del_filters(args.rank, 2)
+                del_filters(args.rank, 2, args.drop_at)
                 restored = True
                 events.append(f"still running {time.time() - fault_start:.1f}"
                               f" s after the link went down: link restored")
@@ -351,13 +376,14 @@ def run_scenario(label, args, env):
     if name == "down":
         summary["stall_seconds"] = summary_stall
     summary["seconds"] = round(end - start, 1)
-    summary["dropped_packets"] = dropped(args.rank)
+    summary["dropped_packets"] = dropped(args.rank, args.drop_at)
     if fault_start is not None:
         summary["fault_start_s"] = round(fault_start - start, 1)
         summary["end_after_fault_s"] = round(end - fault_start, 1)
     if ranks_end is not None:
         summary["ranks_end_after_fault_s"] = round(ranks_end - fault_start, 1)
     summary["left_running_after_exit"] = ranks_alive()
+    summary["ranks_left_after_exit"] = ranks_alive(workers_only=True)
     summary["events"] = events
     if os.path.exists(metrics):
         with open(metrics) as f:
@@ -370,8 +396,8 @@ def run_scenario(label, args, env):
     steps = re.findall(r"FAULTS step (\d+)/", text)
     summary["last_step"] = int(steps[-1]) if steps else 0
     summary["checkpoints"] = check(ckpt_dir, env)
-    del_filters(args.rank, 1)
-    del_filters(args.rank, 2)
+    del_filters(args.rank, 1, args.drop_at)
+    del_filters(args.rank, 2, args.drop_at)
     return summary
 
 
@@ -414,16 +440,24 @@ def verdict(s, clean):
         if name == "clean":
             return True, "reference"
         acc = s["test_accuracy"]
-        worst = max(abs(acc - c) for c in clean) if clean else None
-        if worst is None:
+        if not clean:
             return False, "no clean run to compare with"
-        return worst <= 0.003, (f"{100 * worst:.2f} points from the "
-                                f"farthest clean run (bound 0.3)")
+        # "The same final accuracy as a clean run": clean runs differ among
+        # themselves (GraVAC's fusion and choices follow measured timing),
+        # so the nearest one decides; the farthest is said beside it.
+        near = min(abs(acc - c) for c in clean)
+        far = max(abs(acc - c) for c in clean)
+        return near <= 0.003, (f"{100 * near:.2f} points from the nearest "
+                               f"clean run (bound 0.3), {100 * far:.2f} "
+                               f"from the farthest; {len(clean)} clean "
+                               f"runs span {100 * min(clean):.2f}-"
+                               f"{100 * max(clean):.2f}%")
     stall = s.get("stall_seconds", 20)
     gone = s.get("ranks_end_after_fault_s", s.get("end_after_fault_s", 1e9))
     ended = (s.get("returncode") not in (0, "timeout") and
              gone <= stall + 30 and
-             not s.get("left_running_after_exit"))
+             not s.get("ranks_left_after_exit",
+                       s.get("left_running_after_exit")))
     text = " ".join(s.get("messages", []))
     named = (f"unreachable: rank {s['link'].split()[-1]}" in text and
              "holding up" in text)
@@ -454,6 +488,8 @@ def write_docs(path, summaries):
         fault = faults[name]
         if name == "down":
             fault += f" (TERSE_STALL_SHUTDOWN_SECONDS={s.get('stall_seconds', 20):g})"
+        if s.get("drop_at") == "bridge":
+            fault += "; dropped inside the bridge, not by the rank's stack"
         if s.get("note"):
             fault += f"; {s['note']}"
         code = s.get("returncode")
@@ -502,6 +538,12 @@ def main():
     p.add_argument("--grace", type=float, default=30,
                    help="how long past stall + 30 s a down run may go "
                         "before the link is restored")
+    p.add_argument("--drop-at", choices=("local", "bridge"),
+                   default="local",
+                   help="where the faulted link drops: at both of its ends "
+                        "(the rank's own stack drops its packets: TCP sees "
+                        "local drops and gives up within ~16 s) or inside "
+                        "the bridge only (loss in the network)")
     p.add_argument("--ckpt-every", type=int, default=25)
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--out", default="/tmp/terse-faults")

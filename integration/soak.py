@@ -68,7 +68,10 @@ reported beside it, and end vs warm-up for comparison. Exits 1 (every rank)
 on any mismatch, floor growth above --max-rss-growth, or more fds at the
 end than at the start. --leak-kib (a positive control, never in CI) keeps
 that many KiB alive per batch, so a run can show that the measure sees a
-leak.
+leak. --malloc-trim samples RSS after glibc's malloc_trim(0), so free heap
+pages the allocator keeps do not count (the untrimmed floor and the floor
+of malloc's live bytes are reported beside it); --trace writes what each
+point's RSS is made of (integration/soak_memory.py, docs/reliability.md).
 """
 
 import argparse
@@ -83,6 +86,7 @@ import numpy as np
 import torch
 
 import terse.torch as terse
+import soak_memory
 from rss_trend import floor_growth
 from soak_state import residuals_of
 
@@ -562,6 +566,16 @@ class Soak:
                         dtype="float32", shape=shape, op=terse.Sum)
             self.check(spec, terse.synchronize(self.start(spec)))
 
+    def trace_point(self, trace, t, batch, mem):
+        """One line of --trace: what RSS at this quiescent point is made of
+        (integration/soak_memory.py), Python's live objects and the
+        engine's buckets."""
+        point = dict(t=round(t, 2), batch=batch, **mem)
+        point["py_objects"] = len(gc.get_objects())
+        point["buckets"] = len(terse.bucket_reports())
+        trace.write(json.dumps(point) + "\n")
+        trace.flush()
+
     def run(self):
         args = self.args
         self.probe_int_average()
@@ -569,6 +583,7 @@ class Soak:
         gc.collect()
         fds_start = open_fds()
         rss_samples = []
+        side_samples = {}  # "untrimmed" (--malloc-trim), "live" (malloc)
         t0 = time.monotonic()
         warm_until = t0 + 0.2 * args.seconds
         baseline = None
@@ -576,6 +591,9 @@ class Soak:
         batch = 0
         ctl = torch.zeros(1, dtype=torch.int32)
         leaked = []  # --leak-kib: the positive control's kept buffers
+        trace = None
+        if args.trace:
+            trace = open(f"{args.trace}.rank{self.rank}.jsonl", "w")
         while True:
             event = self.rng.random()
             if event < args.join_rate:
@@ -605,16 +623,25 @@ class Soak:
             terse.broadcast_(ctl, 0, name="soak.ctl")
             if True:  # Every batch: a quiescent point.
                 gc.collect()
-                rss = status_kib("VmRSS")
+                mem = soak_memory.sample(trim=args.malloc_trim)
+                rss = mem["VmRSS"]
                 rss_samples.append((now - t0, rss))
+                for key in ("untrimmed", "live"):
+                    if mem.get(key) is not None:
+                        side_samples.setdefault(key, []).append(
+                            (now - t0, mem[key]))
+                if trace is not None:
+                    self.trace_point(trace, now - t0, batch, mem)
                 if baseline is None and now >= warm_until:
                     baseline = rss
             if ctl[0]:
                 break
         elapsed = time.monotonic() - t0
+        if trace is not None:
+            trace.close()
         terse.barrier()
         gc.collect()
-        rss_end = status_kib("VmRSS")
+        rss_end = soak_memory.sample(trim=args.malloc_trim)["VmRSS"]
         fds_end = open_fds()
         if baseline is None:
             baseline = rss_end
@@ -625,6 +652,14 @@ class Soak:
             self.skipped["RSS floor"] = str(e)
             floor = None
         end_vs_warmup = (rss_end - baseline) / baseline
+        side = {}
+        for key, samples in side_samples.items():
+            try:
+                side[key] = round(100 * floor_growth(
+                    samples, warmup_fraction=0.2, windows=3)["floor_growth"],
+                    2)
+            except ValueError:
+                side[key] = None
         return dict(
             rank=self.rank, seconds=round(elapsed, 1), ops=ops,
             batches=batch, ops_per_s=round(ops / elapsed, 1),
@@ -645,6 +680,11 @@ class Soak:
             rss_slope_stderr_kib_per_s=(None if floor is None else
                                         round(floor["slope_stderr"], 1)),
             leaked_mib=round(len(leaked) * args.leak_kib / 1024, 1),
+            malloc_trim=bool(args.malloc_trim),
+            # The same floor measure on RSS before malloc_trim and on the
+            # bytes malloc has handed out (not gated; see soak_memory.py).
+            untrimmed_growth_pct=side.get("untrimmed"),
+            malloc_live_growth_pct=side.get("live"),
             fds_start=fds_start, fds_end=fds_end,
             mismatches=len(self.mismatches),
             rss_trace_mib=[(round(t), round(r / 1024)) for t, r in
@@ -697,6 +737,12 @@ def main():
                    help="positive control: keep this many KiB alive per "
                         "batch (a deliberate leak the measure must see)")
     p.add_argument("--json", help="write rank 0's summary here")
+    p.add_argument("--trace", help="write every quiescent point's memory "
+                   "(RssAnon/RssFile, glibc's mallinfo2, Python objects, "
+                   "engine buckets) to TRACE.rank<N>.jsonl")
+    p.add_argument("--malloc-trim", action="store_true",
+                   help="call glibc's malloc_trim(0) before each RSS sample, "
+                        "so free pages the allocator kept do not count")
     args = p.parse_args()
 
     torch.set_num_threads(1)
