@@ -32,15 +32,23 @@ BucketAssigner::BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
 void BucketAssigner::CountStep(const std::string& name,
                                std::vector<int>* completed) {
   auto it = seen_.find(name);
-  if (it != seen_.end() && it->second.step == step_) {
-    // Ready twice in one step: the step is over.
-    working_set_ = step_names_;
+  if (it != seen_.end() && it->second.step >= run_start_) {
+    // Ready twice since the last repeat: the step is over. The names since
+    // then are the loop's working set, however many steps of fresh names
+    // they spanned (a first step of more than kMinStepNames names does).
+    working_set_ = run_names_;
     EndStep(completed);
-  } else if (step_names_ >= std::max(kMinStepNames, working_set_)) {
-    EndStep(completed);  // No name repeats: a step of fresh names is full.
+    run_start_ = step_;
+    run_names_ = 0;
+  } else if (step_names_ >= std::max(kMinStepNames, 2 * working_set_)) {
+    // No name repeats: a step of fresh names is full. Twice the loop's
+    // length, so a tensor that joins a loop for a step (a branch taken now
+    // and then) does not cut the step in two.
+    EndStep(completed);
   }
   seen_[name].step = step_;
   ++step_names_;
+  ++run_names_;
 }
 
 void BucketAssigner::EndStep(std::vector<int>* completed) {

@@ -30,12 +30,16 @@
 // (error-feedback residuals, velocities) can be dropped; if it comes back it
 // starts afresh, as a tensor seen for the first time. Steps are counted from
 // the negotiated responses alone (so every rank forgets the same names at
-// the same point): a step ends when a name that was already ready in it is
-// ready again (a training loop reduces each gradient once per step), or,
-// when no name repeats (every op under a fresh name), once it has seen more
-// distinct names than max(kMinStepNames, the distinct names of the last step
-// that ended by a repeat). So at most about (forget_after_steps + 1) times
-// that many names are tracked, whatever the workload.
+// the same point): a step ends when a name that was already ready since the
+// last step that a repeat ended is ready again (a training loop reduces each
+// gradient once per step), or, when no name repeats (every op under a fresh
+// name), once it has seen more distinct names than max(kMinStepNames, twice
+// the distinct names between the last two repeats). So at most about
+// (forget_after_steps + 1) times that many names are tracked, whatever the
+// workload. Until the first repeat the step's length is unknown, so steps of
+// kMinStepNames names are counted: a loop of more than about
+// forget_after_steps * kMinStepNames tensors would forget each of them before
+// it comes back, and needs a larger forget_after_steps (or 0).
 //
 // Not thread-safe; used by the engine's background thread only.
 #ifndef TERSE_ENGINE_BUCKET_ASSIGNER_H_
@@ -193,10 +197,15 @@ class BucketAssigner {
 
   const int64_t forget_after_;
   int64_t step_ = 0;
-  // Distinct names ready in the current step, and in the last step that a
-  // repeated name ended.
+  // Distinct names ready in the current step, and in the last run of steps
+  // that a repeated name ended.
   int64_t step_names_ = 0;
   int64_t working_set_ = 0;
+  // The current run: steps since the last one a repeated name ended (steps
+  // ended by the fresh-name rule do not end a run), and its names. A name
+  // ready twice within a run ends the run and the step.
+  int64_t run_start_ = 0;
+  int64_t run_names_ = 0;
   absl::flat_hash_map<std::string, Seen> seen_;
   std::vector<std::string> forgotten_;
 };

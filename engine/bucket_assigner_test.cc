@@ -285,6 +285,42 @@ TEST(BucketAssignerTest, FreshNamesBesideATrainingLoopGoAfterNSteps) {
   }
 }
 
+// A loop of more gradients than kMinStepNames: its first pass is counted in
+// steps of fresh names, but from the first repeat on one pass of the loop is
+// one step, so a tensor that pauses for fewer than n passes keeps its state
+// and one that stops goes at the (n+1)-th pass without it, as with a small
+// loop. Oracle: the loop's pass count.
+TEST(BucketAssignerTest, ALoopOfManyTensorsCountsOneStepPerPass) {
+  const int64_t n = 3;
+  // Longer than a step of fresh names, within n of them (see Forgetting).
+  const int grads = 2 * BucketAssigner::kMinStepNames;
+  BucketAssigner a(1 << 20, 0, nullptr, nullptr, n);
+  auto pass = [&](bool with_rare) {
+    std::vector<proto::Response> v;
+    for (int g = 0; g < grads; ++g) v.push_back(R("g" + std::to_string(g), 8));
+    if (with_rare) v.push_back(R("rare", 8));
+    for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
+  };
+  pass(true);
+  pass(true);  // The first repeat: from here one pass is one step.
+  const int64_t base = a.steps();
+  EXPECT_TRUE(a.TakeForgotten().empty());
+  // "rare" comes in passes 1-3, pauses for n - 1 passes, comes in pass
+  // n + 3 = 6 and stops: it goes at pass 6 + n + 1 = 10, nothing else ever.
+  for (int p = 1; p <= 20; ++p) {
+    pass(p <= 3 || p == 3 + n);
+    EXPECT_EQ(a.steps(), base + p) << "pass " << p;
+    const std::vector<std::string> gone = a.TakeForgotten();
+    if (p == 3 + n + n + 1) {
+      EXPECT_EQ(gone, std::vector<std::string>{"rare"}) << "pass " << p;
+    } else {
+      EXPECT_TRUE(gone.empty()) << "pass " << p << ": " << gone.size();
+    }
+  }
+  EXPECT_EQ(a.BucketOf("rare"), -1);
+  EXPECT_EQ(a.num_names(), grads);
+}
+
 TEST(BucketAssignerTest, ForgetAfterZeroKeepsEveryName) {
   BucketAssigner a(1 << 20, 0);
   for (int i = 0; i < 2000; ++i) {
