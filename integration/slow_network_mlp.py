@@ -95,7 +95,13 @@ class DdpRunner:
         # others finish, and a gloo group torn down under it can leave it
         # waiting for ever (seen once with the fp16 hook).
         dist.barrier()
-        dist.destroy_process_group()
+        # No destroy_process_group: with a Python comm hook (PowerSGD) torch
+        # 1.13's ~ProcessGroupGloo joins a gloo worker thread that waits for
+        # the GIL its caller holds, for ever (seen 2026-12-04: main thread in
+        # thread::join, the worker in PyEval_AcquireThread). Everything is
+        # written; leave without the teardown.
+        sys.stdout.flush()
+        os._exit(0)
 
 
 class TerseRunner:
