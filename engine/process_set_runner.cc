@@ -80,7 +80,8 @@ ProcessSetRunner::ProcessSetRunner(int32_t id, std::vector<int> world_ranks,
             // the MLP's 7.4 MB bucket cost 12% a step over dense at an
             // unlimited rate). A static compressor copies into its buffer
             // anyway, and batches its tensors' rounds.
-            const std::string policy = ChooseCompressionFor(name, spec, config).name;
+            const std::string policy =
+                ChooseCompressionFor(name, spec, config).name;
             return policy == "none" || policy == "gravac";
           },
           context->config->forget_after_steps),
