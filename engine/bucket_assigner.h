@@ -9,10 +9,11 @@
 // compression spec, group -- the effective compression policy) if that bucket stays within the fusion threshold;
 // otherwise it opens a new bucket (next fit, so a bucket's members are
 // consecutive in negotiated order among tensors of that key). A tensor of at
-// least `solo_bytes` that the solo filter allows (uncompressed ones) gets a
-// bucket of its own and leaves the open bucket open: copying a large tensor
-// into a fusion buffer costs more than the one extra collective it saves,
-// and alone it is reduced in place. From then on the bucket keeps its members
+// least `solo_bytes` that the solo filter allows (the engine allows dense and
+// GraVAC ones: process_set_runner.cc) gets a bucket of its own and leaves
+// the open bucket open: copying a large tensor into a fusion buffer costs
+// more than the one extra collective it saves, and alone it is reduced in
+// place. From then on the bucket keeps its members
 // and order, so per-bucket state (fusion buffer, compressor state) survives
 // across steps, and a bucket runs once every member is ready on every rank.
 //
