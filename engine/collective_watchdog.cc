@@ -1,6 +1,7 @@
 #include "engine/collective_watchdog.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,15 +17,16 @@ constexpr size_t kMaxListed = 20;
 }  // namespace
 
 CollectiveWatchdog::CollectiveWatchdog(int rank, double limit_seconds,
-                                       const PeerMonitor* peers,
-                                       HeldUp held_up, Action action,
-                                       double poll_seconds)
+                                       const PeerMonitor* peers, HeldUp held_up,
+                                       Action action, double poll_seconds,
+                                       Action warning)
     : rank_(rank),
       limit_(limit_seconds),
       peers_(peers),
       held_up_(std::move(held_up)),
       action_(std::move(action)),
-      poll_(poll_seconds) {
+      poll_(poll_seconds),
+      warning_(std::move(warning)) {
   if (limit_ > 0) thread_ = std::thread([this] { Run(); });
 }
 
@@ -41,6 +43,7 @@ void CollectiveWatchdog::Enter(absl::string_view phase) {
   inside_ = true;
   phase_.assign(phase.data(), phase.size());
   since_ = Clock::now();
+  ++serial_;
 }
 
 void CollectiveWatchdog::Leave() {
@@ -49,6 +52,19 @@ void CollectiveWatchdog::Leave() {
 }
 
 std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
+  // Silent for most of the wait: heartbeats go every second or so.
+  return Describe(now, limit_, std::numeric_limits<double>::infinity(),
+                  limit_ / 2, /*ending=*/true, nullptr);
+}
+
+std::string CollectiveWatchdog::Warning(Clock::time_point now) const {
+  return Describe(now, limit_ / 2, limit_, limit_ / 4, /*ending=*/false,
+                  nullptr);
+}
+
+std::string CollectiveWatchdog::Describe(Clock::time_point now, double after,
+                                         double until, double silent_after,
+                                         bool ending, uint64_t* serial) const {
   if (limit_ <= 0) return "";
   std::string phase;
   double waited = 0;
@@ -56,18 +72,25 @@ std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
     absl::MutexLock lock(&mu_);
     if (!inside_) return "";
     waited = SecondsBetween(since_, now);
-    if (waited <= limit_) return "";
+    if (waited <= after || waited > until) return "";
     phase = phase_;
+    if (serial != nullptr) *serial = serial_;
   }
   // Outside mu_: held_up_ takes its owner's lock.
   std::vector<std::string> held;
   if (held_up_) held = held_up_();
   std::sort(held.begin(), held.end());
   const std::vector<std::string>* tensors = &held;
-  std::string message = absl::StrFormat(
-      "terse: rank %d: %s has not completed in %.1f s "
-      "(TERSE_STALL_SHUTDOWN_SECONDS=%g)",
-      rank_, phase, waited, limit_);
+  std::string message =
+      ending ? absl::StrFormat(
+                   "terse: rank %d: %s has not completed in %.1f s "
+                   "(TERSE_STALL_SHUTDOWN_SECONDS=%g)",
+                   rank_, phase, waited, limit_)
+             : absl::StrFormat(
+                   "terse: rank %d: %s has not completed in %.1f s "
+                   "(TERSE_STALL_SHUTDOWN_SECONDS=%g ends this process at "
+                   "%g s)",
+                   rank_, phase, waited, limit_, limit_);
   if (!tensors->empty()) {
     std::vector<std::string> quoted;
     for (size_t i = 0; i < tensors->size() && i < kMaxListed; ++i) {
@@ -79,8 +102,7 @@ std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
                     tensors->size() > kMaxListed ? ", ..." : "");
   }
   if (peers_ != nullptr) {
-    // Silent for most of the wait: heartbeats go every second or so.
-    const std::vector<int> silent = peers_->Silent(limit_ / 2, now);
+    const std::vector<int> silent = peers_->Silent(silent_after, now);
     if (silent.empty()) {
       absl::StrAppend(&message,
                       "; every rank still answers heartbeats (a peer is "
@@ -91,8 +113,7 @@ std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
         named.push_back(absl::StrFormat("rank %d (not heard for %.1f s)", r,
                                         peers_->SilentFor(r, now)));
       }
-      absl::StrAppend(&message, "; unreachable: ",
-                      absl::StrJoin(named, ", "));
+      absl::StrAppend(&message, "; unreachable: ", absl::StrJoin(named, ", "));
     }
   }
   return message;
@@ -100,13 +121,25 @@ std::string CollectiveWatchdog::Overdue(Clock::time_point now) const {
 
 void CollectiveWatchdog::Run() {
   const absl::Duration poll = absl::Seconds(poll_);
+  uint64_t warned = 0;  // The serial of the last phase warned about.
   absl::MutexLock lock(&mu_);
   while (!stop_) {
     mu_.AwaitWithTimeout(absl::Condition(&stop_), poll);
     if (stop_) return;
     mu_.Unlock();
-    const std::string message = Overdue(Clock::now());
-    if (!message.empty()) action_(message);
+    const Clock::time_point now = Clock::now();
+    const std::string message = Overdue(now);
+    if (!message.empty()) {
+      action_(message);
+    } else if (warning_) {
+      uint64_t serial = 0;
+      const std::string warning =
+          Describe(now, limit_ / 2, limit_, limit_ / 4, false, &serial);
+      if (!warning.empty() && serial != warned) {
+        warned = serial;
+        warning_(warning);
+      }
+    }
     mu_.Lock();
     if (!message.empty()) return;  // Once.
   }

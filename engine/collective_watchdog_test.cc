@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -39,6 +40,68 @@ TEST(CollectiveWatchdogTest, MessageNamesPhaseTensorsAndSilentRanks) {
   EXPECT_EQ(w.Overdue(Clock::now() + std::chrono::seconds(100)), "");
 }
 
+TEST(CollectiveWatchdogTest, WarningHalfwayNamesTheSameAndWhenItEnds) {
+  auto peers = PeerMonitor::Create(1, 4, 1.0);
+  ASSERT_TRUE(peers.ok());
+  std::vector<std::string> held = {"fc1.weight", "fc1.bias"};
+  CollectiveWatchdog w(
+      1, 20, peers->get(), [&] { return held; }, [](const std::string&) {},
+      /*poll_seconds=*/3600, [](const std::string&) {});
+  w.Enter("negotiation");
+  const Clock::time_point t0 = Clock::now();
+  EXPECT_EQ(w.Warning(t0 + std::chrono::seconds(5)), "");
+  const std::string m = w.Warning(t0 + std::chrono::seconds(12));
+  EXPECT_TRUE(Has(m, "rank 1: negotiation has not completed in 12")) << m;
+  EXPECT_TRUE(Has(m,
+                  "TERSE_STALL_SHUTDOWN_SECONDS=20 ends this process at "
+                  "20 s"))
+      << m;
+  EXPECT_TRUE(Has(m, "holding up 2 tensors: 'fc1.bias', 'fc1.weight'")) << m;
+  EXPECT_TRUE(Has(m, "unreachable: rank 0 (not heard for 12")) << m;
+  EXPECT_EQ(w.Overdue(t0 + std::chrono::seconds(12)), "");
+  // Past the limit it is the action's message, not a warning.
+  EXPECT_EQ(w.Warning(t0 + std::chrono::seconds(30)), "");
+  EXPECT_NE(w.Overdue(t0 + std::chrono::seconds(30)), "");
+}
+
+// The thread warns once per phase that passes half the limit: two slow
+// phases that end in time give two warnings and no action.
+TEST(CollectiveWatchdogTest, WarnsOncePerSlowPhase) {
+  absl::Mutex mu;
+  std::vector<std::string> warnings;
+  int calls = 0;
+  {
+    CollectiveWatchdog w(
+        0, /*limit_seconds=*/4, nullptr, nullptr,
+        [&](const std::string&) {
+          absl::MutexLock lock(&mu);
+          ++calls;
+        },
+        /*poll_seconds=*/0.02,
+        [&](const std::string& m) {
+          absl::MutexLock lock(&mu);
+          warnings.push_back(m);
+        });
+    for (int phase = 1; phase <= 2; ++phase) {
+      w.Enter(phase == 1 ? "allreduce of bucket 3" : "negotiation");
+      absl::MutexLock lock(&mu);
+      auto warned = [&] { return warnings.size() == size_t(phase); };
+      ASSERT_TRUE(
+          mu.AwaitWithTimeout(absl::Condition(&warned), absl::Seconds(60)));
+      w.Leave();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_TRUE(Has(warnings[0],
+                  "rank 0: allreduce of bucket 3 has not "
+                  "completed in 2"))
+      << warnings[0];
+  EXPECT_TRUE(Has(warnings[0], "ends this process at 4 s")) << warnings[0];
+  EXPECT_TRUE(Has(warnings[1], "rank 0: negotiation")) << warnings[1];
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(CollectiveWatchdogTest, ActsOnceWhenAPhaseOverstays) {
   absl::Notification fired;
   std::string got;
@@ -64,8 +127,8 @@ TEST(CollectiveWatchdogTest, ActsOnceWhenAPhaseOverstays) {
 TEST(CollectiveWatchdogTest, PhasesThatEndInTimeAndADisabledLimitNeverAct) {
   int calls = 0;
   {
-    CollectiveWatchdog w(0, 3600, nullptr, nullptr,
-                         [&](const std::string&) { ++calls; }, 0.01);
+    CollectiveWatchdog w(
+        0, 3600, nullptr, nullptr, [&](const std::string&) { ++calls; }, 0.01);
     for (int i = 0; i < 100; ++i) {
       w.Enter("negotiation");
       w.Leave();

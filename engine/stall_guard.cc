@@ -31,6 +31,11 @@ std::unique_ptr<StallGuard> StallGuard::Start(
         TERSE_LOG(Error) << message << "; ending this process";
         std::fflush(nullptr);
         std::_Exit(70);
+      },
+      /*poll_seconds=*/0.5,
+      [](const std::string& message) {
+        TERSE_LOG(Warning) << message;
+        std::fflush(nullptr);
       });
   return guard;
 }

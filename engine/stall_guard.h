@@ -5,7 +5,7 @@
 // a PeerMonitor (UDP heartbeats, engine/peer_monitor.h) and a
 // CollectiveWatchdog (engine/collective_watchdog.h) whose action logs the
 // message and ends the process (a thread blocked inside MPI cannot be
-// unblocked).
+// unblocked), and whose warning logs the same message halfway there.
 //
 // Start is collective: every rank calls it once, on the thread that makes
 // the collective calls, before the first cycle (the monitor exchanges
