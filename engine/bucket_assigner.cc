@@ -32,6 +32,15 @@ BucketAssigner::BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
 void BucketAssigner::CountStep(const std::string& name,
                                std::vector<int>* completed) {
   auto it = seen_.find(name);
+  if (it == seen_.end() && recently_forgotten_.contains(name)) {
+    // A name forgotten within the last kRecentlyForgotten comes back before
+    // any repeat: the loop is longer than the steps of fresh names the
+    // forgetting counts. Lengthen those steps so its names survive a pass;
+    // a workload of fresh names never comes back here and keeps the bound.
+    fresh_step_names_ = std::min(fresh_step_names_ * 2, kMaxFreshStepNames);
+    recently_forgotten_.clear();
+    recent_order_.clear();
+  }
   if (it != seen_.end() && it->second.step >= run_start_) {
     // Ready twice since the last repeat: the step is over. The names since
     // then are the loop's working set, however many steps of fresh names
@@ -40,7 +49,7 @@ void BucketAssigner::CountStep(const std::string& name,
     EndStep(completed);
     run_start_ = step_;
     run_names_ = 0;
-  } else if (step_names_ >= std::max(kMinStepNames, 2 * working_set_)) {
+  } else if (step_names_ >= std::max(fresh_step_names_, 2 * working_set_)) {
     // No name repeats: a step of fresh names is full. Twice the loop's
     // length, so a tensor that joins a loop for a step (a branch taken now
     // and then) does not cut the step in two.
@@ -64,6 +73,11 @@ void BucketAssigner::EndStep(std::vector<int>* completed) {
   for (const std::string& name : stale) {
     seen_.erase(name);
     forgotten_.push_back(name);
+    if (recently_forgotten_.insert(name).second) recent_order_.push_back(name);
+    if (recent_order_.size() > kRecentlyForgotten) {
+      recently_forgotten_.erase(recent_order_.front());
+      recent_order_.pop_front();
+    }
     auto place = places_.find(name);
     if (place == places_.end()) continue;  // It failed and left already.
     const int id = place->second.bucket;
@@ -100,8 +114,8 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
   b.compression = r.compression();
-  b.group = r.names_size() > 0 ? GroupOf(r.names(0), r.compression())
-                               : std::string();
+  b.group =
+      r.names_size() > 0 ? GroupOf(r.names(0), r.compression()) : std::string();
   b.postscale = r.postscale();
   return id;
 }
@@ -182,10 +196,9 @@ std::vector<int> BucketAssigner::OnReady(
         count *
         static_cast<int64_t>(DataTypeSize(static_cast<DataType>(r->dtype())));
     // Adasum's dot products are per tensor: such a tensor is never fused.
-    const bool solo =
-        r->reduce_op() == proto::ADASUM ||
-        (solo_bytes_ > 0 && bytes >= solo_bytes_ &&
-         (!solo_filter_ || solo_filter_(name, r->compression())));
+    const bool solo = r->reduce_op() == proto::ADASUM ||
+                      (solo_bytes_ > 0 && bytes >= solo_bytes_ &&
+                       (!solo_filter_ || solo_filter_(name, r->compression())));
     int target = -1;
     if (!solo) {
       for (size_t k = 0; k < open.size(); ++k) {

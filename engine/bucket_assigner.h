@@ -6,16 +6,16 @@
 // first time a tensor is ready on every rank it is appended to the bucket
 // most recently opened in the same negotiation cycle with the same key
 // (dtype, device kind, reduce op, prescale, postscale, the per-call
-// compression spec, group -- the effective compression policy) if that bucket stays within the fusion threshold;
-// otherwise it opens a new bucket (next fit, so a bucket's members are
-// consecutive in negotiated order among tensors of that key). A tensor of at
-// least `solo_bytes` that the solo filter allows (the engine allows dense and
-// GraVAC ones: process_set_runner.cc) gets a bucket of its own and leaves
-// the open bucket open: copying a large tensor into a fusion buffer costs
-// more than the one extra collective it saves, and alone it is reduced in
-// place. From then on the bucket keeps its members
-// and order, so per-bucket state (fusion buffer, compressor state) survives
-// across steps, and a bucket runs once every member is ready on every rank.
+// compression spec, group -- the effective compression policy) if that bucket
+// stays within the fusion threshold; otherwise it opens a new bucket (next fit,
+// so a bucket's members are consecutive in negotiated order among tensors of
+// that key). A tensor of at least `solo_bytes` that the solo filter allows (the
+// engine allows dense and GraVAC ones: process_set_runner.cc) gets a bucket of
+// its own and leaves the open bucket open: copying a large tensor into a fusion
+// buffer costs more than the one extra collective it saves, and alone it is
+// reduced in place. From then on the bucket keeps its members and order, so
+// per-bucket state (fusion buffer, compressor state) survives across steps, and
+// a bucket runs once every member is ready on every rank.
 //
 // Exceptions, all driven by negotiated events and so identical everywhere:
 // a tensor whose parameters change, or that fails (ERROR response), leaves
@@ -39,20 +39,26 @@
 // (forget_after_steps + 1) times that many names are tracked, whatever the
 // workload. Until the first repeat the step's length is unknown, so steps of
 // kMinStepNames names are counted: a loop of more than about
-// forget_after_steps * kMinStepNames tensors would forget each of them before
-// it comes back, and needs a larger forget_after_steps (or 0).
+// forget_after_steps * kMinStepNames tensors forgets its first names before
+// they come back. A forgotten name that comes back (one of the last
+// kRecentlyForgotten forgotten) doubles the length of a step of fresh
+// names, so such a loop loses the state of its earliest names in its first
+// few passes, and then steps as a small loop does; a workload whose names
+// never come back keeps the bound above.
 //
 // Not thread-safe; used by the engine's background thread only.
 #ifndef TERSE_ENGINE_BUCKET_ASSIGNER_H_
 #define TERSE_ENGINE_BUCKET_ASSIGNER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "collectives/communicator.h"
 #include "common/control.pb.h"
 #include "common/data_type.h"
@@ -70,7 +76,7 @@ struct BucketMember {
 struct Bucket {
   int id = 0;
   DataType dtype = DataType::kFloat32;
-  bool cuda = false;  // On a device (any non-CPU kind).
+  bool cuda = false;        // On a device (any non-CPU kind).
   int32_t device_kind = 0;  // terse::Device::Kind; part of the key.
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
@@ -114,8 +120,12 @@ class BucketAssigner {
                  int64_t forget_after_steps = 0);
 
   // A step that no repeated name ends is ended after this many distinct
-  // names at least (see Forgetting above).
+  // names at least (see Forgetting above); twice as many each time a name
+  // forgotten among the last kRecentlyForgotten comes back, up to
+  // kMaxFreshStepNames.
   static constexpr int64_t kMinStepNames = 16;
+  static constexpr size_t kRecentlyForgotten = 4096;
+  static constexpr int64_t kMaxFreshStepNames = int64_t{1} << 20;
 
   // One cycle's EXECUTE allreduce responses, in negotiated order: advances
   // the step count and forgets stale names (see Forgetting above), assigns
@@ -207,6 +217,12 @@ class BucketAssigner {
   // ready twice within a run ends the run and the step.
   int64_t run_start_ = 0;
   int64_t run_names_ = 0;
+  // The length of a step of fresh names (kMinStepNames, doubled by each
+  // return of a recently forgotten name), and the last kRecentlyForgotten
+  // names forgotten, oldest first.
+  int64_t fresh_step_names_ = kMinStepNames;
+  absl::flat_hash_set<std::string> recently_forgotten_;
+  std::deque<std::string> recent_order_;
   absl::flat_hash_map<std::string, Seen> seen_;
   std::vector<std::string> forgotten_;
 };

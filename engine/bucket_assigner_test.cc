@@ -42,9 +42,9 @@ TEST(BucketAssignerTest, AdasumTensorsAreNeverFused) {
   // Adasum's dot products are per tensor: small Adasum tensors ready
   // together get a bucket each, while Sum tensors beside them still fuse.
   BucketAssigner a(1000, 0);
-  std::vector<proto::Response> ready = {
-      R("s1", 4), R("x", 4, 0, proto::ADASUM), R("y", 4, 0, proto::ADASUM),
-      R("s2", 4)};
+  std::vector<proto::Response> ready = {R("s1", 4), R("x", 4, 0, proto::ADASUM),
+                                        R("y", 4, 0, proto::ADASUM),
+                                        R("s2", 4)};
   a.OnReady(Ptrs(ready));
   EXPECT_NE(a.BucketOf("x"), a.BucketOf("y"));
   EXPECT_EQ(Members(a.bucket(a.BucketOf("x"))),
@@ -189,10 +189,10 @@ TEST(BucketAssignerTest, GroupAndSoloSeeTheCompressionSpec) {
             (std::vector<std::string>{"y", "z"}));
   EXPECT_EQ(a.bucket(a.BucketOf("y")).group, "fp16");
   bool saw_fp16 = false;
-  for (const auto& [name, spec] : seen) saw_fp16 |= name == "y" && spec == "fp16";
+  for (const auto& [name, spec] : seen)
+    saw_fp16 |= name == "y" && spec == "fp16";
   EXPECT_TRUE(saw_fp16);
 }
-
 
 // Forgetting (bucket_assigner.h). Oracle: a training loop whose step is one
 // OnReady of the same names, so the assigner's step count is the loop's.
@@ -244,8 +244,8 @@ TEST(BucketAssignerTest, FreshNamesStayBoundedAndEachIsForgottenOnce) {
     // One to three fresh names a cycle, never repeated.
     std::vector<proto::Response> v;
     for (int64_t j = 0; j <= i % 3; ++j) {
-      v.push_back(R("noname." + std::to_string(i) + "." + std::to_string(j),
-                    1 + j));
+      v.push_back(
+          R("noname." + std::to_string(i) + "." + std::to_string(j), 1 + j));
     }
     for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
     for (const std::string& name : a.TakeForgotten()) {
@@ -276,8 +276,8 @@ TEST(BucketAssignerTest, FreshNamesBesideATrainingLoopGoAfterNSteps) {
     std::vector<std::string> gone = a.TakeForgotten();
     if (s > n) {
       // Step s forgets the fresh name of step s - n - 1, nothing else.
-      EXPECT_EQ(gone, std::vector<std::string>{"fresh." +
-                                               std::to_string(s - n - 1)});
+      EXPECT_EQ(gone,
+                std::vector<std::string>{"fresh." + std::to_string(s - n - 1)});
     } else {
       EXPECT_TRUE(gone.empty());
     }
@@ -319,6 +319,51 @@ TEST(BucketAssignerTest, ALoopOfManyTensorsCountsOneStepPerPass) {
   }
   EXPECT_EQ(a.BucketOf("rare"), -1);
   EXPECT_EQ(a.num_names(), grads);
+}
+
+// A loop longer than n steps of fresh names forgets its first names before
+// they come back; their return lengthens the steps of fresh names, so after
+// a few passes it steps once a pass and forgets nothing. Oracle: the loop's
+// pass count, and every name of the loop tracked.
+TEST(BucketAssignerTest, ALoopLongerThanTheForgetWindowSettles) {
+  const int64_t n = 2;
+  const int grads = 5 * BucketAssigner::kMinStepNames;  // > n * 16 names
+  BucketAssigner a(1 << 20, 0, nullptr, nullptr, n);
+  auto pass = [&] {
+    std::vector<proto::Response> v;
+    for (int g = 0; g < grads; ++g) v.push_back(R("g" + std::to_string(g), 8));
+    for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
+  };
+  int settled_at = -1;
+  int64_t before = 0;
+  for (int p = 1; p <= 12; ++p) {
+    before = a.steps();
+    pass();
+    const bool lost = !a.TakeForgotten().empty();
+    if (lost || a.steps() != before + 1)
+      settled_at = -1;
+    else if (settled_at < 0)
+      settled_at = p;
+  }
+  ASSERT_GT(settled_at, 0) << "never settled";
+  EXPECT_LE(settled_at, 4);
+  EXPECT_EQ(a.num_names(), grads);
+}
+
+// Names that never come back keep the bound however many are forgotten.
+TEST(BucketAssignerTest, ForgottenNamesThatNeverComeBackKeepTheBound) {
+  const int64_t n = 3;
+  BucketAssigner a(1 << 20, 0, nullptr, nullptr, n);
+  int64_t most = 0;
+  for (int i = 0; i < 3 * static_cast<int>(BucketAssigner::kRecentlyForgotten);
+       ++i) {
+    std::vector<proto::Response> v = {R("fresh." + std::to_string(i), 1)};
+    for (int id : a.OnReady(Ptrs(v))) a.Reset(id);
+    a.TakeForgotten();
+    a.TakeChanged();
+    most = std::max(most, a.num_names());
+  }
+  EXPECT_LE(most, (n + 1) * BucketAssigner::kMinStepNames);
 }
 
 TEST(BucketAssignerTest, ForgetAfterZeroKeepsEveryName) {
