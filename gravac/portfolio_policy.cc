@@ -249,11 +249,18 @@ bool PortfolioPolicy::MaybeConfirm() {
     return false;
   }
   const int leader = Leader(-1);
-  if (leader == 0 || Tc(leader) * (1 - kBoundMargin) >= Tc(0)) return false;
+  if (leader == 0) return false;
+  // A lossless rival is always confirmed: it can beat dense by its width
+  // ratio at most (2x), so a lead over 1.25x is as likely a stale dense
+  // measure (one step, early in the run) as a real one.
+  const bool lossless = Lossless(leader);
+  if (!lossless && Tc(leader) * (1 - kBoundMargin) >= Tc(0)) return false;
   last_reason_ = absl::StrCat(
       "confirming: ", ChoiceName(candidates_[leader]), "'s T_c ",
-      absl::SixDigits(Tc(leader)), " is within ", 1 / (1 - kBoundMargin),
-      "x of dense's ", absl::SixDigits(Tc(0)), ", measuring both afresh; ");
+      absl::SixDigits(Tc(leader)),
+      lossless ? " (lossless) against" : " is within ",
+      lossless ? "" : absl::StrCat(1 / (1 - kBoundMargin), "x of"),
+      " dense's ", absl::SixDigits(Tc(0)), ", measuring both afresh; ");
   tc_[0] = RunningMean{};
   tc_[leader] = RunningMean{};
   queue_.push_back(0);

@@ -99,7 +99,9 @@
 // PowerSGD rank 4 is measured). Dense keeps its place unless a candidate's
 // T_c beats it by kLeaveDenseMargin (a candidate whose raw throughput cannot
 // is bounded out too), and before it is left for a candidate whose T_c is
-// within 1 / (1 - kBoundMargin) of its own, both are measured afresh, one
+// within 1 / (1 - kBoundMargin) of its own, or for a lossless one however
+// far ahead (its lead over a one-step dense measure is as often stale as
+// real), both are measured afresh, one
 // after the other, for kRemeasureTrial steps each (the confirm): a trial's
 // mean comes from another stretch of training, and on loopback with 4 ranks
 // on 2 cores fp16's 3-step trial read 6% above dense while its steps were

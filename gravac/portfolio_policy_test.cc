@@ -531,6 +531,26 @@ TEST(PortfolioPolicyTest, DenseIsLeftOnlyForAMarginMeasuredBesideIt) {
   }
 }
 
+// Dense's trial is one early step: a lossless rival that seems to beat it by
+// more than 1.25x is measured beside it all the same, and the stale lead
+// (measured: fp16 1.63x a one-step dense, then 0.98x beside it) keeps dense.
+TEST(PortfolioPolicyTest, ALosslessRivalIsAlwaysMeasuredBesideDense) {
+  Trace t;
+  t.gain = {{"none", 1}, {"fp16", 0.9999}};
+  t.seconds = {{"none", 0.016}, {"fp16", 0.010}};  // Dense's slow first step.
+  PortfolioPolicy p(Options({"none", "fp16"}, 40, 0.9, 5));
+  Driver driver(&p);
+  std::vector<std::string> sent = driver.Run(t, 2 + 3 + 1);
+  EXPECT_THAT(Collapse(sent), ElementsAre("fp16", "none", "fp16", "none"));
+  t.seconds["none"] = 0.0098;
+  sent = driver.Run(t, 40);
+  int fp16 = 0;
+  for (const std::string& x : sent) fp16 += x == "fp16";
+  EXPECT_EQ(ChoiceName(p.choice()), "none");
+  EXPECT_EQ(sent.back(), "none");
+  EXPECT_EQ(fp16, PortfolioPolicy::kRemeasureTrial);  // The confirm.
+}
+
 // A lossy trial whose raw throughput cannot beat dense's by the margin ends
 // after kBoundSteps measured steps, though it is not slower than dense.
 TEST(PortfolioPolicyTest, LossyTrialEndsWhereItCannotBeatDenseByTheMargin) {
