@@ -101,8 +101,8 @@
 // is bounded out too), and before it is left for a candidate whose T_c is
 // within 1 / (1 - kBoundMargin) of its own, or for a lossless one however
 // far ahead (its lead over a one-step dense measure is as often stale as
-// real), both are measured afresh, one
-// after the other, for kRemeasureTrial steps each (the confirm): a trial's
+// real), both are measured afresh, one after the other, for
+// kRemeasureTrial steps each (the confirm): a trial's
 // mean comes from another stretch of training, and on loopback with 4 ranks
 // on 2 cores fp16's 3-step trial read 6% above dense while its steps were
 // 10-34% slower. Dense's single-step measure is a cold one: once per
