@@ -20,6 +20,31 @@
 namespace terse {
 using namespace reducer_internal;  // NOLINT: this class's own internals.
 
+namespace {
+
+// A copy of the values `store` (residuals or velocities) holds for the whole
+// of tensor `name` (one entry from offset 0 with `count` values), if any.
+template <typename Store>
+std::optional<std::vector<float>> WholeEntry(Store& store,
+                                             const std::string& name,
+                                             int64_t count) {
+  std::optional<std::vector<float>> found;
+  store
+      .WithEntries([&](const std::vector<const ResidualStore::Entry*>& all) {
+        for (const ResidualStore::Entry* e : all) {
+          if (e->name == name && e->tensor_offset == 0 &&
+              static_cast<int64_t>(e->values.size()) == count) {
+            found = e->values;
+          }
+        }
+        return absl::OkStatus();
+      })
+      .IgnoreError();
+  return found;
+}
+
+}  // namespace
+
 CompressedReducer::CompressedReducer(const Config& config, int rank, int size)
     : config_(config),
       rank_(rank),
@@ -492,18 +517,8 @@ CompressedReducer::TakeRestoredBucket(const std::string& key) {
 
 std::optional<std::vector<float>> CompressedReducer::TakeResidual(
     const std::string& name, int64_t count) {
-  std::optional<std::vector<float>> found;
-  residuals_
-      .WithEntries([&](const std::vector<const ResidualStore::Entry*>& all) {
-        for (const ResidualStore::Entry* e : all) {
-          if (e->name == name && e->tensor_offset == 0 &&
-              static_cast<int64_t>(e->values.size()) == count) {
-            found = e->values;
-          }
-        }
-        return absl::OkStatus();
-      })
-      .IgnoreError();
+  std::optional<std::vector<float>> found =
+      WholeEntry(residuals_, name, count);
   if (found.has_value()) {
     Segment seg;
     seg.name = name;
@@ -515,18 +530,7 @@ std::optional<std::vector<float>> CompressedReducer::TakeResidual(
 
 std::optional<std::vector<float>> CompressedReducer::TakeVelocity(
     const std::string& name, int64_t count) {
-  std::optional<std::vector<float>> found;
-  momenta_
-      .WithEntries([&](const std::vector<const ResidualStore::Entry*>& all) {
-        for (const ResidualStore::Entry* e : all) {
-          if (e->name == name && e->tensor_offset == 0 &&
-              static_cast<int64_t>(e->values.size()) == count) {
-            found = e->values;
-          }
-        }
-        return absl::OkStatus();
-      })
-      .IgnoreError();
+  std::optional<std::vector<float>> found = WholeEntry(momenta_, name, count);
   if (found.has_value()) momenta_.EraseNames({name});
   return found;
 }
