@@ -2,7 +2,8 @@
 // collective operations; one background thread negotiates readiness across
 // ranks (negotiator.h), fuses allreduces into stable buckets
 // (bucket_assigner.h), reduces them (bucket_executor.h, bucket_reducer.h),
-// runs allgathers and broadcasts, and completes handles and callbacks.
+// runs allgathers, broadcasts, alltoalls and reducescatters (the last two
+// never fused: exchange.h), and completes handles and callbacks.
 //
 // No globals: several engines (one per loopback rank) can run in one
 // process. The process-wide API (api.h) wraps one Engine.
