@@ -27,6 +27,10 @@ std::string OpName(int op) {
       return "join";
     case proto::BARRIER:
       return "barrier";
+    case proto::ALLTOALL:
+      return "alltoall";
+    case proto::REDUCESCATTER:
+      return "reducescatter";
   }
   return absl::StrCat("op#", op);
 }
@@ -93,8 +97,27 @@ absl::Status ValidateRequest(const proto::Request& r, int size) {
     }
     elements *= d;
   }
-  if (r.op() == proto::ALLGATHER && r.shape_size() == 0) {
-    return bad("allgather needs at least one dimension");
+  if ((r.op() == proto::ALLGATHER || r.op() == proto::ALLTOALL ||
+       r.op() == proto::REDUCESCATTER) &&
+      r.shape_size() == 0) {
+    return bad(absl::StrCat(OpName(r.op()), " needs at least one dimension"));
+  }
+  if (r.op() == proto::ALLTOALL) {
+    if (r.splits_size() != size) {
+      return bad(absl::StrCat("alltoall splits has ", r.splits_size(),
+                              " entries for ", size, " ranks"));
+    }
+    int64_t rows = 0;
+    for (int64_t s : r.splits()) {
+      if (s < 0 || s > r.shape(0)) return bad("alltoall split out of range");
+      rows += s;
+    }
+    if (rows != r.shape(0)) {
+      return bad(absl::StrCat("alltoall splits sum to ", rows,
+                              ", the first dimension is ", r.shape(0)));
+    }
+  } else if (r.splits_size() != 0) {
+    return bad("splits on a non-alltoall");
   }
   if (r.op() == proto::BROADCAST &&
       (r.root_rank() < 0 || r.root_rank() >= size)) {
@@ -108,10 +131,13 @@ absl::Status ValidateRequest(const proto::Request& r, int size) {
       return bad(absl::StrCat("bad compression spec '", r.compression(), "'"));
     }
   }
-  if (r.op() == proto::ALLREDUCE) {
+  if (r.op() == proto::ALLREDUCE || r.op() == proto::REDUCESCATTER) {
     absl::Status supported = CheckReduceSupported(
         static_cast<DataType>(r.dtype()), static_cast<ReduceOp>(r.reduce_op()));
     if (!supported.ok()) return bad(supported.message());
+    if (r.op() == proto::REDUCESCATTER && r.reduce_op() == proto::ADASUM) {
+      return bad("reducescatter does not take adasum");
+    }
   }
   return absl::OkStatus();
 }
@@ -149,6 +175,7 @@ proto::Response BuildResponse(
     });
     switch (first->op()) {
       case proto::ALLREDUCE:
+      case proto::REDUCESCATTER:
         check("reduce op", [](const proto::Request& r) {
           return std::string(
               ReduceOpName(static_cast<ReduceOp>(r.reduce_op())));
@@ -160,6 +187,7 @@ proto::Response BuildResponse(
         check("postscale", [](const proto::Request& r) {
           return absl::StrFormat("%.17g", r.postscale());
         });
+        if (first->op() != proto::ALLREDUCE) break;
         check("compression", [](const proto::Request& r) {
           return r.compression().empty() ? std::string("default (engine policy)")
                                          : r.compression();
@@ -172,6 +200,7 @@ proto::Response BuildResponse(
         });
         break;
       case proto::ALLGATHER:
+      case proto::ALLTOALL:
         check("dimensions after the first",
               [](const proto::Request& r) { return Dims(r, 1); });
         break;
@@ -211,6 +240,18 @@ proto::Response BuildResponse(
       total_first += d;
     }
     response.set_shape(0, total_first);
+  }
+  if (first->op() == proto::ALLTOALL) {
+    // A joined rank (no request; the coordinator fails such an alltoall
+    // before) would send and receive nothing.
+    for (const proto::Request* r : requests) {
+      for (size_t j = 0; j < requests.size(); ++j) {
+        response.add_tensor_sizes(
+            r != nullptr && static_cast<int>(j) < r->splits_size()
+                ? r->splits(static_cast<int>(j))
+                : 0);
+      }
+    }
   }
   return response;
 }

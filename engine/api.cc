@@ -146,6 +146,28 @@ absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                            std::move(ready), process_set);
 }
 
+absl::StatusOr<Handle> AlltoallAsync(const std::string& name, TensorView in,
+                                     const std::vector<int64_t>& shape,
+                                     const std::vector<int64_t>& splits,
+                                     DoneCallback callback,
+                                     int32_t process_set) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->AlltoallAsync(name, in, shape, splits, std::move(callback),
+                          process_set);
+}
+
+absl::StatusOr<Handle> ReducescatterAsync(const std::string& name,
+                                          TensorView in,
+                                          const std::vector<int64_t>& shape,
+                                          ReduceOp op, double prescale,
+                                          double postscale,
+                                          DoneCallback callback,
+                                          int32_t process_set) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->ReducescatterAsync(name, in, shape, op, prescale, postscale,
+                               std::move(callback), process_set);
+}
+
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,
                                       const std::vector<int64_t>& shape,
@@ -175,6 +197,16 @@ absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle) {
 absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->TakeAllgatherResult(handle);
+}
+
+absl::StatusOr<AllgatherResult> TakeAlltoallResult(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->TakeAlltoallResult(handle);
+}
+
+absl::StatusOr<AllgatherResult> TakeReducescatterResult(Handle handle) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->TakeReducescatterResult(handle);
 }
 
 absl::Status Barrier(int32_t process_set) {

@@ -73,6 +73,21 @@ absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       DoneCallback callback = nullptr,
                                       std::shared_ptr<Event> ready = nullptr,
                                       int32_t process_set = 0);
+// Alltoall and reducescatter of CPU tensors (Engine::AlltoallAsync,
+// Engine::ReducescatterAsync): one collective each, never fused. `splits`:
+// rows to each rank of the set (empty: equal parts).
+absl::StatusOr<Handle> AlltoallAsync(const std::string& name, TensorView in,
+                                     const std::vector<int64_t>& shape,
+                                     const std::vector<int64_t>& splits,
+                                     DoneCallback callback = nullptr,
+                                     int32_t process_set = 0);
+absl::StatusOr<Handle> ReducescatterAsync(const std::string& name,
+                                          TensorView in,
+                                          const std::vector<int64_t>& shape,
+                                          ReduceOp op, double prescale = 1.0,
+                                          double postscale = 1.0,
+                                          DoneCallback callback = nullptr,
+                                          int32_t process_set = 0);
 // root_rank is a world rank (in the process set).
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,
@@ -86,13 +101,19 @@ absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
 // unknown handle.
 absl::StatusOr<bool> Poll(Handle handle);
 // Blocks until completion, returns the op's status, and releases the handle
-// (except a successful allgather's, released by TakeAllgatherResult).
+// (except a successful allgather's, alltoall's or reducescatter's,
+// released by its Take*Result).
 absl::Status Wait(Handle handle);
 // Device ops: blocks until the op's device work is enqueued and returns its
 // completion event for the consumer's stream (Engine::WaitIssued).
 absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle);
 // After Wait(handle) returned OK for an allgather handle; releases it.
 absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
+// After Wait(handle) returned OK for an alltoall / reducescatter handle;
+// releases it. first_dims: the rows received from each rank (alltoall),
+// every rank's row count (reducescatter).
+absl::StatusOr<AllgatherResult> TakeAlltoallResult(Handle handle);
+absl::StatusOr<AllgatherResult> TakeReducescatterResult(Handle handle);
 
 // Collective barrier of the process set's ranks (0: all ranks).
 absl::Status Barrier(int32_t process_set = 0);

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "compressors/registry.h"
 #include "device/cuda_runtime.h"
+#include "engine/exchange.h"
 
 namespace terse {
 namespace {
@@ -39,6 +40,26 @@ absl::Status CheckView(const std::string& name, const TensorView& view,
   if (!Device::IsValidKind(static_cast<int32_t>(view.device.kind))) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': ", what, " has an unknown device"));
+  }
+  return absl::OkStatus();
+}
+
+// An allreduce's or reducescatter's op and scales.
+absl::Status CheckReduction(const TensorEntry& e) {
+  absl::Status supported = CheckReduceSupported(e.input.dtype, e.reduce_op);
+  if (!supported.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", e.name, "': ", supported.message()));
+  }
+  if (!std::isfinite(e.prescale) || !std::isfinite(e.postscale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", e.name, "': prescale/postscale must be finite"));
+  }
+  if (!IsFloatingPoint(e.input.dtype) &&
+      (e.prescale != 1.0 || e.postscale != 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", e.name, "': prescale/postscale need a floating-point ",
+        "dtype, not ", DataTypeName(e.input.dtype)));
   }
   return absl::OkStatus();
 }
@@ -73,22 +94,7 @@ absl::Status CheckEntry(const TensorEntry& e, int size) {
             DataTypeName(e.output.dtype), ") differs from input (",
             e.input.count, " x ", DataTypeName(e.input.dtype), ")"));
       }
-      absl::Status supported = CheckReduceSupported(e.input.dtype, e.reduce_op);
-      if (!supported.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", e.name, "': ", supported.message()));
-      }
-      if (!std::isfinite(e.prescale) || !std::isfinite(e.postscale)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", e.name, "': prescale/postscale must be finite"));
-      }
-      if (!IsFloatingPoint(e.input.dtype) &&
-          (e.prescale != 1.0 || e.postscale != 1.0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", e.name, "': prescale/postscale need a floating-point ",
-            "dtype, not ", DataTypeName(e.input.dtype)));
-      }
-      return absl::OkStatus();
+      return CheckReduction(e);
     }
     case proto::BROADCAST:
       if (e.root_rank < 0 || e.root_rank >= size) {
@@ -103,6 +109,11 @@ absl::Status CheckEntry(const TensorEntry& e, int size) {
             "tensor '", e.name, "': allgather needs at least one dimension"));
       }
       return absl::OkStatus();
+    case proto::ALLTOALL:
+      // Shape, splits and device: CheckExchange (at Enqueue).
+      return absl::OkStatus();
+    case proto::REDUCESCATTER:
+      return CheckReduction(e);
     default:
       return absl::InvalidArgumentError("unknown op");
   }
@@ -236,8 +247,11 @@ absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
   TERSE_RETURN_IF_ERROR(queue_.closed_status());
   TERSE_ASSIGN_OR_RETURN(const int set_size, ResolveProcessSet(entry));
   TERSE_RETURN_IF_ERROR(CheckEntry(entry, set_size));
+  TERSE_RETURN_IF_ERROR(CheckExchange(entry, set_size));
   TERSE_RETURN_IF_ERROR(device_.CheckEntry(entry));
-  entry.handle = handles_.Allocate(entry.op == proto::ALLGATHER);
+  entry.handle = handles_.Allocate(entry.op == proto::ALLGATHER ||
+                                   entry.op == proto::ALLTOALL ||
+                                   entry.op == proto::REDUCESCATTER);
   entry.enqueued = Clock::now();
   const Handle handle = entry.handle;
   absl::Status pushed = queue_.Push(entry);

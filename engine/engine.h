@@ -2,7 +2,8 @@
 // collective operations; one background thread negotiates readiness across
 // ranks (negotiator.h), fuses allreduces into stable buckets
 // (bucket_assigner.h), reduces them (bucket_executor.h, bucket_reducer.h),
-// runs allgathers and broadcasts, and completes handles and callbacks.
+// runs allgathers, broadcasts, alltoalls and reducescatters (the last two
+// never fused: exchange.h), and completes handles and callbacks.
 //
 // No globals: several engines (one per loopback rank) can run in one
 // process. The process-wide API (api.h) wraps one Engine.
@@ -185,6 +186,37 @@ class Engine : private ProcessSetHost {
                                         std::shared_ptr<Event> ready = nullptr,
                                         int32_t process_set = 0);
 
+  // Alltoall (engine_exchange.cc, engine/exchange.h): sends rows of `in`
+  // (shape `shape`, at least one dimension) to each rank of the process
+  // set, splits[j] rows to set rank j in order (empty: equal parts,
+  // InvalidArgument unless shape[0] divides by the set's size), and
+  // receives the rows each rank sent this one. Dtype and the dimensions
+  // after the first must agree across ranks (else an error on every rank
+  // naming the tensor and the ranks). CPU tensors only (Unimplemented
+  // otherwise). Never fused: one Alltoallv. The result
+  // (TakeAlltoallResult): data packed by source rank, first_dims = rows
+  // received from each set rank, shape = [their sum, trailing dims].
+  absl::StatusOr<Handle> AlltoallAsync(const std::string& name, TensorView in,
+                                       const std::vector<int64_t>& shape,
+                                       const std::vector<int64_t>& splits,
+                                       DoneCallback callback = nullptr,
+                                       int32_t process_set = 0);
+  // Reducescatter: the reduction of `in` over the set's ranks (op, scales
+  // and their checks as AllreduceAsync's; Adasum refused), of which set
+  // rank i keeps rows [offset_i, offset_i + n_i) of dimension 0 (Horovod's
+  // split: shape[0] / size each, the first shape[0] % size ranks one
+  // more). Shape, dtype, op and scales must agree across ranks. CPU tensors
+  // only. Never fused: one ReduceScatter. The result
+  // (TakeReducescatterResult): data = this rank's rows, first_dims = every
+  // set rank's n_i, shape = [n_rank, trailing dims].
+  absl::StatusOr<Handle> ReducescatterAsync(const std::string& name,
+                                            TensorView in,
+                                            const std::vector<int64_t>& shape,
+                                            ReduceOp op, double prescale = 1.0,
+                                            double postscale = 1.0,
+                                            DoneCallback callback = nullptr,
+                                            int32_t process_set = 0);
+
   absl::StatusOr<bool> Poll(Handle handle) const;
   absl::Status Wait(Handle handle);
   // Blocks the host until the op is complete (CPU) or its device work is
@@ -193,6 +225,15 @@ class Engine : private ProcessSetHost {
   // for allgathers, whose result is already in host memory).
   absl::StatusOr<std::shared_ptr<Event>> WaitIssued(Handle handle);
   absl::StatusOr<AllgatherResult> TakeAllgatherResult(Handle handle);
+  // After Wait returned OK on an alltoall / reducescatter handle: its
+  // result (see above); releases the handle. (The three Take* share one
+  // result type and one handle kind: each takes any of them.)
+  absl::StatusOr<AllgatherResult> TakeAlltoallResult(Handle handle) {
+    return TakeAllgatherResult(handle);
+  }
+  absl::StatusOr<AllgatherResult> TakeReducescatterResult(Handle handle) {
+    return TakeAllgatherResult(handle);
+  }
 
   // Blocks until every rank of the process set has called Barrier.
   absl::Status Barrier(int32_t process_set = 0);

@@ -42,6 +42,9 @@ std::vector<Scenario> CorrectnessScenarios();
 std::vector<Scenario> ErrorScenarios();
 // The compressing reducer through the engine: conservation, identical sums.
 std::vector<Scenario> CompressionScenarios();
+// Alltoall and reducescatter against an oracle: uneven and empty splits,
+// every reduce op, mismatches, bad arguments, a process set (any size >= 2).
+std::vector<Scenario> ExchangeScenarios();
 // Process sets on exactly 4 ranks (overlapping static and dynamic sets
 // against a dense reference; per-set compression reports and checkpoints).
 std::vector<Scenario> ProcessSetScenarios();

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "compressors/registry.h"
+#include "engine/exchange.h"
 
 namespace terse {
 
@@ -199,6 +200,10 @@ void ProcessSetRunner::Execute(const std::vector<proto::Response>& responses) {
       case proto::ALLGATHER:
         RunAllgather(*r, ready_at);
         break;
+      case proto::ALLTOALL:
+      case proto::REDUCESCATTER:
+        RunExchange(*r, ready_at);
+        break;
       case proto::BARRIER:
         if (id_ == 0 && r->names(0).rfind("__terse.process_set.", 0) == 0) {
           host_->ProcessSetChange(*r);
@@ -374,6 +379,46 @@ void ProcessSetRunner::RunAllgather(const proto::Response& r,
                                {{"bytes", absl::StrCat(total)}});
   }
   Finish(name, status, std::move(result));
+}
+
+void ProcessSetRunner::RunExchange(const proto::Response& r,
+                                   Clock::time_point ready_at) {
+  const std::string& name = r.names(0);
+  const bool alltoall = r.op() == proto::ALLTOALL;
+  const char* op = alltoall ? "alltoall" : "reducescatter";
+  StallGuard::Phase phase(context_->stall_guard, absl::StrCat(op, " of "),
+                          name);
+  const Clock::time_point start = Clock::now();
+  auto it = in_flight_.find(name);
+  const TensorEntry* entry =
+      it != in_flight_.end() && it->second.op == r.op() ? &it->second
+                                                        : nullptr;
+  absl::StatusOr<AllgatherResult> result =
+      r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)
+          ? absl::InternalError(absl::StrCat("tensor '", name, "': a device ",
+                                             op, " reached the runner"))
+      : alltoall ? RunAlltoall(comm_, r, entry)
+                 : RunReducescatter(comm_, r, entry);
+  // A malformed response fails before any communication; only a failed
+  // collective is this rank's error for every rank.
+  if (!result.ok() && !absl::IsDataLoss(result.status())) {
+    NoteError(result.status());
+  }
+  if (context_->timeline != nullptr) {
+    const std::string track = absl::StrCat(op, " ", name);
+    const Clock::time_point enqueued =
+        entry != nullptr ? entry->enqueued : ready_at;
+    context_->timeline->Record(track, "NEGOTIATE", enqueued, ready_at);
+    context_->timeline->Record(track, "QUEUE", ready_at, start);
+    context_->timeline->Record(
+        track, "COMMUNICATE", start, Clock::now(),
+        {{"bytes", absl::StrCat(result.ok() ? result->data.size() : 0)}});
+  }
+  if (!result.ok()) {
+    Finish(name, result.status());
+    return;
+  }
+  Finish(name, absl::OkStatus(), *std::move(result));
 }
 
 void ProcessSetRunner::Finish(const std::string& name,

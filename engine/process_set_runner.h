@@ -147,6 +147,9 @@ class ProcessSetRunner {
                     Clock::time_point ready_at);
   void RunAllgather(const proto::Response& response,
                     Clock::time_point ready_at);
+  // Alltoall and reducescatter (engine/exchange.h): one collective each.
+  void RunExchange(const proto::Response& response,
+                   Clock::time_point ready_at);
   void NoteError(const absl::Status& status);
   // The coordinator's error of a non-global set, with the set named.
   std::string Labelled(const std::string& error) const;

@@ -21,6 +21,7 @@ proto::Request MakeRequest(const TensorEntry& entry, int rank) {
   request.set_prescale(entry.prescale);
   request.set_postscale(entry.postscale);
   request.set_compression(entry.compression);
+  for (int64_t s : entry.splits) request.add_splits(s);
   return request;
 }
 

@@ -34,6 +34,9 @@ struct TensorEntry {
   int root_rank = 0;
   // The process set (0: every rank). Names are unique per set.
   int32_t process_set = 0;
+  // Alltoall: the rows sent to each rank of the set, in set-rank order
+  // (the engine fills equal parts when the caller gave none).
+  std::vector<int64_t> splits;
   // Allreduce: canonical compression spec; empty = the engine's policy.
   std::string compression;
   DoneCallback callback;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bindings/c/completion_thread.h"
+#include "bindings/c/terse_c_internal.h"
 #include "collectives/communicator.h"
 #include "common/config.h"
 #include "common/data_type.h"
@@ -29,10 +30,6 @@
 struct terse_error {
   int code;
   std::string message;
-};
-
-struct terse_allgather_result {
-  terse::AllgatherResult result;
 };
 
 struct terse_bucket_reports {
@@ -84,14 +81,7 @@ terse_error* Store(absl::StatusOr<T> value, T* out) {
   return nullptr;
 }
 
-// Everything an enqueue needs, validated.
-struct Op {
-  std::string name;
-  TensorView in;
-  TensorView out;
-  std::vector<int64_t> shape;
-  ReduceOp reduce_op = ReduceOp::kSum;
-};
+using cabi::Op;
 
 absl::StatusOr<Op> MakeOp(const char* name, const void* in, void* out,
                           int64_t count, int dtype, int device,
@@ -201,7 +191,7 @@ void Finish(HandleCell* cell, const absl::Status& status, bool is_allgather,
   }
 }
 
-using EnqueueFn = std::function<absl::StatusOr<Handle>(DoneCallback callback)>;
+using cabi::EnqueueFn;
 
 // Enqueues through `enqueue`, in callback mode when `done` is set.
 terse_error* Enqueue(const EnqueueFn& enqueue, bool is_allgather,
@@ -273,6 +263,29 @@ absl::Status ShutdownAll() {
 }
 
 }  // namespace
+
+namespace cabi {
+
+terse_error* ToError(const absl::Status& status) {
+  return ::terse::ToError(status);
+}
+
+absl::StatusOr<Op> MakeOp(const char* name, const void* in, void* out,
+                          int64_t count, int dtype, int device,
+                          const int64_t* shape, int ndim) {
+  return ::terse::MakeOp(name, in, out, count, dtype, device, shape, ndim);
+}
+
+absl::StatusOr<ReduceOp> MakeReduceOp(int op) {
+  return ::terse::MakeReduceOp(op);
+}
+
+terse_error* Enqueue(const EnqueueFn& enqueue, bool has_result,
+                     terse_done_fn done, void* user_data, int64_t* handle) {
+  return ::terse::Enqueue(enqueue, has_result, done, user_data, handle);
+}
+
+}  // namespace cabi
 }  // namespace terse
 
 extern "C" {

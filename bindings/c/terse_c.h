@@ -197,12 +197,44 @@ terse_error* terse_barrier_set(int process_set);
 /* *done = 1 once the operation completed. NotFound for an unknown handle. */
 terse_error* terse_poll(int64_t handle, int* done);
 /* Blocks until the operation completes; returns its error. Releases the
- * handle, except a successful allgather's (see terse_take_allgather). */
+ * handle, except a successful allgather's, alltoall's or reducescatter's
+ * (see terse_take_allgather and the others). */
 terse_error* terse_wait(int64_t handle);
 /* After terse_wait(handle) succeeded for an allgather: its result (free it
  * with terse_allgather_result_free); releases the handle. */
 terse_error* terse_take_allgather(int64_t handle,
                                   terse_allgather_result** result);
+
+/* Alltoall and reducescatter of CPU tensors (engine/engine.h): one
+ * collective each, never fused; a device tensor is Unimplemented. Their
+ * results are terse_allgather_result objects, taken after terse_wait with
+ * terse_take_alltoall / terse_take_reducescatter (or passed to the
+ * callback), freed with terse_allgather_result_free.
+ *
+ * Alltoall: sends splits[j] rows of `in` (ndim >= 1) to rank j of the set,
+ * in order; nsplits = the set's size, or 0 for equal parts (InvalidArgument
+ * unless shape[0] divides by it). Dtype and the dimensions after the first
+ * must agree across ranks. Result: the rows from each rank, packed in rank
+ * order; first_dims = the rows received from each rank. */
+terse_error* terse_alltoall_set_async(const char* name, const void* in,
+                                      int64_t count, int dtype, int device,
+                                      const int64_t* shape, int ndim,
+                                      const int64_t* splits, int nsplits,
+                                      int process_set, terse_done_fn done,
+                                      void* user_data, int64_t* handle);
+/* Reducescatter: the reduction of `in` (ndim >= 1; shape, dtype, op and
+ * scales as terse_allreduce_async's, agreed across ranks; not Adasum), of
+ * which set rank i receives its rows of dimension 0: shape[0] / size each,
+ * the first shape[0] % size ranks one more (Horovod's split). Result: this
+ * rank's rows; first_dims = every rank's row count. */
+terse_error* terse_reducescatter_set_async(
+    const char* name, const void* in, int64_t count, int dtype, int device,
+    const int64_t* shape, int ndim, int op, double prescale, double postscale,
+    int process_set, terse_done_fn done, void* user_data, int64_t* handle);
+terse_error* terse_take_alltoall(int64_t handle,
+                                 terse_allgather_result** result);
+terse_error* terse_take_reducescatter(int64_t handle,
+                                      terse_allgather_result** result);
 
 /* Blocks until every rank called terse_barrier. */
 terse_error* terse_barrier(void);

@@ -1,5 +1,6 @@
 // The C ABI (libterse.so, linked dynamically) under mpirun with 2 and 4
-// ranks: callback-mode and handle-mode operations, allgather results,
+// ranks: callback-mode and handle-mode operations, allgather, alltoall and
+// reducescatter results,
 // errors delivered through callbacks, callbacks that enqueue, and shutdown
 // with operations pending. Every rank runs the same tests in the same order.
 #include <condition_variable>
@@ -242,6 +243,66 @@ TEST_F(TerseCMpiTest, HandleModeWaitPollAndTake) {
       static_cast<const int64_t*>(terse_allgather_result_data(result));
   for (int r = 0; r < size_; ++r) EXPECT_EQ(got[r], r);
   terse_allgather_result_free(result);
+}
+
+// Alltoall in callback mode: rank r sends j + 1 rows of {r, j} to rank j,
+// so rank j receives j + 1 rows from every rank.
+TEST_F(TerseCMpiTest, CallbackAlltoallHandsOverTheRows) {
+  std::vector<int64_t> splits, mine;
+  for (int j = 0; j < size_; ++j) {
+    splits.push_back(j + 1);
+    for (int k = 0; k <= j; ++k) {
+      mine.push_back(rank_ * 100 + j);
+      mine.push_back(k);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(mine.size()) / 2;
+  const int64_t shape[] = {rows, 2};
+  Outcome o;
+  ASSERT_TRUE(Ok(terse_alltoall_set_async(
+      "a2a", mine.data(), rows * 2, TERSE_INT64, TERSE_DEVICE_CPU, shape, 2,
+      splits.data(), size_, 0, &Outcome::Done, &o, nullptr)));
+  ASSERT_EQ(o.Await(), 0) << o.message();
+  std::vector<int64_t> want;
+  for (int q = 0; q < size_; ++q) {
+    for (int k = 0; k <= rank_; ++k) {
+      want.push_back(q * 100 + rank_);
+      want.push_back(k);
+    }
+  }
+  EXPECT_EQ(o.data<int64_t>(), want);
+  EXPECT_EQ(o.first_dims(), std::vector<int64_t>(size_, rank_ + 1));
+  EXPECT_EQ(o.shape(), (std::vector<int64_t>{int64_t{size_} * (rank_ + 1), 2}));
+}
+
+// Reducescatter in handle mode: size + 1 rows of (rank + 1) each, summed;
+// rank 0 gets two rows, the others one.
+TEST_F(TerseCMpiTest, HandleModeReducescatter) {
+  const int64_t rows = size_ + 1;
+  std::vector<float> x(rows * 2, static_cast<float>(rank_ + 1));
+  const int64_t shape[] = {rows, 2};
+  int64_t handle = 0;
+  ASSERT_TRUE(Ok(terse_reducescatter_set_async(
+      "rs", x.data(), rows * 2, TERSE_FLOAT32, TERSE_DEVICE_CPU, shape, 2,
+      TERSE_OP_SUM, 1.0, 1.0, 0, nullptr, nullptr, &handle)));
+  ASSERT_TRUE(Ok(terse_wait(handle)));
+  terse_allgather_result* result = nullptr;
+  ASSERT_TRUE(Ok(terse_take_reducescatter(handle, &result)));
+  const int64_t mine = rank_ == 0 ? 2 : 1;
+  ASSERT_EQ(terse_allgather_result_nbytes(result), mine * 2 * 4);
+  const auto* got = static_cast<const float*>(terse_allgather_result_data(result));
+  const float sum = static_cast<float>(size_) * (size_ + 1) / 2;
+  for (int64_t i = 0; i < mine * 2; ++i) EXPECT_EQ(got[i], sum);
+  EXPECT_EQ(terse_allgather_result_shape(result)[0], mine);
+  terse_allgather_result_free(result);
+  // A device tensor is refused at enqueue, naming the op.
+  terse_error* device = terse_reducescatter_set_async(
+      "rs_dev", x.data(), rows * 2, TERSE_FLOAT32, 0, shape, 2, TERSE_OP_SUM,
+      1.0, 1.0, 0, nullptr, nullptr, &handle);
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(terse_error_code(device), 12);  // Unimplemented.
+  EXPECT_THAT(terse_error_message(device), HasSubstr("reducescatter of 'rs_dev'"));
+  terse_error_free(device);
 }
 
 // A shape that differs on rank 1 fails every rank's callback with a message

@@ -119,6 +119,32 @@ int64_t EnqueueAllgather(const std::string& name, uintptr_t data, int64_t count,
   return handle;
 }
 
+int64_t EnqueueAlltoall(const std::string& name, uintptr_t data, int64_t count,
+                        int32_t dtype, int device,
+                        const std::vector<int64_t>& shape,
+                        const std::vector<int64_t>& splits, int process_set) {
+  int64_t handle = 0;
+  ThrowIfError(terse_alltoall_set_async(
+      name.c_str(), reinterpret_cast<const void*>(data), count, dtype, device,
+      shape.data(), static_cast<int>(shape.size()), splits.data(),
+      static_cast<int>(splits.size()), process_set, nullptr, nullptr,
+      &handle));
+  return handle;
+}
+
+int64_t EnqueueReducescatter(const std::string& name, uintptr_t data,
+                             int64_t count, int32_t dtype, int device,
+                             const std::vector<int64_t>& shape, int op,
+                             double prescale, double postscale,
+                             int process_set) {
+  int64_t handle = 0;
+  ThrowIfError(terse_reducescatter_set_async(
+      name.c_str(), reinterpret_cast<const void*>(data), count, dtype, device,
+      shape.data(), static_cast<int>(shape.size()), op, prescale, postscale,
+      process_set, nullptr, nullptr, &handle));
+  return handle;
+}
+
 int64_t EnqueueBroadcast(const std::string& name, uintptr_t data, int64_t count,
                          int32_t dtype, int device,
                          const std::vector<int64_t>& shape, int root_rank,
@@ -215,6 +241,18 @@ GatheredTensor TakeAllgather(int64_t handle) {
   return GatheredTensor(result);
 }
 
+GatheredTensor TakeAlltoall(int64_t handle) {
+  terse_allgather_result* result = nullptr;
+  ThrowIfError(terse_take_alltoall(handle, &result));
+  return GatheredTensor(result);
+}
+
+GatheredTensor TakeReducescatter(int64_t handle) {
+  terse_allgather_result* result = nullptr;
+  ThrowIfError(terse_take_reducescatter(handle, &result));
+  return GatheredTensor(result);
+}
+
 }  // namespace
 }  // namespace terse
 
@@ -288,6 +326,18 @@ PYBIND11_MODULE(_terse, m) {
   m.def("allgather_async", &terse::EnqueueAllgather, Release(), py::arg("name"),
         py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
         py::arg("shape"), py::arg("stream") = 0, py::arg("process_set") = 0);
+  m.def("alltoall_async", &terse::EnqueueAlltoall, Release(), py::arg("name"),
+        py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
+        py::arg("shape"), py::arg("splits"), py::arg("process_set") = 0,
+        "Enqueues an alltoall of a CPU tensor: splits[j] rows to set rank j "
+        "(empty: equal parts); returns the handle.");
+  m.def("reducescatter_async", &terse::EnqueueReducescatter, Release(),
+        py::arg("name"), py::arg("data"), py::arg("count"), py::arg("dtype"),
+        py::arg("device"), py::arg("shape"), py::arg("op"),
+        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+        py::arg("process_set") = 0,
+        "Enqueues a reducescatter of a CPU tensor along dim 0 (Horovod's "
+        "split); returns the handle.");
   m.def("broadcast_async", &terse::EnqueueBroadcast, Release(), py::arg("name"),
         py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("device"),
         py::arg("shape"), py::arg("root_rank"), py::arg("stream") = 0,
@@ -317,6 +367,13 @@ PYBIND11_MODULE(_terse, m) {
            "Copies the packed rank-major result into dest (host memory).");
   m.def("take_allgather", &terse::TakeAllgather, Release(), py::arg("handle"),
         "After wait(handle): the allgather's result; releases the handle.");
+  m.def("take_alltoall", &terse::TakeAlltoall, Release(), py::arg("handle"),
+        "After wait(handle): the alltoall's result (first_dims: the rows "
+        "received from each rank); releases the handle.");
+  m.def("take_reducescatter", &terse::TakeReducescatter, Release(),
+        py::arg("handle"),
+        "After wait(handle): this rank's part of the reducescatter "
+        "(first_dims: every rank's rows); releases the handle.");
 
   m.def(
       "barrier",

@@ -1,5 +1,5 @@
-// CPU kernels of TerseAllreduce, TerseAllgather, TerseBroadcast and
-// TerseProcessInfo (see ops.cc): AsyncOpKernels that enqueue into the engine through the C ABI and
+// CPU kernels of TerseAllreduce, TerseAllgather, TerseBroadcast,
+// TerseAlltoall, TerseReducescatter and TerseProcessInfo (see ops.cc): AsyncOpKernels that enqueue into the engine through the C ABI and
 // call `done` from the engine's completion callback, which runs on
 // libterse.so's completion thread. The op's inputs stay alive until `done`:
 // TensorFlow holds them for an async kernel that has not finished.
@@ -48,6 +48,17 @@ class Pending {
     pending->Finish(status);
   }
 
+  // terse_done_fn for an alltoall: the received rows into output 0, the
+  // rows from each rank into output 1.
+  static void OnExchanged(void* user_data, const terse_error* error,
+                          const terse_allgather_result* result) {
+    auto* pending = static_cast<Pending*>(user_data);
+    tensorflow::Status status = ToCollectiveStatus(error);
+    if (status.ok()) status = pending->CopyOut(result);
+    if (status.ok()) status = pending->CopySplits(result);
+    pending->Finish(status);
+  }
+
   // Completes the op with `status` and deletes this.
   void Finish(const tensorflow::Status& status) {
     if (!status.ok()) context_->SetStatus(status);
@@ -74,6 +85,17 @@ class Pending {
     }
     if (bytes > 0) {
       std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
+    }
+    return tensorflow::OkStatus();
+  }
+
+  tensorflow::Status CopySplits(const terse_allgather_result* result) {
+    const int n = terse_allgather_result_num_ranks(result);
+    const int64_t* rows = terse_allgather_result_first_dims(result);
+    Tensor* output = nullptr;
+    TF_RETURN_IF_ERROR(context_->allocate_output(1, TensorShape({n}), &output));
+    for (int i = 0; i < n; ++i) {
+      output->vec<int32_t>()(i) = static_cast<int32_t>(rows[i]);
     }
     return tensorflow::OkStatus();
   }
@@ -158,6 +180,83 @@ class TerseAllgatherOp : public AsyncOpKernel {
 
  private:
   const std::string name_;
+  int process_set_ = 0;
+};
+
+class TerseAlltoallOp : public AsyncOpKernel {
+ public:
+  explicit TerseAlltoallOp(OpKernelConstruction* c)
+      : AsyncOpKernel(c), name_(OpName(c)) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    const Tensor& splits = context->input(1);
+    OP_REQUIRES_ASYNC(context, input.dims() >= 1,
+                      absl::InvalidArgumentError(
+                          "terse alltoall of '" + name_ +
+                          "' needs a tensor of rank >= 1, got a scalar"),
+                      done);
+    OP_REQUIRES_ASYNC(context, splits.dims() == 1,
+                      absl::InvalidArgumentError(
+                          "terse alltoall of '" + name_ +
+                          "': splits must be a vector"),
+                      done);
+    int dtype = 0;
+    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    const std::vector<int64_t> dims = Dims(input.shape());
+    const auto flat = splits.flat<int64_t>();
+    const std::vector<int64_t> split_list(flat.data(),
+                                          flat.data() + flat.size());
+    auto* pending = new Pending(context, std::move(done));
+    terse_error* error = terse_alltoall_set_async(
+        name_.c_str(), input.data(), input.NumElements(), dtype,
+        TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
+        split_list.data(), static_cast<int>(split_list.size()), process_set_,
+        &Pending::OnExchanged, pending, nullptr);
+    if (error != nullptr) pending->Finish(TakeStatus(error));
+  }
+
+ private:
+  const std::string name_;
+  int process_set_ = 0;
+};
+
+class TerseReducescatterOp : public AsyncOpKernel {
+ public:
+  explicit TerseReducescatterOp(OpKernelConstruction* c)
+      : AsyncOpKernel(c), name_(OpName(c)) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    OP_REQUIRES_ASYNC(context, input.dims() >= 1,
+                      absl::InvalidArgumentError(
+                          "terse reducescatter of '" + name_ +
+                          "' needs a tensor of rank >= 1, got a scalar"),
+                      done);
+    int dtype = 0;
+    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    const std::vector<int64_t> dims = Dims(input.shape());
+    auto* pending = new Pending(context, std::move(done));
+    terse_error* error = terse_reducescatter_set_async(
+        name_.c_str(), input.data(), input.NumElements(), dtype,
+        TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
+        reduce_op_, prescale_, postscale_, process_set_, &Pending::OnGathered,
+        pending, nullptr);
+    if (error != nullptr) pending->Finish(TakeStatus(error));
+  }
+
+ private:
+  const std::string name_;
+  int reduce_op_ = TERSE_OP_SUM;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
   int process_set_ = 0;
 };
 
@@ -266,6 +365,11 @@ REGISTER_KERNEL_BUILDER(Name("TerseAllgather").Device(tensorflow::DEVICE_CPU),
                         TerseAllgatherOp);
 REGISTER_KERNEL_BUILDER(Name("TerseBroadcast").Device(tensorflow::DEVICE_CPU),
                         TerseBroadcastOp);
+REGISTER_KERNEL_BUILDER(Name("TerseAlltoall").Device(tensorflow::DEVICE_CPU),
+                        TerseAlltoallOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TerseReducescatter").Device(tensorflow::DEVICE_CPU),
+    TerseReducescatterOp);
 REGISTER_KERNEL_BUILDER(
     Name("TerseProcessInfo").Device(tensorflow::DEVICE_CPU),
     TerseProcessInfoOp);

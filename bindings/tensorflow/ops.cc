@@ -1,5 +1,6 @@
 // The op definitions of terse's TensorFlow op library: TerseAllreduce,
-// TerseAllgather, TerseBroadcast and TerseProcessInfo. Their kernels (kernels.cc) enqueue into
+// TerseAllgather, TerseBroadcast, TerseAlltoall, TerseReducescatter and
+// TerseProcessInfo. Their kernels (kernels.cc) enqueue into
 // the process's one engine (libterse.so) and finish asynchronously, so they
 // work eagerly and inside tf.function graphs, where independent ops are in
 // flight together and the engine fuses them.
@@ -78,6 +79,60 @@ REGISTER_OP("TerseBroadcast")
     .Doc(R"doc(
 root_rank's `tensor`, on every member of process_set (0: every rank);
 root_rank is a world rank in the set. Same dtype and shape everywhere.
+)doc");
+
+// Rank-1 or more input; output of an unknown first dimension, the rest as
+// the input's.
+::tensorflow::Status RowsUnknown(InferenceContext* c) {
+  ShapeHandle input;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &input));
+  ShapeHandle rest;
+  TF_RETURN_IF_ERROR(c->Subshape(input, 1, &rest));
+  ShapeHandle output;
+  TF_RETURN_IF_ERROR(c->Concatenate(c->Vector(c->UnknownDim()), rest, &output));
+  c->set_output(0, output);
+  return ::tensorflow::OkStatus();
+}
+
+REGISTER_OP("TerseAlltoall")
+    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+          "uint8, bool}")
+    .Attr("tensor_name: string")
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Output("received: T")
+    .Output("received_splits: int32")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(RowsUnknown(c));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The engine's native alltoall: sends splits[j] consecutive rows of `tensor`
+to member j of process_set (0: every rank) and receives the rows every
+member sent here, in rank order; received_splits: how many from each.
+splits: one non-negative count per member, summing to the first dimension.
+Dtype and the dimensions after the first must agree across members.
+)doc");
+
+REGISTER_OP("TerseReducescatter")
+    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+          "uint8}")
+    .Attr("tensor_name: string")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("process_set: int = 0")
+    .Input("tensor: T")
+    .Output("scattered: T")
+    .SetShapeFn(RowsUnknown)
+    .Doc(R"doc(
+The engine's native reducescatter: the reduction of `tensor` over the
+members of process_set (reduce_op and factors as TerseAllreduce's; not
+adasum), of which member i receives its rows of dimension 0: rows / size
+each, the first rows % size members one more (Horovod's split). Shape,
+dtype, op and factors must agree across members.
 )doc");
 
 // Stateful: read when the op runs, never folded into a constant while a

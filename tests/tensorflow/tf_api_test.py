@@ -193,6 +193,26 @@ def test_reducescatter(_):
             horovod_rows(size + 1, size, rank)], f"{how} grouped rs 0")
         close(outs[1], sum(x_of(r, 3 * size, salt=2) for r in range(size))[
             horovod_rows(3 * size, size, rank)], f"{how} grouped rs 1")
+    # Native path: integer Average truncates the sum / size (computed in
+    # double, as Horovod's); float factors; fp16 compression casts around.
+    rows = 2 * size + 1
+    ints = [np.arange(rows * 2, dtype=np.int32).reshape(rows, 2) * (r + 1)
+            for r in range(size)]
+    total = sum(i.astype(np.float64) for i in ints)
+    part = horovod_rows(rows, size, rank)
+    got = terse.reducescatter(tf.constant(ints[rank]), name="rs.int.avg")
+    expect(got.dtype == tf.int32 and np.array_equal(
+        got.numpy(), (total[part] / size).astype(np.int32)),
+        f"integer Average reducescatter {got.numpy()}")
+    got = terse.reducescatter(tf.constant(total * 0 + ints[rank]),
+                              op=terse.Average, prescale_factor=3.0,
+                              postscale_factor=0.25, name="rs.f64.scaled")
+    close(got, total[part] * 0.75 / size, "scaled float64 reducescatter")
+    got = terse.reducescatter(tf.constant(ints[rank] / 8, tf.float32),
+                              op=terse.Sum, compression=terse.Compression.fp16,
+                              name="rs.fp16")
+    expect(got.dtype == tf.float32 and np.allclose(
+        got.numpy(), total[part] / 8, rtol=1e-2), f"fp16 reducescatter {got}")
     expect_raises(NotImplementedError, ["Sum and Average"],
                   terse.reducescatter, tf.ones([2]), op=terse.Max)
 

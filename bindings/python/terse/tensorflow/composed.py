@@ -1,15 +1,22 @@
-"""reducescatter, grouped_reducescatter and alltoall, composed from the
-engine's allreduce and allgather.
+"""reducescatter, grouped_reducescatter and alltoall on the engine's native
+ops (TerseReducescatter, TerseAlltoall), with Horovod 0.28.1's results.
 
-terse's engine has no native reduce-scatter or all-to-all yet. These give
-Horovod 0.28.1's results exactly, at a higher wire cost: reducescatter is an
-allreduce of the whole tensor of which each rank keeps its rows (size times
-the bytes a native reduce-scatter receives); alltoall allgathers every
-rank's splits and rows and keeps the rows sent to this rank (every rank
-receives every rank's tensor). Their gradients follow from those of
-allreduce and allgather and equal Horovod's (reducescatter: the gathered
-upstream gradient, divided by size for Average; alltoall: the upstream
-gradient sent back along the received splits).
+What moves (n ranks, B bytes of input per rank):
+
+  * reducescatter: one engine reduce-scatter, about B(n-1)/n per rank.
+    Compression fp16/bf16 casts around it, as Horovod's does; any other
+    terse compressor (topk, powersgd, ...) runs inside the engine's
+    allreduce, so such a reducescatter stays composed: an allreduce of the
+    whole tensor through the compressor, of which each rank keeps its rows.
+  * alltoall: first an allgather of every rank's splits and row count (n + 1
+    int64 per rank), which every rank checks before any data moves (bad
+    splits on one rank raise InvalidArgumentError on all of them instead of
+    hanging the others); then one engine alltoall, about B out and B in per
+    rank.
+
+Gradients equal Horovod's: reducescatter's is the allgather of the upstream
+gradient (times the scale factors, divided by size for Average); alltoall's
+is the upstream gradient sent back along the received splits.
 """
 
 import tensorflow as tf
@@ -26,6 +33,49 @@ def _rows_of_rank(rows, size):
     counts = base + tf.cast(ranks < extra, rows.dtype)
     begins = tf.cumsum(counts, exclusive=True)
     return begins, counts
+
+
+def _reducescatter_raw(tensor, op, name, prescale, postscale, ps_id):
+    dtype = tensor.dtype
+    out = ops._ops().terse_reducescatter(
+        ops._opaque(ops._to_engine(tensor)), tensor_name=name, reduce_op=op,
+        prescale_factor=prescale, postscale_factor=postscale,
+        process_set=ps_id)
+    return ops._from_engine(out, dtype)
+
+
+def _reducescatter_native(tensor, op, name, prescale, postscale, ps_id):
+    """Floating point: the engine scales. Integers: Horovod's scaling here
+    (Average is the sum times postscale / size), as allreduce does."""
+    prescale, postscale = float(prescale), float(postscale)
+    if tensor.dtype in ops.FLOAT_DTYPES or (op != ops.Average and
+                                            prescale == 1.0 and
+                                            postscale == 1.0):
+        return _reducescatter_raw(tensor, op, name, prescale, postscale,
+                                  ps_id)
+    if op == ops.Average:
+        op = ops.Sum
+        postscale /= ops._set_size(ps_id)
+    if prescale != 1.0:
+        tensor = ops._scale_int(tensor, prescale)
+    out = _reducescatter_raw(tensor, op, name, 1.0, 1.0, ps_id)
+    if postscale != 1.0:
+        out = ops._scale_int(out, postscale)
+    return out
+
+
+def _reducescatter_composed(tensor, op, name, compression, prescale,
+                            postscale, process_set, ps_id):
+    """An allreduce through the engine's compressor, this rank's rows."""
+    reduced = ops.allreduce(tensor, op=op, name=name, compression=compression,
+                            prescale_factor=prescale,
+                            postscale_factor=postscale,
+                            process_set=process_set)
+    rows = tf.shape(tensor, out_type=tf.int64)[0]
+    begins, counts = _rows_of_rank(rows, ops._set_size(ps_id))
+    me = tf.cast(ops._rank_tensor(ps_id), tf.int64)
+    begin = tf.gather(begins, me)
+    return reduced[begin:begin + tf.gather(counts, me)]
 
 
 def reducescatter(tensor, device_dense="", compression=None, op=ops.Average,
@@ -46,16 +96,21 @@ def reducescatter(tensor, device_dense="", compression=None, op=ops.Average,
     if tensor.shape.rank == 0:
         raise ValueError("terse reducescatter needs a tensor of rank >= 1, "
                          "got a scalar")
-    name = name or ops._names.default("reducescatter", tensor)
-    reduced = ops.allreduce(tensor, op=op, name=name, compression=compression,
-                            prescale_factor=prescale_factor,
-                            postscale_factor=postscale_factor,
-                            process_set=process_set)
-    rows = tf.shape(tensor, out_type=tf.int64)[0]
-    begins, counts = _rows_of_rank(rows, ops._set_size(ps_id))
-    me = tf.cast(ops._rank_tensor(ps_id), tf.int64)
-    begin = tf.gather(begins, me)
-    return reduced[begin:begin + tf.gather(counts, me)]
+    ops._check_dtype(tensor, "reducescatter")
+    wire, spec = ops._compression_plan(compression)
+    if spec:
+        return _reducescatter_composed(
+            tensor, op, name or ops._names.default("reducescatter", tensor),
+            compression, prescale_factor, postscale_factor, process_set,
+            ps_id)
+    name = ops._op_name("reducescatter", tensor, name)
+    if wire is not None and tensor.dtype in ops.FLOAT_DTYPES:
+        dtype = tensor.dtype
+        out = _reducescatter_native(tf.cast(tensor, wire), op, name,
+                                    prescale_factor, postscale_factor, ps_id)
+        return tf.cast(out, dtype)
+    return _reducescatter_native(tensor, op, name, prescale_factor,
+                                 postscale_factor, ps_id)
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=None,
@@ -115,13 +170,39 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         "splits, the first dimension must divide by the number of ranks); "
         "splits then first dimension, by rank:", meta], summarize=1000)
     with tf.control_dependencies([check]):
-        data = ops.allgather(tensor, name=f"{name}.data",
-                             process_set=process_set)
-    me = tf.cast(ops._rank_tensor(ps_id), tf.int64)
-    received = tf.gather(all_splits, me, axis=1)         # from each rank
-    block = tf.cumsum(all_rows, exclusive=True)          # rank s's first row
-    within = tf.gather(tf.cumsum(all_splits, axis=1, exclusive=True), me,
-                       axis=1)
-    begins = block + within
-    indices = tf.ragged.range(begins, begins + received).flat_values
-    return tf.gather(data, indices), tf.cast(received, tf.int32)
+        checked = tf.identity(splits)
+    dtype = tensor.dtype
+    received, received_splits = ops._ops().terse_alltoall(
+        ops._opaque(ops._to_engine(tensor)), ops._opaque(checked),
+        tensor_name=ops._op_name("alltoall", tensor, f"{name}.data"),
+        process_set=ps_id)
+    return ops._from_engine(received, dtype), received_splits
+
+
+@tf.RegisterGradient("TerseReducescatter")
+def _reducescatter_grad(op, grad):
+    """Every rank's input reaches every rank's block: the upstream
+    gradients of all ranks, gathered in rank order, times the factors
+    (divided by size for Average)."""
+    name = op.get_attr("tensor_name").decode()
+    ps_id = op.get_attr("process_set")
+    grad = ops.allgather(ops._dense(grad), name=f"{name}.grad",
+                         process_set=ops._by_id(ps_id))
+    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if op.get_attr("reduce_op") == ops.Average:
+        scale /= ops._set_size(ps_id)
+    if scale != 1.0:
+        grad = grad * tf.cast(scale, grad.dtype)
+    return grad
+
+
+@tf.RegisterGradient("TerseAlltoall")
+def _alltoall_grad(op, grad, unused_splits_grad):
+    """The upstream gradient sent back along the received splits."""
+    name = op.get_attr("tensor_name").decode()
+    back, _ = ops._ops().terse_alltoall(
+        ops._opaque(ops._dense(grad)),
+        ops._opaque(tf.cast(op.outputs[1], tf.int64)),
+        tensor_name=ops._names.unique_in_graph(f"{name}.grad"),
+        process_set=op.get_attr("process_set"))
+    return back, None

@@ -1,21 +1,23 @@
-"""Operations terse composes from its engine's allreduce and allgather.
+"""Operations terse composes from its engine's ops, and the native
+alltoall and reducescatter.
 
-The engine has allreduce, allgather and broadcast; Horovod's other
-collectives are built here from them, with Horovod's results, shapes and
-errors. What each costs on the wire (n ranks, B bytes of input per rank):
+What each costs on the wire (n ranks, B bytes of input per rank):
 
   * grouped_allreduce / grouped_allgather / grouped_reducescatter: one
     engine op per tensor, all enqueued in the same call so the engine
-    negotiates and fuses them together as it fuses any tensors enqueued
-    together (no extra bytes; the group is not guaranteed to be one cycle).
-  * reducescatter: an allreduce of the whole tensor, then this rank's rows
-    (Horovod's split rule: of R rows, R // n each, the first R % n ranks one
-    more). A ring allreduce moves about 2B(n-1)/n per rank, a native
-    reducescatter B(n-1)/n: twice the bytes.
-  * alltoall: an allgather of every rank's splits (n int64 per rank) and of
-    its data; each rank keeps the rows sent to it. Every rank receives all
-    n ranks' data, about (n-1)B, where a native alltoall receives about B.
+    negotiates them together (grouped allreduces are fused as any tensors
+    enqueued together; no extra bytes; the group is not guaranteed to be one
+    cycle).
+  * reducescatter: native, one engine reducescatter (Communicator::
+    ReduceScatter): about B(n-1)/n per rank. With a compression other than
+    none it stays composed: an allreduce of the whole tensor through the
+    engine's compressor, then this rank's rows (Horovod's split rule: of R
+    rows, R // n each, the first R % n ranks one more).
+  * alltoall: native, one engine alltoall (Communicator::Alltoallv): each
+    rank sends the rows meant for the others and receives the rows sent to
+    it, about B out and B in per rank.
 
+Native ops move host memory: a CUDA tensor is staged through the CPU.
 A composed operation has a negative handle; synchronize() waits for all its
 parts, then raises the first error, so nothing stays in flight.
 """
@@ -150,8 +152,7 @@ def _rows_of(rank, size, rows):
     return offset, count
 
 
-def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
-                        compression, process_set=_gp):
+def _check_reducescatter(tensor, name, op):
     if op not in (ops.Sum, ops.Average):
         raise ops.TerseError(
             f"reducescatter of '{name}': op {ops._OP_NAMES.get(op, op)} is "
@@ -160,7 +161,71 @@ def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
         raise ops.TerseError(
             f"reducescatter of '{name}': a 0-dim tensor cannot be scattered; "
             "give it at least one dimension")
+
+
+def _compressed(compression):
+    """True when `compression` asks for a compressor other than none."""
+    if compression is None:
+        return False
+    from terse.compression import Compression
+    return Compression.get(compression).name != "none"
+
+
+def _host(tensor):
+    """`tensor` contiguous in host memory (native ops move host memory)."""
+    source = tensor.contiguous()
+    return source if source.device.type == "cpu" else source.cpu()
+
+
+def _take(take, handle, device):
+    """The native result of `handle` as a tensor on `device`, and the
+    result's first_dims."""
+    result = take(handle)
+    output = torch.empty(result.shape, dtype=ops._TORCH_DTYPES[result.dtype])
+    result.copy_to(output.data_ptr(), result.nbytes)
+    if device.type != "cpu":
+        output = output.to(device)
+    return output, result.first_dims
+
+
+def _native_reducescatter(tensor, name, op, prescale_factor, postscale_factor,
+                          ps_id):
+    """One engine reducescatter of `tensor`; its handle's result is this
+    rank's rows. Integer Average and factors on integers are applied here
+    around an engine Sum, with Horovod's double-precision scaling (as
+    allreduce does)."""
+    device = tensor.device
+    source = _host(tensor)
+    pre, post, after = float(prescale_factor), float(postscale_factor), 1.0
+    engine_op = op
+    if not source.dtype.is_floating_point and source.dtype != torch.bool:
+        if op == ops.Average:
+            engine_op = ops.Sum
+            post /= process_sets.size_of(ps_id)
+        if pre != 1.0:
+            source = ops._scaled(source, pre)
+        pre, post, after = 1.0, 1.0, post
+    code, _, _ = ops._describe(source, ops._what("reducescatter", name))
+    handle = ops._native.reducescatter_async(
+        name, source.data_ptr(), source.numel(), code, -1, list(source.shape),
+        engine_op, pre, post, ps_id)
+
+    def finish():
+        output, _ = _take(ops._native.take_reducescatter, handle, device)
+        return ops._scaled(output, after) if after != 1.0 else output
+    ops._table.add(handle, _Entry((source,), finish))
+    return handle
+
+
+def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
+                        compression, process_set=_gp):
+    """Enqueues one reducescatter; returns its handle. Native unless a
+    compressor is asked for (then an allreduce through it, cut here)."""
+    _check_reducescatter(tensor, name, op)
     ps_id = process_sets.resolve(process_set, "reducescatter()")
+    if not _compressed(compression):
+        return _native_reducescatter(tensor, name, op, prescale_factor,
+                                     postscale_factor, ps_id)
     offset, count = _rows_of(process_sets.rank_in(ps_id),
                              process_sets.size_of(ps_id), tensor.shape[0])
     handle = ops.allreduce_async(tensor, name=name, op=op,
@@ -168,7 +233,8 @@ def _reducescatter_part(tensor, name, op, prescale_factor, postscale_factor,
                                  postscale_factor=postscale_factor,
                                  process_set=process_set,
                                  compression=compression)
-    return handle, (lambda full: full.narrow(0, offset, count).clone())
+    return _composed([handle], lambda results: results[0].narrow(
+        0, offset, count).clone())
 
 
 def reducescatter_async(tensor, name=None, compression=None, op=None,
@@ -177,13 +243,11 @@ def reducescatter_async(tensor, name=None, compression=None, op=None,
     """Enqueues a reduction of `tensor` whose result is scattered along dim
     0: this rank receives rows [offset, offset + count) of the reduction
     (n // size rows each, the first n % size ranks one more). op: Average
-    (default) or Sum. Composed: see the module docstring."""
+    (default) or Sum. Native: see the module docstring."""
     op = ops.Average if op is None else op
     name, _ = ops._prepare("reducescatter", name, tensor, process_set)
-    handle, cut = _reducescatter_part(tensor, name, op, prescale_factor,
-                                      postscale_factor, compression,
-                                      process_set)
-    return _composed([handle], lambda results: cut(results[0]))
+    return _reducescatter_part(tensor, name, op, prescale_factor,
+                               postscale_factor, compression, process_set)
 
 
 class _ReducescatterFunction(torch.autograd.Function):
@@ -232,15 +296,10 @@ def grouped_reducescatter_async(tensors, name=None, compression=None,
     ps_id = process_sets.resolve(process_set, "grouped_reducescatter()")
     _check_tensors("grouped_reducescatter", tensors)
     base = _base_name("grouped_reducescatter", name, ps_id)
-    parts, cuts = [], []
-    for i, t in enumerate(tensors):
-        handle, cut = _reducescatter_part(t, f"{base}.{i}", op,
-                                          prescale_factor, postscale_factor,
-                                          compression, process_set)
-        parts.append(handle)
-        cuts.append(cut)
-    return _composed(parts, lambda results: [
-        cut(r) for cut, r in zip(cuts, results)])
+    parts = [_reducescatter_part(t, f"{base}.{i}", op, prescale_factor,
+                                 postscale_factor, compression, process_set)
+             for i, t in enumerate(tensors)]
+    return _composed(parts, lambda results: results)
 
 
 def grouped_reducescatter(tensors, name=None, compression=None, op=None,
@@ -288,32 +347,25 @@ def alltoall_async(tensor, splits=None, name=None, process_set=_gp):
     sum(splits[:k+1])) of `tensor` to rank k (splits=None: equal parts) and
     receives the rows every rank sent it, in rank order. synchronize()
     returns (output, received_splits) with received_splits an int32 tensor
-    of the rows from each rank. Composed: see the module docstring."""
+    of the rows from each rank. Native: see the module docstring."""
     name, ps_id = ops._prepare("alltoall", name, tensor, process_set)
     if tensor.dim() == 0:
         raise ops.TerseError(
             f"alltoall of '{name}': a 0-dim tensor cannot be split; give it "
             "at least one dimension")
-    size, rank = process_sets.size_of(ps_id), process_sets.rank_in(ps_id)
-    mine = _splits_list(tensor, splits, name, size)
-    split_tensor = torch.tensor([mine], dtype=torch.int64)
-    splits_handle = ops.allgather_async(split_tensor, name=f"{name}.splits",
-                                        process_set=process_set)
-    data_handle = ops.allgather_async(tensor, name=name,
-                                      process_set=process_set)
+    mine = _splits_list(tensor, splits, name, process_sets.size_of(ps_id))
+    device = tensor.device
+    source = _host(tensor)
+    code, _, _ = ops._describe(source, ops._what("alltoall", name))
+    handle = ops._native.alltoall_async(
+        name, source.data_ptr(), source.numel(), code, -1, list(source.shape),
+        mine, ps_id)
 
-    def finish(results):
-        matrix, data = results[0].tolist(), results[1]
-        received, pieces, start = [], [], 0
-        for source in range(size):
-            row = matrix[source]
-            offset = start + sum(row[:rank])
-            pieces.append(data.narrow(0, offset, row[rank]))
-            received.append(row[rank])
-            start += sum(row)
-        output = torch.cat(pieces, 0) if pieces else data
+    def finish():
+        output, received = _take(ops._native.take_alltoall, handle, device)
         return output, torch.tensor(received, dtype=torch.int32)
-    return _composed([splits_handle, data_handle], finish)
+    ops._table.add(handle, _Entry((source,), finish))
+    return handle
 
 
 class _AlltoallFunction(torch.autograd.Function):

@@ -5,8 +5,9 @@ synchronize(handle) waits (without holding the GIL) and returns the result,
 poll(handle) tells whether it is done. The tensors an operation reads or
 writes are kept alive in a handle table until synchronize() returns, so a
 caller may drop its own references after enqueueing. Operations terse
-composes from several engine operations (grouped ops, reducescatter,
-alltoall; terse/torch/composed.py) get negative handles.
+composes from several engine operations (grouped ops, a reducescatter
+through a compressor; terse/torch/composed.py) get negative handles;
+alltoall and reducescatter are engine operations of their own.
 
 Names identify an operation across the ranks of its process set: every
 member must enqueue the same names with the same shapes and dtypes; names
