@@ -202,6 +202,38 @@ void ControlSeeds(const fs::path& dir) {
                     *l->add_requests() = MakeRequest(
                         r, "embeddings", proto::ALLGATHER, 4, {r + 1, 8});
                   })));
+    // Alltoall with uneven splits (rank r sends r + j rows to rank j), and
+    // one where rank 1's splits do not sum to its first dimension.
+    for (const bool bad : {false, true}) {
+      Write(dir / absl::StrCat(bad ? "requests_alltoall_bad_splits_np"
+                                   : "requests_alltoall_np",
+                               size),
+            Records(RequestHead(size),
+                    RankLists(size, [size, bad](int r, proto::RequestList* l) {
+                      int64_t rows = 0;
+                      proto::Request a =
+                          MakeRequest(r, "tokens", proto::ALLTOALL, 0, {});
+                      for (int j = 0; j < size; ++j) {
+                        a.add_splits(r + j);
+                        rows += r + j;
+                      }
+                      if (bad && r == 1) rows += 1;
+                      a.add_shape(rows);
+                      a.add_shape(4);
+                      *l->add_requests() = a;
+                    })));
+    }
+    // Reducescatter; rank 0 asks for Sum where the others average.
+    Write(dir / absl::StrCat("requests_reducescatter_np", size),
+          Records(RequestHead(size),
+                  RankLists(size, [](int r, proto::RequestList* l) {
+                    *l->add_requests() = MakeRequest(
+                        r, "grads", proto::REDUCESCATTER, 0, {10, 3});
+                    proto::Request m = MakeRequest(
+                        r, "grads.mixed", proto::REDUCESCATTER, 0, {7});
+                    if (r == 0) m.set_reduce_op(proto::SUM);
+                    *l->add_requests() = m;
+                  })));
     // Rank size-1 never sends layer1.bias: a stall after two cycles.
     Write(dir / absl::StrCat("requests_stalled_np", size),
           Records(RequestHead(size),
@@ -229,6 +261,26 @@ void ControlSeeds(const fs::path& dir) {
   g->set_op(proto::ALLGATHER);
   g->add_names("embeddings");
   for (int64_t n : {3, 5, 0, 2}) g->add_tensor_sizes(n);
+  proto::Response* x = ok.add_responses();
+  x->set_kind(proto::Response::EXECUTE);
+  x->set_op(proto::ALLTOALL);
+  x->add_names("tokens");
+  x->set_dtype(0);
+  x->set_device(-1);
+  for (int64_t n : {0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6}) {
+    x->add_tensor_sizes(n);
+  }
+  proto::Response* rs = ok.add_responses();
+  rs->set_kind(proto::Response::EXECUTE);
+  rs->set_op(proto::REDUCESCATTER);
+  rs->add_names("grads");
+  rs->set_dtype(0);
+  rs->set_device(-1);
+  rs->set_reduce_op(proto::AVERAGE);
+  rs->add_shape(10);
+  rs->add_shape(3);
+  rs->set_prescale(1);
+  rs->set_postscale(1);
   proto::ResponseList failed;
   proto::Response* f = failed.add_responses();
   f->set_kind(proto::Response::ERROR);

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bazel build //tests/fuzz:make_corpus
-rm -rf tests/fuzz/corpus
+# Generated seeds only: the regress-* inputs (crashes found by fuzzing) stay.
+find tests/fuzz/corpus -type f ! -name "regress-*" -delete 2>/dev/null || true
 bazel-bin/tests/fuzz/make_corpus "$PWD/tests/fuzz/corpus"
 find tests/fuzz/corpus -type f | sed 's|/[^/]*$||' | sort | uniq -c
