@@ -125,8 +125,10 @@ absl::Status ValidateRequest(const proto::Request& r, int size) {
         absl::StrCat("root rank ", r.root_rank(), " outside [0, ", size, ")"));
   }
   if (!r.compression().empty()) {
-    if (r.op() != proto::ALLREDUCE) return bad("compression on a non-allreduce");
-    absl::StatusOr<CompressionRule> spec = ParseCompressionSpec(r.compression());
+    if (r.op() != proto::ALLREDUCE)
+      return bad("compression on a non-allreduce");
+    absl::StatusOr<CompressionRule> spec =
+        ParseCompressionSpec(r.compression());
     if (!spec.ok() || CompressionSpecString(*spec) != r.compression()) {
       return bad(absl::StrCat("bad compression spec '", r.compression(), "'"));
     }
@@ -189,8 +191,9 @@ proto::Response BuildResponse(
         });
         if (first->op() != proto::ALLREDUCE) break;
         check("compression", [](const proto::Request& r) {
-          return r.compression().empty() ? std::string("default (engine policy)")
-                                         : r.compression();
+          return r.compression().empty()
+                     ? std::string("default (engine policy)")
+                     : r.compression();
         });
         break;
       case proto::BROADCAST:
@@ -246,10 +249,10 @@ proto::Response BuildResponse(
     // before) would send and receive nothing.
     for (const proto::Request* r : requests) {
       for (size_t j = 0; j < requests.size(); ++j) {
-        response.add_tensor_sizes(
-            r != nullptr && static_cast<int>(j) < r->splits_size()
-                ? r->splits(static_cast<int>(j))
-                : 0);
+        response.add_tensor_sizes(r != nullptr &&
+                                          static_cast<int>(j) < r->splits_size()
+                                      ? r->splits(static_cast<int>(j))
+                                      : 0);
       }
     }
   }

@@ -122,14 +122,11 @@ absl::StatusOr<int> LocalSize() {
   return e->local_size();
 }
 
-absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
-                                      TensorView out,
-                                      const std::vector<int64_t>& shape,
-                                      ReduceOp op, double prescale,
-                                      double postscale, DoneCallback callback,
-                                      const std::string& compression,
-                                      std::shared_ptr<Event> ready,
-                                      int32_t process_set) {
+absl::StatusOr<Handle> AllreduceAsync(
+    const std::string& name, TensorView in, TensorView out,
+    const std::vector<int64_t>& shape, ReduceOp op, double prescale,
+    double postscale, DoneCallback callback, const std::string& compression,
+    std::shared_ptr<Event> ready, int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->AllreduceAsync(name, in, out, shape, op, prescale, postscale,
                            std::move(callback), compression, std::move(ready),
@@ -156,13 +153,10 @@ absl::StatusOr<Handle> AlltoallAsync(const std::string& name, TensorView in,
                           process_set);
 }
 
-absl::StatusOr<Handle> ReducescatterAsync(const std::string& name,
-                                          TensorView in,
-                                          const std::vector<int64_t>& shape,
-                                          ReduceOp op, double prescale,
-                                          double postscale,
-                                          DoneCallback callback,
-                                          int32_t process_set) {
+absl::StatusOr<Handle> ReducescatterAsync(
+    const std::string& name, TensorView in, const std::vector<int64_t>& shape,
+    ReduceOp op, double prescale, double postscale, DoneCallback callback,
+    int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->ReducescatterAsync(name, in, shape, op, prescale, postscale,
                                std::move(callback), process_set);

@@ -23,7 +23,7 @@
 #include "collectives/communicator.h"  // terse::ReduceOp.
 #include "common/config.h"
 #include "common/tensor_view.h"
-#include "device/runtime.h"  // Event.
+#include "device/runtime.h"             // Event.
 #include "engine/compressed_reducer.h"  // BucketReport.
 #include "engine/types.h"  // Handle, DoneCallback, AllgatherResult.
 
@@ -59,15 +59,12 @@ absl::StatusOr<int> LocalSize();
 
 // Enqueue an op; see Engine for the semantics and errors. Names must be
 // unique among in-flight ops.
-absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
-                                      TensorView out,
-                                      const std::vector<int64_t>& shape,
-                                      ReduceOp op, double prescale = 1.0,
-                                      double postscale = 1.0,
-                                      DoneCallback callback = nullptr,
-                                      const std::string& compression = "",
-                                      std::shared_ptr<Event> ready = nullptr,
-                                      int32_t process_set = 0);
+absl::StatusOr<Handle> AllreduceAsync(
+    const std::string& name, TensorView in, TensorView out,
+    const std::vector<int64_t>& shape, ReduceOp op, double prescale = 1.0,
+    double postscale = 1.0, DoneCallback callback = nullptr,
+    const std::string& compression = "", std::shared_ptr<Event> ready = nullptr,
+    int32_t process_set = 0);
 absl::StatusOr<Handle> AllgatherAsync(const std::string& name, TensorView in,
                                       const std::vector<int64_t>& shape,
                                       DoneCallback callback = nullptr,
@@ -81,13 +78,10 @@ absl::StatusOr<Handle> AlltoallAsync(const std::string& name, TensorView in,
                                      const std::vector<int64_t>& splits,
                                      DoneCallback callback = nullptr,
                                      int32_t process_set = 0);
-absl::StatusOr<Handle> ReducescatterAsync(const std::string& name,
-                                          TensorView in,
-                                          const std::vector<int64_t>& shape,
-                                          ReduceOp op, double prescale = 1.0,
-                                          double postscale = 1.0,
-                                          DoneCallback callback = nullptr,
-                                          int32_t process_set = 0);
+absl::StatusOr<Handle> ReducescatterAsync(
+    const std::string& name, TensorView in, const std::vector<int64_t>& shape,
+    ReduceOp op, double prescale = 1.0, double postscale = 1.0,
+    DoneCallback callback = nullptr, int32_t process_set = 0);
 // root_rank is a world rank (in the process set).
 absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       TensorView buffer,

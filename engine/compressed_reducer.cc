@@ -517,8 +517,7 @@ CompressedReducer::TakeRestoredBucket(const std::string& key) {
 
 std::optional<std::vector<float>> CompressedReducer::TakeResidual(
     const std::string& name, int64_t count) {
-  std::optional<std::vector<float>> found =
-      WholeEntry(residuals_, name, count);
+  std::optional<std::vector<float>> found = WholeEntry(residuals_, name, count);
   if (found.has_value()) {
     Segment seg;
     seg.name = name;

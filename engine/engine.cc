@@ -290,12 +290,9 @@ absl::StatusOr<Handle> Engine::AllreduceAsync(
   return Enqueue(std::move(e));
 }
 
-absl::StatusOr<Handle> Engine::AllgatherAsync(const std::string& name,
-                                              TensorView in,
-                                              const std::vector<int64_t>& shape,
-                                              DoneCallback callback,
-                                              std::shared_ptr<Event> ready,
-                                              int32_t process_set) {
+absl::StatusOr<Handle> Engine::AllgatherAsync(
+    const std::string& name, TensorView in, const std::vector<int64_t>& shape,
+    DoneCallback callback, std::shared_ptr<Event> ready, int32_t process_set) {
   TensorEntry e;
   e.process_set = process_set;
   e.name = name;
@@ -307,13 +304,10 @@ absl::StatusOr<Handle> Engine::AllgatherAsync(const std::string& name,
   return Enqueue(std::move(e));
 }
 
-absl::StatusOr<Handle> Engine::BroadcastAsync(const std::string& name,
-                                              TensorView buffer,
-                                              const std::vector<int64_t>& shape,
-                                              int root_rank,
-                                              DoneCallback callback,
-                                              std::shared_ptr<Event> ready,
-                                              int32_t process_set) {
+absl::StatusOr<Handle> Engine::BroadcastAsync(
+    const std::string& name, TensorView buffer,
+    const std::vector<int64_t>& shape, int root_rank, DoneCallback callback,
+    std::shared_ptr<Event> ready, int32_t process_set) {
   TensorEntry e;
   e.process_set = process_set;
   e.name = name;

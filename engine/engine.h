@@ -158,15 +158,12 @@ class Engine : private ProcessSetHost {
   // the tensor only into buckets of the same spec; empty: the engine's
   // policy (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES). A bad spec is
   // InvalidArgument at enqueue.
-  absl::StatusOr<Handle> AllreduceAsync(const std::string& name, TensorView in,
-                                        TensorView out,
-                                        const std::vector<int64_t>& shape,
-                                        ReduceOp op, double prescale = 1.0,
-                                        double postscale = 1.0,
-                                        DoneCallback callback = nullptr,
-                                        const std::string& compression = "",
-                                        std::shared_ptr<Event> ready = nullptr,
-                                        int32_t process_set = 0);
+  absl::StatusOr<Handle> AllreduceAsync(
+      const std::string& name, TensorView in, TensorView out,
+      const std::vector<int64_t>& shape, ReduceOp op, double prescale = 1.0,
+      double postscale = 1.0, DoneCallback callback = nullptr,
+      const std::string& compression = "",
+      std::shared_ptr<Event> ready = nullptr, int32_t process_set = 0);
   // Concatenation of every rank's tensor along dimension 0 (first dims may
   // differ, the rest must agree); fetched with TakeAllgatherResult.
   // A device input's result is host memory too (staged; see
@@ -209,13 +206,10 @@ class Engine : private ProcessSetHost {
   // only. Never fused: one ReduceScatter. The result
   // (TakeReducescatterResult): data = this rank's rows, first_dims = every
   // set rank's n_i, shape = [n_rank, trailing dims].
-  absl::StatusOr<Handle> ReducescatterAsync(const std::string& name,
-                                            TensorView in,
-                                            const std::vector<int64_t>& shape,
-                                            ReduceOp op, double prescale = 1.0,
-                                            double postscale = 1.0,
-                                            DoneCallback callback = nullptr,
-                                            int32_t process_set = 0);
+  absl::StatusOr<Handle> ReducescatterAsync(
+      const std::string& name, TensorView in, const std::vector<int64_t>& shape,
+      ReduceOp op, double prescale = 1.0, double postscale = 1.0,
+      DoneCallback callback = nullptr, int32_t process_set = 0);
 
   absl::StatusOr<bool> Poll(Handle handle) const;
   absl::Status Wait(Handle handle);

@@ -7,10 +7,12 @@
 
 namespace terse {
 
-absl::StatusOr<Handle> Engine::AlltoallAsync(
-    const std::string& name, TensorView in, const std::vector<int64_t>& shape,
-    const std::vector<int64_t>& splits, DoneCallback callback,
-    int32_t process_set) {
+absl::StatusOr<Handle> Engine::AlltoallAsync(const std::string& name,
+                                             TensorView in,
+                                             const std::vector<int64_t>& shape,
+                                             const std::vector<int64_t>& splits,
+                                             DoneCallback callback,
+                                             int32_t process_set) {
   TensorEntry e;
   e.process_set = process_set;
   e.name = name;

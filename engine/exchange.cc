@@ -16,9 +16,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 
 absl::Status Malformed(const proto::Response& r, const char* op,
                        absl::string_view why) {
-  return absl::DataLossError(absl::StrCat("tensor '", r.names(0),
-                                          "': malformed ", op,
-                                          " response: ", why));
+  return absl::DataLossError(absl::StrCat(
+      "tensor '", r.names(0), "': malformed ", op, " response: ", why));
 }
 
 // Elements of one row (the trailing dimensions), or -1 when invalid.
@@ -30,7 +29,8 @@ int64_t RowElements(const proto::Response& r) {
 }
 
 bool RowsFit(int64_t rows, int64_t row) {
-  return rows >= 0 && rows <= kMaxElements && (row == 0 || rows <= kMaxElements / row);
+  return rows >= 0 && rows <= kMaxElements &&
+         (row == 0 || rows <= kMaxElements / row);
 }
 
 }  // namespace
@@ -45,10 +45,10 @@ absl::Status CheckExchange(TensorEntry& e, int size) {
         absl::StrCat(op, " of '", e.name, "': ", why));
   };
   if (!e.input.device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        op, " of '", e.name, "': ", e.input.device.ToString(),
-        " tensors are not implemented; ", op,
-        " takes CPU tensors (copy the tensor to the CPU first)"));
+    return absl::UnimplementedError(
+        absl::StrCat(op, " of '", e.name, "': ", e.input.device.ToString(),
+                     " tensors are not implemented; ", op,
+                     " takes CPU tensors (copy the tensor to the CPU first)"));
   }
   if (e.shape.empty()) return bad("needs at least one dimension");
   if (e.op == proto::REDUCESCATTER) {
@@ -59,8 +59,8 @@ absl::Status CheckExchange(TensorEntry& e, int size) {
   if (e.splits.empty()) {
     if (size <= 0 || rows % size != 0) {
       return bad(absl::StrCat("the first dimension ", rows,
-                              " is not divisible by the number of ranks ",
-                              size, "; pass splits"));
+                              " is not divisible by the number of ranks ", size,
+                              "; pass splits"));
     }
     e.splits.assign(size, rows / size);
     return absl::OkStatus();
@@ -140,13 +140,14 @@ absl::StatusOr<AllgatherResult> RunAlltoall(Communicator* comm,
   return result;
 }
 
-absl::StatusOr<AllgatherResult> RunReducescatter(
-    Communicator* comm, const proto::Response& r, const TensorEntry* entry) {
+absl::StatusOr<AllgatherResult> RunReducescatter(Communicator* comm,
+                                                 const proto::Response& r,
+                                                 const TensorEntry* entry) {
   const int size = comm->size();
   const int me = comm->rank();
   const int64_t row = RowElements(r);
-  if (row < 0 || !IsValidDataType(r.dtype()) ||
-      !RowsFit(r.shape(0), row) || !proto::ReduceOp_IsValid(r.reduce_op()) ||
+  if (row < 0 || !IsValidDataType(r.dtype()) || !RowsFit(r.shape(0), row) ||
+      !proto::ReduceOp_IsValid(r.reduce_op()) ||
       r.reduce_op() == proto::ADASUM) {
     return Malformed(r, "reducescatter", "shape, dtype or op");
   }
@@ -170,15 +171,14 @@ absl::StatusOr<AllgatherResult> RunReducescatter(
   } else {
     scratch.assign(total * elem, 0);
     if (local) {
-      ScaledCopy(scratch.data(), entry->input.data, total, dtype,
-                 r.prescale());
+      ScaledCopy(scratch.data(), entry->input.data, total, dtype, r.prescale());
     }
     send = scratch.data();
   }
   const ReduceOp op = static_cast<ReduceOp>(r.reduce_op());
-  TERSE_RETURN_IF_ERROR(comm->ReduceScatter(
-      send, result.data.data(), counts, dtype,
-      op == ReduceOp::kAverage ? ReduceOp::kSum : op));
+  TERSE_RETURN_IF_ERROR(
+      comm->ReduceScatter(send, result.data.data(), counts, dtype,
+                          op == ReduceOp::kAverage ? ReduceOp::kSum : op));
   double scale = r.postscale();
   if (op == ReduceOp::kAverage) scale /= size;
   ScaleInPlace(result.data.data(), counts[me], dtype, scale);

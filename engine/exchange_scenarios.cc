@@ -60,8 +60,8 @@ const T* As(const AllgatherResult& r) {
 // One alltoall of float rows [rows, 2, 3] with SplitsOf splits over the
 // ranks `members` (world ranks; this rank is `me` among them), checked
 // against the oracle.
-absl::Status CheckedAlltoall(Engine& engine, const std::string& name,
-                             int me, int size, int step, int32_t set) {
+absl::Status CheckedAlltoall(Engine& engine, const std::string& name, int me,
+                             int size, int step, int32_t set) {
   const int64_t cols = 6;
   const std::vector<int64_t> splits = SplitsOf(me, size, step);
   const int64_t rows = Sum(splits);
@@ -86,13 +86,15 @@ absl::Status CheckedAlltoall(Engine& engine, const std::string& name,
     }
   }
   const std::string what = absl::StrCat(name, " on rank ", me);
-  TERSE_RETURN_IF_ERROR(Expect(r.first_dims == received,
-                               absl::StrCat(what, ": received splits [",
-                                            absl::StrJoin(r.first_dims, ","),
-                                            "]")));
-  TERSE_RETURN_IF_ERROR(Expect(
-      r.shape == std::vector<int64_t>({Sum(received), 2, 3}), what + ": shape"));
-  TERSE_RETURN_IF_ERROR(Expect(r.dtype == DataType::kFloat32, what + ": dtype"));
+  TERSE_RETURN_IF_ERROR(
+      Expect(r.first_dims == received,
+             absl::StrCat(what, ": received splits [",
+                          absl::StrJoin(r.first_dims, ","), "]")));
+  TERSE_RETURN_IF_ERROR(
+      Expect(r.shape == std::vector<int64_t>({Sum(received), 2, 3}),
+             what + ": shape"));
+  TERSE_RETURN_IF_ERROR(
+      Expect(r.dtype == DataType::kFloat32, what + ": dtype"));
   TERSE_RETURN_IF_ERROR(
       Expect(r.data.size() == want.size() * sizeof(float), what + ": bytes"));
   const float* got = As<float>(r);
@@ -132,10 +134,10 @@ absl::Status AlltoallEqualAndEmpty(int rank, Engine& engine) {
   TERSE_RETURN_IF_ERROR(engine.Wait(z));
   TERSE_ASSIGN_OR_RETURN(AllgatherResult r, engine.TakeAlltoallResult(h));
   TERSE_ASSIGN_OR_RETURN(AllgatherResult e, engine.TakeAlltoallResult(z));
-  TERSE_RETURN_IF_ERROR(Expect(
-      r.first_dims == std::vector<int64_t>(size, 2), "equal received splits"));
-  TERSE_RETURN_IF_ERROR(Expect(
-      r.shape == std::vector<int64_t>({2 * size, 4}), "equal shape"));
+  TERSE_RETURN_IF_ERROR(Expect(r.first_dims == std::vector<int64_t>(size, 2),
+                               "equal received splits"));
+  TERSE_RETURN_IF_ERROR(
+      Expect(r.shape == std::vector<int64_t>({2 * size, 4}), "equal shape"));
   const int32_t* got = As<int32_t>(r);
   for (int q = 0; q < size; ++q) {
     for (int64_t i = 0; i < 2; ++i) {
@@ -183,9 +185,10 @@ absl::Status CheckedReducescatter(Engine& engine, const std::string& name,
     for (int64_t c = 0; c < cols; ++c) in[i * cols + c] = value(me, i, c);
   }
   TERSE_ASSIGN_OR_RETURN(
-      Handle h, engine.ReducescatterAsync(
-                    name, TensorView(in.data(), rows * cols, DataType::kFloat64),
-                    {rows, cols}, op, prescale, postscale, nullptr, set));
+      Handle h,
+      engine.ReducescatterAsync(
+          name, TensorView(in.data(), rows * cols, DataType::kFloat64),
+          {rows, cols}, op, prescale, postscale, nullptr, set));
   TERSE_RETURN_IF_ERROR(engine.Wait(h));
   TERSE_ASSIGN_OR_RETURN(AllgatherResult r, engine.TakeReducescatterResult(h));
   // Horovod's split, written out: rank j holds rows / size rows, plus one
@@ -200,9 +203,9 @@ absl::Status CheckedReducescatter(Engine& engine, const std::string& name,
   TERSE_RETURN_IF_ERROR(Expect(r.first_dims == parts, what + ": parts"));
   TERSE_RETURN_IF_ERROR(Expect(
       r.shape == std::vector<int64_t>({parts[me], cols}), what + ": shape"));
-  TERSE_RETURN_IF_ERROR(Expect(
-      r.data.size() == static_cast<size_t>(parts[me] * cols * 8),
-      what + ": bytes"));
+  TERSE_RETURN_IF_ERROR(
+      Expect(r.data.size() == static_cast<size_t>(parts[me] * cols * 8),
+             what + ": bytes"));
   const double* got = As<double>(r);
   for (int64_t i = 0; i < parts[me]; ++i) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -230,20 +233,20 @@ absl::Status ReducescatterOps(int rank, Engine& engine) {
     int64_t rows;
   };
   const std::vector<Case> cases = {
-      {ReduceOp::kSum, 1.0, 1.0, 2 * size + 1},      // Uneven parts.
-      {ReduceOp::kSum, 0.5, 3.0, 3 * size},          // Scaled, even.
+      {ReduceOp::kSum, 1.0, 1.0, 2 * size + 1},  // Uneven parts.
+      {ReduceOp::kSum, 0.5, 3.0, 3 * size},      // Scaled, even.
       {ReduceOp::kAverage, 2.0, 0.25, 2 * size - 1},
       {ReduceOp::kMin, 1.0, 1.0, size + 1},
       {ReduceOp::kMax, 1.0, 1.0, size},
       {ReduceOp::kProduct, 1.0, 1.0, 2 * size + 1},
-      {ReduceOp::kSum, 1.0, 1.0, size - 1},          // A rank gets no row.
-      {ReduceOp::kSum, 1.0, 1.0, 0},                 // Nothing at all.
+      {ReduceOp::kSum, 1.0, 1.0, size - 1},  // A rank gets no row.
+      {ReduceOp::kSum, 1.0, 1.0, 0},         // Nothing at all.
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const Case& c = cases[k];
-    TERSE_RETURN_IF_ERROR(CheckedReducescatter(
-        engine, absl::StrCat("rs", k), rank, size, c.rows, c.op, c.prescale,
-        c.postscale, 0));
+    TERSE_RETURN_IF_ERROR(CheckedReducescatter(engine, absl::StrCat("rs", k),
+                                               rank, size, c.rows, c.op,
+                                               c.prescale, c.postscale, 0));
   }
   return absl::OkStatus();
 }
@@ -255,10 +258,10 @@ absl::Status ExchangeMismatch(int rank, Engine& engine) {
   const int64_t cols = rank == 1 ? 3 : 2;
   std::vector<float> in(size * cols, 1.0f);
   TERSE_ASSIGN_OR_RETURN(
-      Handle a, engine.AlltoallAsync(
-                    "a2a_bad", TensorView(in.data(), size * cols,
-                                          DataType::kFloat32),
-                    {size, cols}, {}));
+      Handle a,
+      engine.AlltoallAsync(
+          "a2a_bad", TensorView(in.data(), size * cols, DataType::kFloat32),
+          {size, cols}, {}));
   const absl::Status sa = engine.Wait(a);
   const std::string others = RanksPhrase(AllBut(size, 1));
   TERSE_RETURN_IF_ERROR(ExpectContains(
@@ -271,8 +274,8 @@ absl::Status ExchangeMismatch(int rank, Engine& engine) {
   std::vector<float> f(4, 1.0f);
   TensorView view = rank == 1 ? TensorView(f.data(), 4, DataType::kFloat32)
                               : TensorView(d.data(), 4, DataType::kFloat64);
-  TERSE_ASSIGN_OR_RETURN(Handle b, engine.ReducescatterAsync(
-                                       "rs_bad", view, {4}, ReduceOp::kSum));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle b, engine.ReducescatterAsync("rs_bad", view, {4}, ReduceOp::kSum));
   TERSE_RETURN_IF_ERROR(ExpectContains(
       engine.Wait(b), absl::StrCat("tensor 'rs_bad': dtype f64 on ", others,
                                    " but f32 on rank 1")));
@@ -303,9 +306,10 @@ absl::Status ExchangeBadArguments(int rank, Engine& engine) {
       engine.AlltoallAsync("neg", view, {size + 1}, wrong).status(),
       "split -1 outside"));
   TERSE_RETURN_IF_ERROR(ExpectContains(
-      engine.AlltoallAsync("scalar", TensorView(in.data(), 1,
-                                                DataType::kFloat32),
-                           {}, {}).status(),
+      engine
+          .AlltoallAsync("scalar", TensorView(in.data(), 1, DataType::kFloat32),
+                         {}, {})
+          .status(),
       "needs at least one dimension"));
   TERSE_RETURN_IF_ERROR(ExpectContains(
       engine.ReducescatterAsync("ada", view, {size + 1}, ReduceOp::kAdasum)
@@ -313,9 +317,10 @@ absl::Status ExchangeBadArguments(int rank, Engine& engine) {
       "reducescatter of 'ada': adasum is not supported"));
   std::vector<int32_t> ints(4, 0);
   TERSE_RETURN_IF_ERROR(ExpectContains(
-      engine.ReducescatterAsync("int_scaled",
-                                TensorView(ints.data(), 4, DataType::kInt32),
-                                {4}, ReduceOp::kSum, 2.0)
+      engine
+          .ReducescatterAsync("int_scaled",
+                              TensorView(ints.data(), 4, DataType::kInt32), {4},
+                              ReduceOp::kSum, 2.0)
           .status(),
       "prescale/postscale need a floating-point dtype"));
   // A device tensor (never touched: refused before anything runs).
@@ -343,25 +348,26 @@ absl::Status ExchangeProcessSet(int rank, Engine& engine) {
   const int set_size = size - 1;
   if (rank == 0) {
     std::vector<float> in(2, 0.0f);
-    TERSE_RETURN_IF_ERROR(Expect(
-        !engine.AlltoallAsync("ps_a2a", TensorView(in.data(), 2,
-                                                   DataType::kFloat32),
-                              {2}, {}, nullptr, set)
-             .ok(),
-        "alltoall on a set without this rank"));
+    TERSE_RETURN_IF_ERROR(
+        Expect(!engine
+                    .AlltoallAsync("ps_a2a",
+                                   TensorView(in.data(), 2, DataType::kFloat32),
+                                   {2}, {}, nullptr, set)
+                    .ok(),
+               "alltoall on a set without this rank"));
   } else {
     const int me = rank - 1;
     for (int step = 0; step < 3; ++step) {
       TERSE_RETURN_IF_ERROR(
           CheckedAlltoall(engine, "ps_a2a", me, set_size, step, set));
     }
-    TERSE_RETURN_IF_ERROR(CheckedReducescatter(engine, "ps_rs", me, set_size,
-                                               2 * set_size + 1,
-                                               ReduceOp::kAverage, 1.0, 1.0,
-                                               set));
+    TERSE_RETURN_IF_ERROR(
+        CheckedReducescatter(engine, "ps_rs", me, set_size, 2 * set_size + 1,
+                             ReduceOp::kAverage, 1.0, 1.0, set));
   }
   // Meanwhile the global set still exchanges over every rank.
-  TERSE_RETURN_IF_ERROR(CheckedAlltoall(engine, "global_a2a", rank, size, 2, 0));
+  TERSE_RETURN_IF_ERROR(
+      CheckedAlltoall(engine, "global_a2a", rank, size, 2, 0));
   return engine.RemoveProcessSet(set);
 }
 

@@ -59,15 +59,15 @@ TEST(AgreementTest, AlltoallResponseCarriesTheSplitMatrix) {
   ASSERT_TRUE(ValidateRequest(b, 2).ok());
   const proto::Response r = BuildResponse("x", {&a, &b});
   ASSERT_EQ(r.kind(), proto::Response::EXECUTE) << r.error();
-  EXPECT_EQ(std::vector<int64_t>(r.tensor_sizes().begin(),
-                                 r.tensor_sizes().end()),
-            (std::vector<int64_t>{1, 2, 0, 5}));
+  EXPECT_EQ(
+      std::vector<int64_t>(r.tensor_sizes().begin(), r.tensor_sizes().end()),
+      (std::vector<int64_t>{1, 2, 0, 5}));
 }
 
 TEST(AgreementTest, AlltoallRequestsAreValidated) {
   proto::Request bad = AlltoallRequest(0, {1, 2}, 4);
   EXPECT_FALSE(ValidateRequest(bad, 3).ok());  // 2 splits for 3 ranks.
-  bad.set_shape(0, 4);                          // Splits sum to 3.
+  bad.set_shape(0, 4);                         // Splits sum to 3.
   EXPECT_FALSE(ValidateRequest(bad, 2).ok());
   const proto::Request a = AlltoallRequest(0, {1, 1}, 4);
   const proto::Request b = AlltoallRequest(1, {1, 1}, 5);

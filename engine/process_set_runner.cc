@@ -23,9 +23,9 @@ absl::Status CheckProcessSets(const std::vector<std::vector<int>>& sets,
   for (size_t i = 0; i < sets.size(); ++i) {
     absl::Status valid = CheckSubgroupRanks(sets[i], size);
     if (!valid.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "process set [", absl::StrJoin(sets[i], ","), "]: ",
-          valid.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("process set [", absl::StrJoin(sets[i], ","),
+                       "]: ", valid.message()));
     }
     if (static_cast<int>(sets[i].size()) == size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -35,9 +35,8 @@ absl::Status CheckProcessSets(const std::vector<std::vector<int>>& sets,
     }
     for (size_t j = 0; j < i; ++j) {
       if (sets[j] == sets[i]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("process set [", absl::StrJoin(sets[i], ","),
-                         "] is given twice"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "process set [", absl::StrJoin(sets[i], ","), "] is given twice"));
       }
     }
   }
@@ -130,10 +129,10 @@ void ProcessSetRunner::NoteError(const absl::Status& status) {
 
 std::string ProcessSetRunner::Labelled(const std::string& error) const {
   const std::vector<int> set_ranks = AllRanks(size_);
-  return absl::StrCat("process set ", id_, " (world ranks ",
-                      absl::StrJoin(world_ranks_, ","), "; the ranks below are ",
-                      "ranks within the set, ", absl::StrJoin(set_ranks, ","),
-                      " in that order): ", error);
+  return absl::StrCat(
+      "process set ", id_, " (world ranks ", absl::StrJoin(world_ranks_, ","),
+      "; the ranks below are ", "ranks within the set, ",
+      absl::StrJoin(set_ranks, ","), " in that order): ", error);
 }
 
 void ProcessSetRunner::FailAll(const absl::Status& status) {
@@ -282,9 +281,9 @@ void ProcessSetRunner::RunBroadcast(const proto::Response& r,
     absl::Status status =
         device_ == nullptr
             ? absl::InternalError("a device broadcast on a non-global set")
-            : device_->RunBroadcast(
-                  static_cast<Device::Kind>(r.device_kind()),
-                  local ? &it->second : nullptr, bytes, r.root_rank(), &done);
+            : device_->RunBroadcast(static_cast<Device::Kind>(r.device_kind()),
+                                    local ? &it->second : nullptr, bytes,
+                                    r.root_rank(), &done);
     NoteError(status);
     Finish(name, status, {}, std::move(done));
     return;
@@ -359,12 +358,12 @@ void ProcessSetRunner::RunAllgather(const proto::Response& r,
   }
   absl::Status status;
   if (r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)) {
-    status = device_ == nullptr
-                 ? absl::InternalError("a device allgather on a non-global set")
-                 : device_->RunAllgather(
-                       static_cast<Device::Kind>(r.device_kind()),
-                       local ? &it->second : nullptr, recv_bytes,
-                       result.data.data());
+    status =
+        device_ == nullptr
+            ? absl::InternalError("a device allgather on a non-global set")
+            : device_->RunAllgather(static_cast<Device::Kind>(r.device_kind()),
+                                    local ? &it->second : nullptr, recv_bytes,
+                                    result.data.data());
   } else {
     status = comm_->Allgatherv(send, result.data.data(), recv_bytes);
   }
@@ -391,8 +390,7 @@ void ProcessSetRunner::RunExchange(const proto::Response& r,
   const Clock::time_point start = Clock::now();
   auto it = in_flight_.find(name);
   const TensorEntry* entry =
-      it != in_flight_.end() && it->second.op == r.op() ? &it->second
-                                                        : nullptr;
+      it != in_flight_.end() && it->second.op == r.op() ? &it->second : nullptr;
   absl::StatusOr<AllgatherResult> result =
       r.device_kind() != static_cast<int32_t>(Device::Kind::kCpu)
           ? absl::InternalError(absl::StrCat("tensor '", name, "': a device ",

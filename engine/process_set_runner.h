@@ -98,8 +98,8 @@ class ProcessSetRunner {
   // `comm`: the set's communicator (owned when `owned` holds it; else the
   // engine's control communicator). `device`: the global set's device
   // executor, null for other sets. None of the pointers is owned.
-  ProcessSetRunner(int32_t id, std::vector<int> world_ranks,
-                   Communicator* comm, std::unique_ptr<Communicator> owned,
+  ProcessSetRunner(int32_t id, std::vector<int> world_ranks, Communicator* comm,
+                   std::unique_ptr<Communicator> owned,
                    const RunnerContext* context, ProcessSetHost* host);
   ~ProcessSetRunner();
   ProcessSetRunner(const ProcessSetRunner&) = delete;
@@ -148,8 +148,7 @@ class ProcessSetRunner {
   void RunAllgather(const proto::Response& response,
                     Clock::time_point ready_at);
   // Alltoall and reducescatter (engine/exchange.h): one collective each.
-  void RunExchange(const proto::Response& response,
-                   Clock::time_point ready_at);
+  void RunExchange(const proto::Response& response, Clock::time_point ready_at);
   void NoteError(const absl::Status& status);
   // The coordinator's error of a non-global set, with the set named.
   std::string Labelled(const std::string& error) const;

@@ -259,8 +259,8 @@ bool PortfolioPolicy::MaybeConfirm() {
       "confirming: ", ChoiceName(candidates_[leader]), "'s T_c ",
       absl::SixDigits(Tc(leader)),
       lossless ? " (lossless) against" : " is within ",
-      lossless ? "" : absl::StrCat(1 / (1 - kBoundMargin), "x of"),
-      " dense's ", absl::SixDigits(Tc(0)), ", measuring both afresh; ");
+      lossless ? "" : absl::StrCat(1 / (1 - kBoundMargin), "x of"), " dense's ",
+      absl::SixDigits(Tc(0)), ", measuring both afresh; ");
   tc_[0] = RunningMean{};
   tc_[leader] = RunningMean{};
   queue_.push_back(0);
@@ -400,8 +400,8 @@ Decision PortfolioPolicy::Finish(int send) {
     d.window_gain_steps = streak_ <= warmup_ ? warmup_ : options_.gain_window;
     // Settled with a gain well clear of epsilon: one window in
     // kGainEvery is measured (the engine keeps no sums in between).
-    const int64_t w = (streak_ - warmup_) / std::max<int64_t>(
-                                                1, options_.gain_window);
+    const int64_t w =
+        (streak_ - warmup_) / std::max<int64_t>(1, options_.gain_window);
     if (settled && !exploring() && streak_ > warmup_ && w % kGainEvery != 0 &&
         has_gain_[send] && gains_[send] >= options_.epsilon + kGainSlack) {
       d.window_gain_steps = 0;
@@ -502,10 +502,10 @@ void PortfolioPolicy::MaybeBound(int i) {
     trying_ = -1;
     pick_after_trials_ = true;
   }
-  last_reason_ = absl::StrCat(ChoiceName(candidates_[i]),
-                              " bounded out: throughput ",
-                              absl::SixDigits(tc_[i].mean()), " < ",
-                              absl::SixDigits(bar), ", what it must reach; ");
+  last_reason_ =
+      absl::StrCat(ChoiceName(candidates_[i]), " bounded out: throughput ",
+                   absl::SixDigits(tc_[i].mean()), " < ", absl::SixDigits(bar),
+                   ", what it must reach; ");
 }
 
 void PortfolioPolicy::MaybeRetry() {
@@ -535,10 +535,10 @@ void PortfolioPolicy::MaybeRetry() {
   // most if it passed now (higher T_c than the choice), closest to epsilon.
   // What a candidate must beat to replace the choice: its T_c, and dense's
   // by the margin while dense is the choice.
-  const double need = std::max(
-      Tc(current_), current_ == 0 && options_.throughput_bound
-                        ? (1 + kLeaveDenseMargin) * Tc(0)
-                        : 0.0);
+  const double need =
+      std::max(Tc(current_), current_ == 0 && options_.throughput_bound
+                                 ? (1 + kLeaveDenseMargin) * Tc(0)
+                                 : 0.0);
   int retry = -1;
   for (int i = 1; i < static_cast<int>(candidates_.size()); ++i) {
     if (bounded_[i]) {

@@ -72,12 +72,12 @@
 // steps until its gain (one step of lag) arrives, so the next trial can be
 // judged against it. The choice's gain is re-measured every gain_window steps
 // while it is sent (one window in kGainEvery once settled with a gain clear
-// of epsilon by kGainSlack), and the rule is applied again at each sample. Gains change
-// as training goes on (PowerSGD rank 4 on the MLP: 0.82 in its trial at steps
-// 70-130, 0.92 later), so every max(window, 4 * trial) decisions one failed
-// candidate whose T_c beats the choice's (the one closest to epsilon) is tried
-// again: at most a quarter of the steps. Window sums live in the engine and
-// restart after a checkpoint restore.
+// of epsilon by kGainSlack), and the rule is applied again at each sample.
+// Gains change as training goes on (PowerSGD rank 4 on the MLP: 0.82 in its
+// trial at steps 70-130, 0.92 later), so every max(window, 4 * trial) decisions
+// one failed candidate whose T_c beats the choice's (the one closest to
+// epsilon) is tried again: at most a quarter of the steps. Window sums live in
+// the engine and restart after a checkpoint restore.
 //
 // Throughput bound (window mode): a gain is at most 1, so a candidate's T_c
 // is at most its raw throughput. Once a lossy trial has measured

@@ -451,9 +451,8 @@ terse_error* terse_allgather_set_async(const char* name, const void* in,
   const terse::Op& o = *made;
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
-        return terse::AllgatherAsync(o.name, o.in, o.shape,
-                                     std::move(callback), nullptr,
-                                     process_set);
+        return terse::AllgatherAsync(o.name, o.in, o.shape, std::move(callback),
+                                     nullptr, process_set);
       },
       /*is_allgather=*/true, done, user_data, handle);
 }
@@ -464,8 +463,7 @@ terse_error* terse_broadcast_async(const char* name, void* buffer,
                                    int root_rank, terse_done_fn done,
                                    void* user_data, int64_t* handle) {
   return terse_broadcast_set_async(name, buffer, count, dtype, device, shape,
-                                   ndim, root_rank, 0, done, user_data,
-                                   handle);
+                                   ndim, root_rank, 0, done, user_data, handle);
 }
 
 terse_error* terse_broadcast_set_async(const char* name, void* buffer,
@@ -481,8 +479,7 @@ terse_error* terse_broadcast_set_async(const char* name, void* buffer,
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
         return terse::BroadcastAsync(o.name, o.out, o.shape, root_rank,
-                                     std::move(callback), nullptr,
-                                     process_set);
+                                     std::move(callback), nullptr, process_set);
       },
       /*is_allgather=*/false, done, user_data, handle);
 }
@@ -518,8 +515,7 @@ terse_error* terse_barrier_set(int process_set) {
 terse_error* terse_init_with_process_sets(const char* const* names,
                                           const char* const* values,
                                           size_t count, const int* ranks,
-                                          const int* set_sizes,
-                                          int num_sets) {
+                                          const int* set_sizes, int num_sets) {
   std::map<std::string, std::string> variables;
   for (size_t i = 0; i < count; ++i) {
     if (names == nullptr || values == nullptr || names[i] == nullptr ||

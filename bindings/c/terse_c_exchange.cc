@@ -12,12 +12,11 @@
 
 namespace {
 
-terse_error* Take(int64_t handle, terse_allgather_result** result,
-                  absl::StatusOr<terse::AllgatherResult> (*take)(
-                      terse::Handle)) {
+terse_error* Take(
+    int64_t handle, terse_allgather_result** result,
+    absl::StatusOr<terse::AllgatherResult> (*take)(terse::Handle)) {
   if (result == nullptr) {
-    return terse::cabi::ToError(
-        absl::InvalidArgumentError("result is NULL"));
+    return terse::cabi::ToError(absl::InvalidArgumentError("result is NULL"));
   }
   absl::StatusOr<terse::AllgatherResult> taken = take(handle);
   if (!taken.ok()) return terse::cabi::ToError(taken.status());

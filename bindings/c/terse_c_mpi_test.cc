@@ -290,7 +290,8 @@ TEST_F(TerseCMpiTest, HandleModeReducescatter) {
   ASSERT_TRUE(Ok(terse_take_reducescatter(handle, &result)));
   const int64_t mine = rank_ == 0 ? 2 : 1;
   ASSERT_EQ(terse_allgather_result_nbytes(result), mine * 2 * 4);
-  const auto* got = static_cast<const float*>(terse_allgather_result_data(result));
+  const auto* got =
+      static_cast<const float*>(terse_allgather_result_data(result));
   const float sum = static_cast<float>(size_) * (size_ + 1) / 2;
   for (int64_t i = 0; i < mine * 2; ++i) EXPECT_EQ(got[i], sum);
   EXPECT_EQ(terse_allgather_result_shape(result)[0], mine);
@@ -301,7 +302,8 @@ TEST_F(TerseCMpiTest, HandleModeReducescatter) {
       1.0, 1.0, 0, nullptr, nullptr, &handle);
   ASSERT_NE(device, nullptr);
   EXPECT_EQ(terse_error_code(device), 12);  // Unimplemented.
-  EXPECT_THAT(terse_error_message(device), HasSubstr("reducescatter of 'rs_dev'"));
+  EXPECT_THAT(terse_error_message(device),
+              HasSubstr("reducescatter of 'rs_dev'"));
   terse_error_free(device);
 }
 
@@ -440,8 +442,7 @@ TEST_F(TerseCMpiTest, CompressionReportsAndState) {
   ASSERT_TRUE(Ok(terse_save_compression_state_to_file(path.c_str())));
   EXPECT_TRUE(Ok(terse_load_compression_state_from_file(path.c_str())));
   const std::string missing = path + ".missing";
-  terse_error* error =
-      terse_load_compression_state_from_file(missing.c_str());
+  terse_error* error = terse_load_compression_state_from_file(missing.c_str());
   ASSERT_NE(error, nullptr);
   EXPECT_THAT(terse_error_message(error), HasSubstr(missing));
   terse_error_free(error);

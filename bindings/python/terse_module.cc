@@ -35,8 +35,8 @@
 #include "bindings/c/terse_c.h"
 #include "bindings/python/build_info.h"
 #include "bindings/python/cuda_stream.h"
-#include "common/cuda_probe.h"
 #include "common/config.h"
+#include "common/cuda_probe.h"
 #include "common/data_type.h"
 #include "common/status.h"
 #include "common/version.h"
@@ -127,8 +127,7 @@ int64_t EnqueueAlltoall(const std::string& name, uintptr_t data, int64_t count,
   ThrowIfError(terse_alltoall_set_async(
       name.c_str(), reinterpret_cast<const void*>(data), count, dtype, device,
       shape.data(), static_cast<int>(shape.size()), splits.data(),
-      static_cast<int>(splits.size()), process_set, nullptr, nullptr,
-      &handle));
+      static_cast<int>(splits.size()), process_set, nullptr, nullptr, &handle));
   return handle;
 }
 
@@ -393,8 +392,8 @@ PYBIND11_MODULE(_terse, m) {
       "remove_process_set",
       [](int id) { ThrowIfError(terse_remove_process_set(id)); }, Release(),
       py::arg("id"), "Collective over every rank: unregisters set `id`.");
-  m.def("process_set_ranks", &terse::ProcessSetRanks, Release(),
-        py::arg("id"), "The world ranks of registered set `id`.");
+  m.def("process_set_ranks", &terse::ProcessSetRanks, Release(), py::arg("id"),
+        "The world ranks of registered set `id`.");
   m.def(
       "join",
       [] {

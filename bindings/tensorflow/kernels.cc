@@ -1,8 +1,9 @@
 // CPU kernels of TerseAllreduce, TerseAllgather, TerseBroadcast,
-// TerseAlltoall, TerseReducescatter and TerseProcessInfo (see ops.cc): AsyncOpKernels that enqueue into the engine through the C ABI and
-// call `done` from the engine's completion callback, which runs on
-// libterse.so's completion thread. The op's inputs stay alive until `done`:
-// TensorFlow holds them for an async kernel that has not finished.
+// TerseAlltoall, TerseReducescatter and TerseProcessInfo (see ops.cc):
+// AsyncOpKernels that enqueue into the engine through the C ABI and call `done`
+// from the engine's completion callback, which runs on libterse.so's completion
+// thread. The op's inputs stay alive until `done`: TensorFlow holds them for an
+// async kernel that has not finished.
 #include <cstring>
 #include <string>
 #include <utility>
@@ -199,9 +200,8 @@ class TerseAlltoallOp : public AsyncOpKernel {
                           "' needs a tensor of rank >= 1, got a scalar"),
                       done);
     OP_REQUIRES_ASYNC(context, splits.dims() == 1,
-                      absl::InvalidArgumentError(
-                          "terse alltoall of '" + name_ +
-                          "': splits must be a vector"),
+                      absl::InvalidArgumentError("terse alltoall of '" + name_ +
+                                                 "': splits must be a vector"),
                       done);
     int dtype = 0;
     OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
@@ -307,8 +307,7 @@ class TerseProcessInfoOp : public tensorflow::OpKernel {
   void Compute(OpKernelContext* context) override {
     int value = 0;
     terse_error* error = nullptr;
-    if (process_set_ != 0 && what_ != "local_rank" &&
-        what_ != "local_size") {
+    if (process_set_ != 0 && what_ != "local_rank" && what_ != "local_size") {
       error = SetInfo(&value);
     } else if (what_ == "included") {
       value = 1;  // Every process is in the global set.
@@ -370,9 +369,8 @@ REGISTER_KERNEL_BUILDER(Name("TerseAlltoall").Device(tensorflow::DEVICE_CPU),
 REGISTER_KERNEL_BUILDER(
     Name("TerseReducescatter").Device(tensorflow::DEVICE_CPU),
     TerseReducescatterOp);
-REGISTER_KERNEL_BUILDER(
-    Name("TerseProcessInfo").Device(tensorflow::DEVICE_CPU),
-    TerseProcessInfoOp);
+REGISTER_KERNEL_BUILDER(Name("TerseProcessInfo").Device(tensorflow::DEVICE_CPU),
+                        TerseProcessInfoOp);
 
 }  // namespace
 }  // namespace tf

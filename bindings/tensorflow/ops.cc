@@ -22,8 +22,9 @@ using ::tensorflow::shape_inference::ShapeHandle;
 // uint16 is not an engine type: terse.tensorflow moves it as int16 bits
 // (ops.py), so the kernels never see it.
 REGISTER_OP("TerseAllreduce")
-    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
-          "uint8}")
+    .Attr(
+        "T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8}")
     .Attr("tensor_name: string")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
@@ -44,8 +45,9 @@ an op of the same tensor_name, dtype and shape.
 )doc");
 
 REGISTER_OP("TerseAllgather")
-    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
-          "uint8, bool}")
+    .Attr(
+        "T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8, bool}")
     .Attr("tensor_name: string")
     .Attr("process_set: int = 0")
     .Input("tensor: T")
@@ -68,8 +70,9 @@ differ across ranks; the others must agree.
 )doc");
 
 REGISTER_OP("TerseBroadcast")
-    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
-          "uint8, bool}")
+    .Attr(
+        "T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8, bool}")
     .Attr("tensor_name: string")
     .Attr("root_rank: int")
     .Attr("process_set: int = 0")
@@ -95,8 +98,9 @@ root_rank is a world rank in the set. Same dtype and shape everywhere.
 }
 
 REGISTER_OP("TerseAlltoall")
-    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
-          "uint8, bool}")
+    .Attr(
+        "T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8, bool}")
     .Attr("tensor_name: string")
     .Attr("process_set: int = 0")
     .Input("tensor: T")
@@ -117,8 +121,9 @@ Dtype and the dimensions after the first must agree across members.
 )doc");
 
 REGISTER_OP("TerseReducescatter")
-    .Attr("T: {half, bfloat16, float, double, int8, int16, int32, int64, "
-          "uint8}")
+    .Attr(
+        "T: {half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8}")
     .Attr("tensor_name: string")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
