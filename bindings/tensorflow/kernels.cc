@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bindings/c/terse_c.h"
 #include "bindings/tensorflow/c_bridge.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -115,6 +116,18 @@ std::string OpName(OpKernelConstruction* c) {
   return name;
 }
 
+// The checks every op on rows (dimension 0) makes of its input: a tensor
+// of rank >= 1 of a type terse moves; sets the terse dtype.
+tensorflow::Status CheckRowsInput(const Tensor& input, const char* op,
+                                  const std::string& name, int* dtype) {
+  if (input.dims() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("terse ", op, " of '", name,
+                     "' needs a tensor of rank >= 1, got a scalar"));
+  }
+  return TerseDType(input.dtype(), dtype);
+}
+
 class TerseAllreduceOp : public AsyncOpKernel {
  public:
   explicit TerseAllreduceOp(OpKernelConstruction* c)
@@ -163,13 +176,9 @@ class TerseAllgatherOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
-    OP_REQUIRES_ASYNC(context, input.dims() >= 1,
-                      absl::InvalidArgumentError(
-                          "terse allgather of '" + name_ +
-                          "' needs a tensor of rank >= 1, got a scalar"),
-                      done);
     int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    OP_REQUIRES_OK_ASYNC(
+        context, CheckRowsInput(input, "allgather", name_, &dtype), done);
     const std::vector<int64_t> dims = Dims(input.shape());
     auto* pending = new Pending(context, std::move(done));
     terse_error* error = terse_allgather_set_async(
@@ -194,17 +203,13 @@ class TerseAlltoallOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
     const Tensor& splits = context->input(1);
-    OP_REQUIRES_ASYNC(context, input.dims() >= 1,
-                      absl::InvalidArgumentError(
-                          "terse alltoall of '" + name_ +
-                          "' needs a tensor of rank >= 1, got a scalar"),
-                      done);
+    int dtype = 0;
+    OP_REQUIRES_OK_ASYNC(
+        context, CheckRowsInput(input, "alltoall", name_, &dtype), done);
     OP_REQUIRES_ASYNC(context, splits.dims() == 1,
                       absl::InvalidArgumentError("terse alltoall of '" + name_ +
                                                  "': splits must be a vector"),
                       done);
-    int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
     const std::vector<int64_t> dims = Dims(input.shape());
     const auto flat = splits.flat<int64_t>();
     const std::vector<int64_t> split_list(flat.data(),
@@ -235,13 +240,9 @@ class TerseReducescatterOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
-    OP_REQUIRES_ASYNC(context, input.dims() >= 1,
-                      absl::InvalidArgumentError(
-                          "terse reducescatter of '" + name_ +
-                          "' needs a tensor of rank >= 1, got a scalar"),
-                      done);
     int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtype), done);
+    OP_REQUIRES_OK_ASYNC(
+        context, CheckRowsInput(input, "reducescatter", name_, &dtype), done);
     const std::vector<int64_t> dims = Dims(input.shape());
     auto* pending = new Pending(context, std::move(done));
     terse_error* error = terse_reducescatter_set_async(
