@@ -220,4 +220,18 @@ absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::CreateEvent(int ordinal) {
   return std::unique_ptr<Event>(new CudaEvent(ordinal, event));
 }
 
+absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::RecordOnStream(
+    int ordinal, void* stream) {
+  absl::StatusOr<std::unique_ptr<Event>> event = CreateEvent(ordinal);
+  if (!event.ok()) return event.status();
+  CudaEvent* cuda = static_cast<CudaEvent*>(event->get());
+  absl::Status recorded = CudaError(
+      cudaEventRecord(cuda->event(), static_cast<cudaStream_t>(stream)),
+      absl::StrCat("cudaEventRecord on the producer stream ",
+                   absl::Hex(reinterpret_cast<uintptr_t>(stream)),
+                   " of device ", ordinal));
+  if (!recorded.ok()) return recorded;
+  return event;
+}
+
 }  // namespace terse

@@ -32,6 +32,15 @@ class CudaRuntime : public DeviceRuntime {
                                  absl::string_view what) override;
   absl::StatusOr<std::unique_ptr<Stream>> CreateStream(int ordinal) override;
   absl::StatusOr<std::unique_ptr<Event>> CreateEvent(int ordinal) override;
+
+  // An event recorded now on `stream`, a cudaStream_t this runtime did not
+  // create (a framework's producer stream; null: the legacy default
+  // stream) of device `ordinal`: a Stream of this runtime that waits on it
+  // (Stream::WaitEvent) runs after the work enqueued there so far. Never
+  // blocks the host. Errors as CreateEvent, and cudaEventRecord's (a stream
+  // of another device is InvalidArgument from CUDA).
+  absl::StatusOr<std::unique_ptr<Event>> RecordOnStream(int ordinal,
+                                                        void* stream);
 };
 
 }  // namespace terse

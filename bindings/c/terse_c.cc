@@ -25,6 +25,7 @@
 #include "common/data_type.h"
 #include "common/status.h"
 #include "common/tensor_view.h"
+#include "device/cuda_runtime.h"
 #include "engine/api.h"
 
 struct terse_error {
@@ -50,6 +51,20 @@ struct CState {
   absl::Mutex lifecycle ABSL_ACQUIRED_AFTER(serial);
   std::shared_ptr<CompletionThread> completions ABSL_GUARDED_BY(lifecycle);
 };
+
+// The event a device op's engine stream waits on before reading the tensor
+// (TensorEntry::ready): recorded on the caller's producer `stream`; null
+// (ready now) for host tensors or a null stream. CudaRuntime keeps no state
+// of its own, so a fresh one per call makes events as the engine's does.
+absl::StatusOr<std::shared_ptr<Event>> ProducerEvent(const Device& device,
+                                                     void* stream) {
+  if (!device.is_cuda() || stream == nullptr) return nullptr;
+  CudaRuntime cuda;
+  absl::StatusOr<std::unique_ptr<Event>> event =
+      cuda.RecordOnStream(device.ordinal, stream);
+  if (!event.ok()) return event.status();
+  return std::shared_ptr<Event>(*std::move(event));
+}
 
 CState& TheState() {
   static CState* state = new CState();  // Never destroyed.
@@ -407,18 +422,21 @@ terse_error* terse_allreduce_compressed_async(
     void* user_data, int64_t* handle) {
   return terse_allreduce_set_async(name, in, out, count, dtype, device, shape,
                                    ndim, op, prescale, postscale, compression,
-                                   0, done, user_data, handle);
+                                   0, nullptr, done, user_data, handle);
 }
 
 terse_error* terse_allreduce_set_async(
     const char* name, const void* in, void* out, int64_t count, int dtype,
     int device, const int64_t* shape, int ndim, int op, double prescale,
-    double postscale, const char* compression, int process_set,
+    double postscale, const char* compression, int process_set, void* stream,
     terse_done_fn done, void* user_data, int64_t* handle) {
   const std::string spec = compression == nullptr ? "" : compression;
   absl::StatusOr<terse::Op> made =
       terse::MakeOp(name, in, out, count, dtype, device, shape, ndim);
   if (!made.ok()) return terse::ToError(made.status());
+  absl::StatusOr<std::shared_ptr<terse::Event>> ready =
+      terse::ProducerEvent(made->in.device, stream);
+  if (!ready.ok()) return terse::ToError(ready.status());
   absl::StatusOr<terse::ReduceOp> reduce_op = terse::MakeReduceOp(op);
   if (!reduce_op.ok()) return terse::ToError(reduce_op.status());
   const terse::Op& o = *made;
@@ -426,7 +444,7 @@ terse_error* terse_allreduce_set_async(
       [&](terse::DoneCallback callback) {
         return terse::AllreduceAsync(o.name, o.in, o.out, o.shape, *reduce_op,
                                      prescale, postscale, std::move(callback),
-                                     spec, nullptr, process_set);
+                                     spec, *ready, process_set);
       },
       /*is_allgather=*/false, done, user_data, handle);
 }
@@ -437,22 +455,26 @@ terse_error* terse_allgather_async(const char* name, const void* in,
                                    terse_done_fn done, void* user_data,
                                    int64_t* handle) {
   return terse_allgather_set_async(name, in, count, dtype, device, shape, ndim,
-                                   0, done, user_data, handle);
+                                   0, nullptr, done, user_data, handle);
 }
 
 terse_error* terse_allgather_set_async(const char* name, const void* in,
                                        int64_t count, int dtype, int device,
                                        const int64_t* shape, int ndim,
-                                       int process_set, terse_done_fn done,
-                                       void* user_data, int64_t* handle) {
+                                       int process_set, void* stream,
+                                       terse_done_fn done, void* user_data,
+                                       int64_t* handle) {
   absl::StatusOr<terse::Op> made = terse::MakeOp(
       name, in, const_cast<void*>(in), count, dtype, device, shape, ndim);
   if (!made.ok()) return terse::ToError(made.status());
+  absl::StatusOr<std::shared_ptr<terse::Event>> ready =
+      terse::ProducerEvent(made->in.device, stream);
+  if (!ready.ok()) return terse::ToError(ready.status());
   const terse::Op& o = *made;
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
         return terse::AllgatherAsync(o.name, o.in, o.shape, std::move(callback),
-                                     nullptr, process_set);
+                                     *ready, process_set);
       },
       /*is_allgather=*/true, done, user_data, handle);
 }
@@ -463,23 +485,27 @@ terse_error* terse_broadcast_async(const char* name, void* buffer,
                                    int root_rank, terse_done_fn done,
                                    void* user_data, int64_t* handle) {
   return terse_broadcast_set_async(name, buffer, count, dtype, device, shape,
-                                   ndim, root_rank, 0, done, user_data, handle);
+                                   ndim, root_rank, 0, nullptr, done, user_data,
+                                   handle);
 }
 
 terse_error* terse_broadcast_set_async(const char* name, void* buffer,
                                        int64_t count, int dtype, int device,
                                        const int64_t* shape, int ndim,
                                        int root_rank, int process_set,
-                                       terse_done_fn done, void* user_data,
-                                       int64_t* handle) {
+                                       void* stream, terse_done_fn done,
+                                       void* user_data, int64_t* handle) {
   absl::StatusOr<terse::Op> made =
       terse::MakeOp(name, buffer, buffer, count, dtype, device, shape, ndim);
   if (!made.ok()) return terse::ToError(made.status());
+  absl::StatusOr<std::shared_ptr<terse::Event>> ready =
+      terse::ProducerEvent(made->in.device, stream);
+  if (!ready.ok()) return terse::ToError(ready.status());
   const terse::Op& o = *made;
   return terse::Enqueue(
       [&](terse::DoneCallback callback) {
         return terse::BroadcastAsync(o.name, o.out, o.shape, root_rank,
-                                     std::move(callback), nullptr, process_set);
+                                     std::move(callback), *ready, process_set);
       },
       /*is_allgather=*/false, done, user_data, handle);
 }

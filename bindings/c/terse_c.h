@@ -157,23 +157,32 @@ terse_error* terse_broadcast_async(const char* name, void* buffer,
 /* Process sets (engine/engine.h): a set is a sorted list of world ranks
  * with an id, 0 for every rank. The *_set_async variants take the set's id
  * (the plain ones use 0); the caller must be in the set; a broadcast's
- * root_rank is a world rank in the set. Names are unique per set. */
+ * root_rank is a world rank in the set. Names are unique per set.
+ *
+ * `stream` (device tensors): the producer's stream, a cudaStream_t, on
+ * which the data is still being written. terse records an event on it now
+ * and its own stream waits for that event before reading the tensor (no
+ * host wait, as Horovod's ready events); the caller keeps the memory alive
+ * until the op completes, as always. The legacy default stream is
+ * cudaStreamLegacy ((void*)1). NULL: the data is ready now (the caller has
+ * synchronised). Ignored for host tensors. */
 terse_error* terse_allreduce_set_async(
     const char* name, const void* in, void* out, int64_t count, int dtype,
     int device, const int64_t* shape, int ndim, int op, double prescale,
-    double postscale, const char* compression, int process_set,
+    double postscale, const char* compression, int process_set, void* stream,
     terse_done_fn done, void* user_data, int64_t* handle);
 terse_error* terse_allgather_set_async(const char* name, const void* in,
                                        int64_t count, int dtype, int device,
                                        const int64_t* shape, int ndim,
-                                       int process_set, terse_done_fn done,
-                                       void* user_data, int64_t* handle);
+                                       int process_set, void* stream,
+                                       terse_done_fn done, void* user_data,
+                                       int64_t* handle);
 terse_error* terse_broadcast_set_async(const char* name, void* buffer,
                                        int64_t count, int dtype, int device,
                                        const int64_t* shape, int ndim,
                                        int root_rank, int process_set,
-                                       terse_done_fn done, void* user_data,
-                                       int64_t* handle);
+                                       void* stream, terse_done_fn done,
+                                       void* user_data, int64_t* handle);
 /* terse_init with static process sets: set i holds set_sizes[i] ranks,
  * taken in order from `ranks`; they get ids 1, 2, ... Each sorted and
  * distinct, none of every rank, none twice (else InvalidArgument). */

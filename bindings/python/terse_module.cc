@@ -34,7 +34,6 @@
 #include "absl/strings/str_cat.h"
 #include "bindings/c/terse_c.h"
 #include "bindings/python/build_info.h"
-#include "bindings/python/cuda_stream.h"
 #include "common/config.h"
 #include "common/cuda_probe.h"
 #include "common/data_type.h"
@@ -80,11 +79,15 @@ int QueryOrThrow(terse_error* (*query)(int*)) {
   return value;
 }
 
-// The producer of a CUDA tensor may still be running on `stream`; `device`
-// is -1 for host memory, else the CUDA ordinal.
-void OrderStream(int device, uintptr_t stream) {
-  if (device < 0) return;
-  ThrowIfError(SynchronizeStream(device, stream));
+// The producer stream to pass to the C API for a tensor on `device` (-1:
+// host memory, else the CUDA ordinal) written on `stream` (a cudaStream_t;
+// 0 is the legacy default stream, which the C API names cudaStreamLegacy,
+// 0x1, since NULL there means "ready now"). The engine's stream waits for
+// an event recorded there: the autograd hook never blocks the host.
+void* ProducerStream(int device, uintptr_t stream) {
+  if (device < 0) return nullptr;
+  return stream == 0 ? reinterpret_cast<void*>(uintptr_t{1})
+                     : reinterpret_cast<void*>(stream);
 }
 
 int64_t EnqueueAllreduce(const std::string& name, uintptr_t in_data,
@@ -96,13 +99,13 @@ int64_t EnqueueAllreduce(const std::string& name, uintptr_t in_data,
   // `compression`: this op's spec ("fp16", "topk:100"); empty: the engine's
   // policy (TERSE_COMPRESSION / TERSE_COMPRESSION_RULES). `process_set`:
   // the set's id (0: every rank).
-  OrderStream(device, stream);
   int64_t handle = 0;
   ThrowIfError(terse_allreduce_set_async(
       name.c_str(), reinterpret_cast<const void*>(in_data),
       reinterpret_cast<void*>(out_data), count, dtype, device, shape.data(),
       static_cast<int>(shape.size()), op, prescale, postscale,
-      compression.c_str(), process_set, nullptr, nullptr, &handle));
+      compression.c_str(), process_set, ProducerStream(device, stream),
+      nullptr, nullptr, &handle));
   return handle;
 }
 
@@ -110,12 +113,11 @@ int64_t EnqueueAllgather(const std::string& name, uintptr_t data, int64_t count,
                          int32_t dtype, int device,
                          const std::vector<int64_t>& shape, uintptr_t stream,
                          int process_set) {
-  OrderStream(device, stream);
   int64_t handle = 0;
   ThrowIfError(terse_allgather_set_async(
       name.c_str(), reinterpret_cast<const void*>(data), count, dtype, device,
-      shape.data(), static_cast<int>(shape.size()), process_set, nullptr,
-      nullptr, &handle));
+      shape.data(), static_cast<int>(shape.size()), process_set,
+      ProducerStream(device, stream), nullptr, nullptr, &handle));
   return handle;
 }
 
@@ -148,12 +150,11 @@ int64_t EnqueueBroadcast(const std::string& name, uintptr_t data, int64_t count,
                          int32_t dtype, int device,
                          const std::vector<int64_t>& shape, int root_rank,
                          uintptr_t stream, int process_set) {
-  OrderStream(device, stream);
   int64_t handle = 0;
   ThrowIfError(terse_broadcast_set_async(
       name.c_str(), reinterpret_cast<void*>(data), count, dtype, device,
       shape.data(), static_cast<int>(shape.size()), root_rank, process_set,
-      nullptr, nullptr, &handle));
+      ProducerStream(device, stream), nullptr, nullptr, &handle));
   return handle;
 }
 

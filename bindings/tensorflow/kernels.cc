@@ -154,7 +154,7 @@ class TerseAllreduceOp : public AsyncOpKernel {
         name_.c_str(), input.data(), output->data(), input.NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
         reduce_op_, prescale_, postscale_, compression_.c_str(), process_set_,
-        &Pending::OnDone, pending, nullptr);
+        /*stream=*/nullptr, &Pending::OnDone, pending, nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
@@ -184,7 +184,8 @@ class TerseAllgatherOp : public AsyncOpKernel {
     terse_error* error = terse_allgather_set_async(
         name_.c_str(), input.data(), input.NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        process_set_, &Pending::OnGathered, pending, nullptr);
+        process_set_, /*stream=*/nullptr, &Pending::OnGathered, pending,
+        nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
@@ -287,7 +288,8 @@ class TerseBroadcastOp : public AsyncOpKernel {
     terse_error* error = terse_broadcast_set_async(
         name_.c_str(), output->data(), output->NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        root_rank_, process_set_, &Pending::OnDone, pending, nullptr);
+        root_rank_, process_set_, /*stream=*/nullptr, &Pending::OnDone,
+        pending, nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
