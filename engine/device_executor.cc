@@ -215,6 +215,33 @@ absl::Status DeviceExecutor::RunBucket(
     std::shared_ptr<Event>* done) {
   const Device::Kind kind = static_cast<Device::Kind>(bucket.device_kind);
   TERSE_ASSIGN_OR_RETURN(Context * ctx, ContextFor(kind));
+  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
+                                                             : bucket.reduce_op;
+  const bool reduce = needs_reducer_ && needs_reducer_(bucket);
+  if (bucket.members.size() == 1 && entries.front() != nullptr && !reduce) {
+    // One tensor, nothing to compress: reduced in its own output (input x
+    // prescale into it, the collective there, x postscale / size after).
+    // No fusion buffer, and for an in-place op without scaling no copy at
+    // all: the device twin of the host path's zero-copy solo buckets.
+    const TensorEntry& e = *entries.front();
+    if (e.ready != nullptr) {
+      TERSE_RETURN_IF_ERROR(ctx->stream->WaitEvent(e.ready.get()));
+    }
+    void* out = e.output.data;
+    TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, out, e.input.data, bucket.count,
+                                     bucket.dtype, bucket.prescale));
+    TERSE_RETURN_IF_ERROR(Collective(
+        ctx, out, bucket.bytes, [&](Communicator* comm, void* data) {
+          return comm->Allreduce(data, bucket.count, bucket.dtype, op);
+        }));
+    double scale = bucket.postscale;
+    if (bucket.reduce_op == ReduceOp::kAverage) {
+      scale /= registry_->control()->size();
+    }
+    TERSE_RETURN_IF_ERROR(
+        ScaledCopy(ctx, out, out, bucket.count, bucket.dtype, scale));
+    return RecordDone(ctx, done);
+  }
   auto it = fusion_.find(bucket.id);
   if (it == fusion_.end() || it->second.buffer.bytes() < bucket.bytes) {
     if (it != fusion_.end()) TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
@@ -249,12 +276,9 @@ absl::Status DeviceExecutor::RunBucket(
     offset += count;
   }
 
-  const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
-                                                             : bucket.reduce_op;
   const DataType dtype = bucket.dtype;
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
-  const bool reduce = needs_reducer_ && needs_reducer_(bucket);
   const CompressionChoice choice = ChooseCompressionFor(
       bucket.members.front().name, bucket.compression, config_);
   if (reduce &&

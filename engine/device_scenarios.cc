@@ -269,6 +269,49 @@ absl::Status FusionAndScaling(SimRuntime* sim, int rank, Engine& engine) {
   return absl::OkStatus();
 }
 
+// One tensor per bucket (each waited for before the next is enqueued), so
+// the executor reduces it in its own output without the fusion buffer: in
+// place unscaled, and out of place with prescale, postscale and Average,
+// the input left as it was.
+absl::Status SoloBuckets(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  const int n = engine.size();
+  const int64_t count = 1000;
+  for (int variant = 0; variant < 2; ++variant) {
+    const bool in_place = variant == 0;
+    std::vector<double> v(count), zeros(count, 0.0);
+    for (int64_t i = 0; i < count; ++i) v[i] = Value(rank, 7 + variant, i);
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> b,
+                           Upload(d, DataType::kFloat32, zeros));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> a,
+                           Upload(d, DataType::kFloat32, v));
+    const ReduceOp op = in_place ? ReduceOp::kSum : ReduceOp::kAverage;
+    const double pre = in_place ? 1.0 : 2.0, post = in_place ? 1.0 : 0.25;
+    TERSE_ASSIGN_OR_RETURN(
+        Handle h, engine.AllreduceAsync(absl::StrCat("solo", variant), a->view,
+                                        in_place ? a->view : b->view, {count},
+                                        op, pre, post, nullptr, "", a->ready));
+    TERSE_RETURN_IF_ERROR(engine.Wait(h));
+    const float* got = (in_place ? a : b)->buffer.as<float>();
+    const float* input = a->buffer.as<float>();
+    for (int64_t i = 0; i < count; ++i) {
+      double want = 0;
+      for (int r = 0; r < n; ++r) want += Value(r, 7 + variant, i);
+      want *= pre * post;
+      if (op == ReduceOp::kAverage) want /= n;
+      if (std::abs(got[i] - want) > 1e-6 * std::abs(want)) {
+        return absl::InternalError(absl::StrCat(
+            "solo", variant, "[", i, "] = ", got[i], ", want ", want));
+      }
+      if (!in_place && input[i] != static_cast<float>(v[i])) {
+        return absl::InternalError(absl::StrCat(
+            "solo", variant, ": the input changed at ", i, ": ", input[i]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The producer stream is held while the op is enqueued: the engine cannot
 // have read the input until it is released, so a missing stream wait would
 // fuse the stale bytes. The handle stays incomplete meanwhile.
@@ -588,6 +631,7 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
   const std::vector<std::pair<std::string, Body>> bodies = {
       {"AllreduceDtypes", AllreduceDtypes},
       {"FusionAndScaling", FusionAndScaling},
+      {"SoloBuckets", SoloBuckets},
       {"WaitsForTheProducer", WaitsForTheProducer},
       {"BroadcastAndAllgather", BroadcastAndAllgather},
       {"JoinOnDevice", JoinOnDevice},
