@@ -7,6 +7,8 @@
 #include <memory>
 #include <type_traits>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/half.h"
@@ -97,6 +99,9 @@ class Suite {
   bool ExpectOk(const absl::Status& s, absl::string_view what) {
     if (!s.ok()) Fail(what, s.ToString());
     return s.ok();
+  }
+  bool Unreduced(DataType dtype) const {
+    return absl::c_linear_search(options_.unreduced_dtypes, dtype);
   }
   void ExpectInvalid(const absl::Status& s, absl::string_view what) {
     if (s.code() != absl::StatusCode::kInvalidArgument) {
@@ -347,6 +352,15 @@ void Suite::CheckAllreduce(DataType dtype, ReduceOp op, int64_t count) {
   std::vector<std::vector<uint8_t>> inputs(n);
   for (int r = 0; r < n; ++r) inputs[r] = Input(dtype, op, r, count);
   Buffer buffer(this, inputs[comm_.rank()]);
+  if (Unreduced(dtype)) {
+    const absl::Status s = comm_.Allreduce(buffer.data(), count, dtype, op);
+    if (s.code() != absl::StatusCode::kUnimplemented ||
+        !absl::StrContains(s.message(), DataTypeName(dtype))) {
+      Fail(what, absl::StrCat("want Unimplemented naming ",
+                              DataTypeName(dtype), ", got ", s.ToString()));
+    }
+    return;
+  }
   if (!ExpectOk(comm_.Allreduce(buffer.data(), count, dtype, op), what)) {
     return;
   }
@@ -482,6 +496,7 @@ void Suite::CheckBadInputs() {
       "allreduce with a negative count");
   for (DataType t : {DataType::kInt32, DataType::kInt64, DataType::kUInt8,
                      DataType::kInt8, DataType::kInt16}) {
+    if (Unreduced(t)) continue;
     ExpectInvalid(comm_.Allreduce(four.data(), 4, t, ReduceOp::kAverage),
                   absl::StrCat("average on ", DataTypeName(t)));
   }

@@ -64,6 +64,9 @@ struct ConformanceOptions {
   bool detects_allgatherv_mismatch = true;
   // Run the bad-input checks.
   bool bad_inputs = true;
+  // Types the backend cannot reduce (NCCL: int16): Allreduce of them must be
+  // Unimplemented with a message naming the type, never a wrong result.
+  std::vector<DataType> unreduced_dtypes;
   // Null: host memory. Not owned.
   ConformanceMemory* memory = nullptr;
 };

@@ -31,7 +31,10 @@ absl::StatusOr<ncclDataType_t> NcclType(DataType dtype) {
     case DataType::kInt8:
       return ncclInt8;
     case DataType::kInt16:
-      break;  // NCCL has no 16-bit integer type.
+      // NCCL has no 16-bit integer type: say so instead of "unknown".
+      return absl::UnimplementedError(
+          "nccl: NCCL has no int16 type; reduce int16 tensors on the CPU or "
+          "with TERSE_GPU_OPERATIONS=mpi");
   }
   return absl::InvalidArgumentError(
       absl::StrCat("nccl: unknown dtype value ", static_cast<int32_t>(dtype)));
