@@ -122,6 +122,15 @@ class Communicator {
   // NCCL waits for its stream (nccl/nccl_communicator.h).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
 
+  // Device backends that enqueue their work on a stream (NCCL): later
+  // operations go on `stream`, a native stream of this communicator's
+  // device (a cudaStream_t), so they run after the work the caller put
+  // there with no host wait in between; null restores the backend's own.
+  // Returns false where the backend cannot (host backends and the
+  // simulated device read memory when called: the caller synchronises
+  // first). Not thread-safe: the one thread that makes collective calls.
+  virtual bool UseStream(void* stream) { return false; }
+
   // A communicator over the sorted, distinct ranks `ranks` of this one (its
   // rank i is this communicator's rank ranks[i]), for process sets.
   // Collective over ALL ranks of this communicator, members or not, with

@@ -58,6 +58,7 @@ class ForwardingCommunicator : public Communicator {
     return target_->BitwiseOr(words, count);
   }
   absl::Status Synchronize() override { return target_->Synchronize(); }
+  bool UseStream(void* stream) override { return target_->UseStream(stream); }
   absl::StatusOr<std::unique_ptr<Communicator>> CreateSubgroup(
       const std::vector<int>& ranks) override {
     return target_->CreateSubgroup(ranks);

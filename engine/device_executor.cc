@@ -196,7 +196,12 @@ absl::Status DeviceExecutor::Collective(
   TERSE_ASSIGN_OR_RETURN(
       Communicator * comm,
       registry_->ForDevice(Device{ctx->runtime->kind(), ctx->ordinal}));
-  TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+  // NCCL enqueues on the engine stream itself, after the fuse copies: no
+  // host wait before it. Backends that read memory when called (the
+  // simulated device's) need the stream drained first.
+  if (!comm->UseStream(ctx->stream->native_handle())) {
+    TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+  }
   TERSE_RETURN_IF_ERROR(op(comm, data));
   return comm->Synchronize();
 }

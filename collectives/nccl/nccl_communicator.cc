@@ -160,6 +160,11 @@ void NcclCommunicator::set_stream(cudaStream_t stream) {
   stream_ = stream != nullptr ? stream : own_stream_;
 }
 
+bool NcclCommunicator::UseStream(void* stream) {
+  set_stream(static_cast<cudaStream_t>(stream));
+  return true;
+}
+
 absl::Status NcclCommunicator::Abort(absl::Status cause) {
   if (comm_ != nullptr) {
     ncclCommAbort(comm_);

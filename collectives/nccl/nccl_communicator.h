@@ -88,6 +88,8 @@ class NcclCommunicator : public Communicator {
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
   absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
   absl::Status Synchronize() override;
+  // set_stream(stream); true.
+  bool UseStream(void* stream) override;
 
   // The stream later operations are enqueued on; null restores the
   // communicator's own (non-blocking) stream. Not owned.
