@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_probe.h"
 #include "common/status.h"
-#include "device/cuda_pointer.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk_cuda.h"
+#include "device/cuda_pointer.h"
 #include "efcp/efcp_cuda_kernels.h"
 #include "efcp/error_feedback.h"
 #include "efcp/validate.h"
@@ -42,7 +42,11 @@ struct CudaSparseMfac::Device {
   float* values = nullptr;      // k
   float* negated = nullptr;     // k
   double* dots = nullptr;       // m
+  double* coeffs = nullptr;     // m
   int* flag = nullptr;
+  // The m row descriptors (device copies of rows_, for the one-launch
+  // m-row kernels), rewritten when a slot's row is.
+  kernels::SparseRow* rows = nullptr;
   // The window, in the layout of the host mirror.
   uint32_t* index32 = nullptr;  // m * k
   float* value32 = nullptr;     // m * k
@@ -56,7 +60,8 @@ struct CudaSparseMfac::Device {
     cudaSetDevice(ordinal);
     for (void* p : {static_cast<void*>(error), static_cast<void*>(indices),
                     static_cast<void*>(values), static_cast<void*>(negated),
-                    static_cast<void*>(dots), static_cast<void*>(flag),
+                    static_cast<void*>(dots), static_cast<void*>(coeffs),
+                    static_cast<void*>(flag), static_cast<void*>(rows),
                     static_cast<void*>(index32), static_cast<void*>(value32),
                     static_cast<void*>(index16), static_cast<void*>(value16),
                     static_cast<void*>(offsets)}) {
@@ -101,6 +106,8 @@ absl::StatusOr<std::unique_ptr<CudaSparseMfac>> CudaSparseMfac::Create(
   TERSE_RETURN_IF_ERROR(Allocate(&dev.values, k));
   TERSE_RETURN_IF_ERROR(Allocate(&dev.negated, k));
   TERSE_RETURN_IF_ERROR(Allocate(&dev.dots, m));
+  TERSE_RETURN_IF_ERROR(Allocate(&dev.coeffs, m));
+  TERSE_RETURN_IF_ERROR(Allocate(&dev.rows, m));
   TERSE_RETURN_IF_ERROR(Allocate(&dev.flag, 1));
   if (options.storage == WindowStorage::kIndex32Fp32) {
     TERSE_RETURN_IF_ERROR(Allocate(&dev.index32, m * k));
@@ -160,7 +167,7 @@ absl::Status CudaSparseMfac::UploadRow(int64_t slot) {
                                 cudaMemcpyHostToDevice, dev.stream),
                 "upload row"));
     }
-    return absl::OkStatus();
+    return UploadDescriptor(slot);
   }
   // The device kernels index format-B slots through a per-row table of
   // block starts (sparse_ops.h), built here from the host row.
@@ -189,8 +196,17 @@ absl::Status CudaSparseMfac::UploadRow(int64_t slot) {
                             sizeof(uint32_t) * (dev.blocks + 1),
                             cudaMemcpyHostToDevice, dev.stream),
             "upload row"));
+  TERSE_RETURN_IF_ERROR(UploadDescriptor(slot));
   // starts_ is reused by the next row: wait for this copy.
   return dev.Sync();
+}
+
+absl::Status CudaSparseMfac::UploadDescriptor(int64_t slot) {
+  // From rows_, which outlives the copy (pageable memory is staged anyway).
+  return Check(cudaMemcpyAsync(device_->rows + slot, &rows_[slot],
+                               sizeof(kernels::SparseRow),
+                               cudaMemcpyHostToDevice, device_->stream),
+               "upload row descriptor");
 }
 
 absl::Status CudaSparseMfac::CheckFinite(const float* x,
@@ -227,11 +243,11 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
   TERSE_RETURN_IF_ERROR(Check(cudaSetDevice(dev.ordinal), "cudaSetDevice"));
   // Device memory of this device, or a Status (never an illegal address).
   TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
-      grad.data(), static_cast<int64_t>(sizeof(float) * grad.size()), dev.ordinal,
-      "CudaSparseMfac::Step: gradient"));
+      grad.data(), static_cast<int64_t>(sizeof(float) * grad.size()),
+      dev.ordinal, "CudaSparseMfac::Step: gradient"));
   TERSE_RETURN_IF_ERROR(CheckCudaDeviceSpan(
-      update.data(), static_cast<int64_t>(sizeof(float) * update.size()), dev.ordinal,
-      "CudaSparseMfac::Step: update"));
+      update.data(), static_cast<int64_t>(sizeof(float) * update.size()),
+      dev.ordinal, "CudaSparseMfac::Step: update"));
   TERSE_RETURN_IF_ERROR(CheckFinite(grad.data(), /*with_error=*/true));
   const int64_t d = dim(), m = options_.window, slot = steps_ % m;
   void* stream = dev.stream;
@@ -286,10 +302,9 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
       Check(kernels::cuda::ScatterAdd(dev.indices, dev.values, n, update.data(),
                                       stream),
             "scatter c"));
-  TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::SparseDenseDots(rows_.data(), m, update.data(),
-                                           dev.dots, stream),
-            "SparseDenseDots"));
+  TERSE_RETURN_IF_ERROR(Check(kernels::cuda::SparseDenseDots(
+                                  dev.rows, m, update.data(), dev.dots, stream),
+                              "SparseDenseDots"));
   TERSE_RETURN_IF_ERROR(
       Check(cudaMemcpyAsync(host_dots_.data(), dev.dots, sizeof(double) * m,
                             cudaMemcpyDeviceToHost, dev.stream),
@@ -302,8 +317,12 @@ absl::Status CudaSparseMfac::Step(absl::Span<const float> grad,
       Check(cudaMemsetAsync(update.data(), 0, sizeof(float) * d, dev.stream),
             "memset"));
   TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::SparseLinearCombination(
-                rows_.data(), m, host_coeffs_.data(), update.data(), stream),
+      Check(cudaMemcpyAsync(dev.coeffs, host_coeffs_.data(), sizeof(double) * m,
+                            cudaMemcpyHostToDevice, dev.stream),
+            "upload coefficients"));
+  TERSE_RETURN_IF_ERROR(
+      Check(kernels::cuda::SparseLinearCombination(dev.rows, m, dev.coeffs, d,
+                                                   update.data(), stream),
             "SparseLinearCombination"));
   TERSE_RETURN_IF_ERROR(dev.Sync());
   ++steps_;
@@ -331,9 +350,9 @@ absl::Status CudaSparseMfac::Apply(absl::Span<const float> x,
       Check(cudaMemcpyAsync(out.data(), x.data(), sizeof(float) * d,
                             cudaMemcpyDeviceToDevice, dev.stream),
             "copy x"));
-  TERSE_RETURN_IF_ERROR(Check(kernels::cuda::SparseDenseDots(
-                                  rows_.data(), m, x.data(), dev.dots, stream),
-                              "SparseDenseDots"));
+  TERSE_RETURN_IF_ERROR(Check(
+      kernels::cuda::SparseDenseDots(dev.rows, m, x.data(), dev.dots, stream),
+      "SparseDenseDots"));
   TERSE_RETURN_IF_ERROR(
       Check(cudaMemcpyAsync(host_dots_.data(), dev.dots, sizeof(double) * m,
                             cudaMemcpyDeviceToHost, dev.stream),
@@ -341,8 +360,12 @@ absl::Status CudaSparseMfac::Apply(absl::Span<const float> x,
   TERSE_RETURN_IF_ERROR(dev.Sync());
   system_.InverseCoefficients(host_dots_.data(), host_coeffs_.data());
   TERSE_RETURN_IF_ERROR(
-      Check(kernels::cuda::SparseLinearCombination(
-                rows_.data(), m, host_coeffs_.data(), out.data(), stream),
+      Check(cudaMemcpyAsync(dev.coeffs, host_coeffs_.data(), sizeof(double) * m,
+                            cudaMemcpyHostToDevice, dev.stream),
+            "upload coefficients"));
+  TERSE_RETURN_IF_ERROR(
+      Check(kernels::cuda::SparseLinearCombination(dev.rows, m, dev.coeffs, d,
+                                                   out.data(), stream),
             "SparseLinearCombination"));
   TERSE_RETURN_IF_ERROR(
       Check(cuda::Scale(out.data(), static_cast<float>(1.0 / options_.damp), d,
@@ -356,8 +379,10 @@ MemoryUsage CudaSparseMfac::memory() const {
   usage.window = device_->window_bytes;
   usage.error = dim() * static_cast<int64_t>(sizeof(float));
   usage.small = system_.memory_bytes();
-  usage.scratch = mirror_.memory_bytes() + mirror_.bookkeeping_bytes() +
-                  k_ * 20 + options_.window * 24;
+  usage.scratch =
+      mirror_.memory_bytes() + mirror_.bookkeeping_bytes() + k_ * 20 +
+      options_.window *
+          (32 + 2 * static_cast<int64_t>(sizeof(kernels::SparseRow)));
   return usage;
 }
 

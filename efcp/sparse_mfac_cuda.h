@@ -11,7 +11,10 @@
 // stream) and each call blocks until it is done. Per step the k kept
 // entries travel to the host (a mirror of the window, used for the
 // block16+bf16 encoding and for SaveState) and the m dots and coefficients
-// cross the bus: O(k + m) transfers.
+// cross the bus: O(k + m) transfers. The m-row products are one kernel
+// launch each (SparseDenseDots, SparseLinearCombination over a device array
+// of the m row descriptors, rewritten one descriptor when a slot is
+// replaced), so a step launches a fixed number of kernels whatever m.
 //
 // Memory: device = window + error buffer (d floats) + O(k + m) scratch;
 // host = the same window again (the mirror) + the m x m matrices. In
@@ -78,8 +81,11 @@ class CudaSparseMfac final : public Preconditioner {
   struct Device;  // device buffers and stream (sparse_mfac_cuda.cc)
 
   CudaSparseMfac(const SparseMfacOptions& options, int64_t k);
-  // Copies slot `slot` of the mirror to the device and updates its row view.
+  // Copies slot `slot` of the mirror to the device and updates its row view
+  // (rows_[slot] and its device copy).
   absl::Status UploadRow(int64_t slot);
+  // Copies the descriptor rows_[slot] to the device array the kernels read.
+  absl::Status UploadDescriptor(int64_t slot);
   // InvalidArgument when some x[i] (+ error[i] when with_error) is not
   // finite; `x` is a device pointer of dim() floats.
   absl::Status CheckFinite(const float* x, bool with_error) const;
@@ -89,7 +95,7 @@ class CudaSparseMfac final : public Preconditioner {
   std::unique_ptr<Device> device_;
   SparseWindow mirror_;
   MfacSystem system_;
-  std::vector<kernels::SparseRow> rows_;     // device pointers
+  std::vector<kernels::SparseRow> rows_;     // device pointers (host copy)
   std::vector<uint32_t> host_indices_;       // k
   std::vector<float> host_values_;           // k
   std::vector<uint32_t> starts_;             // a row's block starts

@@ -1,9 +1,12 @@
 #include "compressors/kernels/cuda_checked.h"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "compressors/kernels/select_cuda.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk_cuda.h"
@@ -14,10 +17,10 @@ namespace kernels {
 namespace cuda_checked {
 namespace {
 
-#define TERSE_CHECK_SPAN(ptr, bytes, what)                                 \
-  do {                                                                     \
-    absl::Status _s = CheckCudaDeviceSpan((ptr), (bytes), -1, (what));     \
-    if (!_s.ok()) return _s;                                               \
+#define TERSE_CHECK_SPAN(ptr, bytes, what)                             \
+  do {                                                                 \
+    absl::Status _s = CheckCudaDeviceSpan((ptr), (bytes), -1, (what)); \
+    if (!_s.ok()) return _s;                                           \
   } while (0)
 
 absl::Status Launched(int error, const char* what) {
@@ -59,6 +62,41 @@ absl::Status CheckRows(const SparseRow* rows, int64_t m, const char* what) {
   return absl::OkStatus();
 }
 
+// A device copy of n host items, for the m-row kernels, which read their
+// row descriptors and coefficients from device memory. Freed on
+// destruction (cudaFree waits for the work using it).
+template <typename T>
+class DeviceCopy {
+ public:
+  DeviceCopy() = default;
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  ~DeviceCopy() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  absl::Status Upload(const T* host, int64_t n, void* stream,
+                      const char* what) {
+    if (n <= 0) return absl::OkStatus();
+    int error = cudaMalloc(reinterpret_cast<void**>(&ptr_), sizeof(T) * n);
+    if (error == 0) {
+      error = cudaMemcpyAsync(ptr_, host, sizeof(T) * n, cudaMemcpyHostToDevice,
+                              static_cast<cudaStream_t>(stream));
+    }
+    return Launched(error, what);
+  }
+  const T* get() const { return ptr_; }
+
+ private:
+  T* ptr_ = nullptr;
+};
+
+absl::Status Synced(int error, void* stream, const char* what) {
+  if (error == 0) {
+    error = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  }
+  return Launched(error, what);
+}
+
 }  // namespace
 
 absl::Status TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
@@ -70,17 +108,16 @@ absl::Status TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
   return Launched(kernels::cuda::TopK(x, d, k, indices, stream), "cuda TopK");
 }
 
-absl::Status SelectAtLeast(const float* x, int64_t d, uint32_t key,
-                           int64_t cap, uint32_t* indices, int64_t* count,
-                           void* stream) {
+absl::Status SelectAtLeast(const float* x, int64_t d, uint32_t key, int64_t cap,
+                           uint32_t* indices, int64_t* count, void* stream) {
   TERSE_CHECK_SPAN(x, d * 4, "cuda SelectAtLeast: x");
   TERSE_CHECK_SPAN(indices, cap * 4, "cuda SelectAtLeast: indices");
   if (count == nullptr) {
     return absl::InvalidArgumentError("cuda SelectAtLeast: null count");
   }
-  return Launched(kernels::cuda::SelectAtLeast(x, d, key, cap, indices, count,
-                                               stream),
-                  "cuda SelectAtLeast");
+  return Launched(
+      kernels::cuda::SelectAtLeast(x, d, key, cap, indices, count, stream),
+      "cuda SelectAtLeast");
 }
 
 absl::Status CountAtLeast(const float* x, int64_t d, uint32_t key,
@@ -103,9 +140,9 @@ absl::Status SampledTopK(const float* x, int64_t d, int64_t k,
   if (count == nullptr) {
     return absl::InvalidArgumentError("cuda SampledTopK: null count");
   }
-  return Launched(kernels::cuda::SampledTopK(x, d, k, options, indices, count,
-                                             stream),
-                  "cuda SampledTopK");
+  return Launched(
+      kernels::cuda::SampledTopK(x, d, k, options, indices, count, stream),
+      "cuda SampledTopK");
 }
 
 absl::Status ThresholdSearch(const float* x, int64_t d, int64_t k,
@@ -119,9 +156,9 @@ absl::Status ThresholdSearch(const float* x, int64_t d, int64_t k,
   if (count == nullptr) {
     return absl::InvalidArgumentError("cuda ThresholdSearch: null count");
   }
-  return Launched(kernels::cuda::ThresholdSearch(x, d, k, options, indices,
-                                                 count, stream),
-                  "cuda ThresholdSearch");
+  return Launched(
+      kernels::cuda::ThresholdSearch(x, d, k, options, indices, count, stream),
+      "cuda ThresholdSearch");
 }
 
 absl::Status RandomKIndices(uint64_t seed, int64_t d, int64_t k,
@@ -142,9 +179,8 @@ absl::Status Gather(const float* dense, const uint32_t* indices, int64_t k,
                   "cuda Gather");
 }
 
-absl::Status ScatterAdd(const uint32_t* indices, const float* values,
-                        int64_t k, float* dense, int64_t dense_size,
-                        void* stream) {
+absl::Status ScatterAdd(const uint32_t* indices, const float* values, int64_t k,
+                        float* dense, int64_t dense_size, void* stream) {
   TERSE_CHECK_SPAN(indices, k * 4, "cuda ScatterAdd: indices");
   TERSE_CHECK_SPAN(values, k * 4, "cuda ScatterAdd: values");
   TERSE_CHECK_SPAN(dense, dense_size * 4, "cuda ScatterAdd: dense");
@@ -159,8 +195,12 @@ absl::Status SparseDenseDots(const SparseRow* rows, int64_t m,
   if (!checked.ok()) return checked;
   TERSE_CHECK_SPAN(dense, dense_size * 4, "cuda SparseDenseDots: dense");
   TERSE_CHECK_SPAN(out, m * 8, "cuda SparseDenseDots: out");
-  return Launched(kernels::cuda::SparseDenseDots(rows, m, dense, out, stream),
-                  "cuda SparseDenseDots");
+  DeviceCopy<SparseRow> device_rows;
+  TERSE_RETURN_IF_ERROR(
+      device_rows.Upload(rows, m, stream, "cuda SparseDenseDots: copy rows"));
+  return Synced(
+      kernels::cuda::SparseDenseDots(device_rows.get(), m, dense, out, stream),
+      stream, "cuda SparseDenseDots");
 }
 
 absl::Status SparseLinearCombination(const SparseRow* rows, int64_t m,
@@ -172,10 +212,18 @@ absl::Status SparseLinearCombination(const SparseRow* rows, int64_t m,
     return absl::InvalidArgumentError(
         "cuda SparseLinearCombination: null coeffs");
   }
-  TERSE_CHECK_SPAN(dense, dense_size * 4, "cuda SparseLinearCombination: dense");
-  return Launched(
-      kernels::cuda::SparseLinearCombination(rows, m, coeffs, dense, stream),
-      "cuda SparseLinearCombination");
+  TERSE_CHECK_SPAN(dense, dense_size * 4,
+                   "cuda SparseLinearCombination: dense");
+  DeviceCopy<SparseRow> device_rows;
+  TERSE_RETURN_IF_ERROR(device_rows.Upload(
+      rows, m, stream, "cuda SparseLinearCombination: copy rows"));
+  DeviceCopy<double> device_coeffs;
+  TERSE_RETURN_IF_ERROR(device_coeffs.Upload(
+      coeffs, m, stream, "cuda SparseLinearCombination: copy coeffs"));
+  return Synced(
+      kernels::cuda::SparseLinearCombination(
+          device_rows.get(), m, device_coeffs.get(), dense_size, dense, stream),
+      stream, "cuda SparseLinearCombination");
 }
 
 }  // namespace cuda_checked

@@ -27,9 +27,8 @@ namespace cuda_checked {
 
 absl::Status TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
                   void* stream);
-absl::Status SelectAtLeast(const float* x, int64_t d, uint32_t key,
-                           int64_t cap, uint32_t* indices, int64_t* count,
-                           void* stream);
+absl::Status SelectAtLeast(const float* x, int64_t d, uint32_t key, int64_t cap,
+                           uint32_t* indices, int64_t* count, void* stream);
 absl::Status CountAtLeast(const float* x, int64_t d, uint32_t key,
                           int64_t* count, void* stream);
 absl::Status SampledTopK(const float* x, int64_t d, int64_t k,
@@ -44,10 +43,13 @@ absl::Status RandomKIndices(uint64_t seed, int64_t d, int64_t k,
 absl::Status Gather(const float* dense, const uint32_t* indices, int64_t k,
                     float* values, void* stream);
 // `dense_size`: the elements of `dense` (indices must be below it).
-absl::Status ScatterAdd(const uint32_t* indices, const float* values,
-                        int64_t k, float* dense, int64_t dense_size,
-                        void* stream);
-// `rows` and `coeffs` are host arrays; each row's arrays are checked.
+absl::Status ScatterAdd(const uint32_t* indices, const float* values, int64_t k,
+                        float* dense, int64_t dense_size, void* stream);
+// `rows` and `coeffs` are HOST arrays (unlike the unchecked versions, which
+// take device arrays); each row's arrays are checked, the descriptors and
+// coefficients are copied to a device scratch buffer, and these two block
+// until the kernel is done. dense_size: the length of `dense` (every row
+// index must be < dense_size).
 absl::Status SparseDenseDots(const SparseRow* rows, int64_t m,
                              const float* dense, int64_t dense_size,
                              double* out, void* stream);

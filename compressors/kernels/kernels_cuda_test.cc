@@ -192,28 +192,24 @@ TEST_F(KernelsCudaTest, GatherScatterMatchCpu) {
   EXPECT_EQ(ddense.ToHost(), ref);
 }
 
-TEST_F(KernelsCudaTest, RowOpsMatchCpu) {
-  const int64_t d = 3 * kBlock16Size + 11;
-  std::mt19937 rng(5);
-  std::vector<std::vector<uint32_t>> idx(4);
-  std::vector<std::vector<float>> val(4);
-  for (int i = 0; i < 4; ++i) {
-    for (uint32_t j = i; j < d; j += 13 + i) {
-      // Row 3 skips block 1: its encoding needs a jump marker.
-      if (i == 3 && j / kBlock16Size == 1) continue;
-      idx[i].push_back(j);
-    }
-    val[i] = Inputs(idx[i].size(), 0, 10 + i);
-  }
-  // Rows 0, 2 in format A; rows 1, 3 in format B.
-  std::vector<std::vector<uint16_t>> i16(4), v16(4);
-  std::vector<std::vector<uint32_t>> offsets(4);
-  std::vector<SparseRow> host_rows(4), dev_rows(4);
+// Runs the CUDA m-row kernels on rows idx/val (row i in format B when
+// block16[i], else format A) against the CPU ones on the same encoded rows:
+// dots within the rounding of a reordered double sum, the linear
+// combination bit-identical.
+void ExpectRowOpsMatchCpu(int64_t d,
+                          const std::vector<std::vector<uint32_t>>& idx,
+                          const std::vector<std::vector<float>>& val,
+                          const std::vector<bool>& block16,
+                          const std::vector<double>& coeffs) {
+  const size_t m = idx.size();
+  std::vector<std::vector<uint16_t>> i16(m), v16(m);
+  std::vector<std::vector<uint32_t>> offsets(m);
+  std::vector<SparseRow> host_rows(m), dev_rows(m);
   std::vector<std::unique_ptr<DeviceArray<uint32_t>>> d32;
   std::vector<std::unique_ptr<DeviceArray<float>>> dval;
   std::vector<std::unique_ptr<DeviceArray<uint16_t>>> d16;
-  for (int i = 0; i < 4; ++i) {
-    if (i % 2 == 0) {
+  for (size_t i = 0; i < m; ++i) {
+    if (!block16[i]) {
       host_rows[i].nnz = idx[i].size();
       host_rows[i].index32 = idx[i].data();
       host_rows[i].value32 = val[i].data();
@@ -241,25 +237,91 @@ TEST_F(KernelsCudaTest, RowOpsMatchCpu) {
       dev_rows[i].block_starts = d32.back()->get();
     }
   }
+  // The m-row kernels read the descriptors and coefficients on the device.
+  DeviceArray<SparseRow> ddev_rows(dev_rows);
+  DeviceArray<double> dcoeffs(coeffs);
   const std::vector<float> dense = Inputs(d, 0, 6);
   DeviceArray<float> ddense(dense);
-  std::vector<double> cpu_dots(4);
-  SparseDenseDots(host_rows.data(), 4, dense.data(), cpu_dots.data());
-  DeviceArray<double> ddots(4);
-  ASSERT_EQ(cuda::SparseDenseDots(dev_rows.data(), 4, ddense.get(), ddots.get(),
+  std::vector<double> cpu_dots(m);
+  SparseDenseDots(host_rows.data(), m, dense.data(), cpu_dots.data());
+  DeviceArray<double> ddots(m);
+  ASSERT_EQ(cuda::SparseDenseDots(ddev_rows.get(), m, ddense.get(), ddots.get(),
                                   nullptr),
             0);
   const std::vector<double> gpu_dots = ddots.ToHost();
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_NEAR(gpu_dots[i], cpu_dots[i], 1e-9 * (1 + std::fabs(cpu_dots[i])));
+  for (size_t i = 0; i < m; ++i) {
+    double scale = 0;  // sum of |value * dense|, the rounding's scale
+    std::vector<uint32_t> ri;
+    std::vector<float> rv;
+    DecodeRow(host_rows[i], &ri, &rv);
+    for (size_t j = 0; j < ri.size(); ++j) {
+      scale += std::fabs(static_cast<double>(rv[j]) * dense[ri[j]]);
+    }
+    EXPECT_NEAR(gpu_dots[i], cpu_dots[i], 1e-10 * (1 + scale)) << "row " << i;
   }
-  const std::vector<double> coeffs = {0.5, -2.0, 1e-3, 3.0};
   std::vector<float> cpu = dense;
-  SparseLinearCombination(host_rows.data(), 4, coeffs.data(), cpu.data());
-  ASSERT_EQ(cuda::SparseLinearCombination(dev_rows.data(), 4, coeffs.data(),
+  SparseLinearCombination(host_rows.data(), m, coeffs.data(), cpu.data());
+  ASSERT_EQ(cuda::SparseLinearCombination(ddev_rows.get(), m, dcoeffs.get(), d,
                                           ddense.get(), nullptr),
             0);
-  EXPECT_EQ(ddense.ToHost(), cpu);
+  const std::vector<float> gpu = ddense.ToHost();
+  ASSERT_EQ(gpu.size(), cpu.size());
+  int64_t differ = 0;
+  for (int64_t i = 0; i < d; ++i) {
+    if (std::memcmp(&gpu[i], &cpu[i], 4) != 0 && ++differ <= 5) {
+      ADD_FAILURE() << "dense[" << i << "]: gpu " << gpu[i] << " cpu "
+                    << cpu[i];
+    }
+  }
+  EXPECT_EQ(differ, 0);
+}
+
+TEST_F(KernelsCudaTest, RowOpsMatchCpu) {
+  const int64_t d = 3 * kBlock16Size + 11;
+  std::vector<std::vector<uint32_t>> idx(4);
+  std::vector<std::vector<float>> val(4);
+  for (int i = 0; i < 4; ++i) {
+    for (uint32_t j = i; j < d; j += 13 + i) {
+      // Row 3 skips block 1: its encoding needs a jump marker.
+      if (i == 3 && j / kBlock16Size == 1) continue;
+      idx[i].push_back(j);
+    }
+    val[i] = Inputs(idx[i].size(), 0, 10 + i);
+  }
+  // Rows 0, 2 in format A; rows 1, 3 in format B.
+  ExpectRowOpsMatchCpu(d, idx, val, {false, true, false, true},
+                       {0.5, -2.0, 1e-3, 3.0});
+}
+
+// Many rows (more than one batch of chunk ranges) with overlapping random
+// supports, both formats, empty rows, jump markers right before a block's
+// relative index 0, and a dense length that ends inside a chunk: the one
+// launch over all rows keeps the CPU's bits.
+TEST_F(KernelsCudaTest, ManyRowOpsMatchCpu) {
+  const int64_t d = 4 * kBlock16Size + 8192 + 1234;
+  const int m = 300;
+  std::mt19937 rng(11);
+  std::vector<std::vector<uint32_t>> idx(m);
+  std::vector<std::vector<float>> val(m);
+  std::vector<bool> block16(m);
+  std::vector<double> coeffs(m);
+  std::normal_distribution<double> normal;
+  for (int i = 0; i < m; ++i) {
+    block16[i] = i % 3 != 0;
+    coeffs[i] = normal(rng);
+    if (i % 50 == 7) continue;                // An empty row.
+    const uint32_t density = 1 + rng() % 40;  // per mille
+    for (uint32_t j = 0; j < d; ++j) {
+      const int64_t block = j / kBlock16Size;
+      // Some rows skip blocks 1 and 2, then start block 3 at relative 0.
+      if (i % 7 == 1 && (block == 1 || block == 2)) continue;
+      if ((i % 7 == 1 && j == 3 * kBlock16Size) || rng() % 1000 < density) {
+        idx[i].push_back(j);
+      }
+    }
+    val[i] = Inputs(idx[i].size(), 0, 100 + i);
+  }
+  ExpectRowOpsMatchCpu(d, idx, val, block16, coeffs);
 }
 
 }  // namespace
