@@ -266,6 +266,18 @@ else
 fi
 [ $NODEV -eq 1 ] && note "WARNING: GPU tests saw no CUDA device (the nvcc probe saw one: $HOST_SEES_GPU)"
 
+# compute-sanitizer's race check over the block-shared row kernels (one
+# launch over all rows, a shared-memory tile per block).
+SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+KT=$(ls "$BUNDLE"/bin/compressors_kernels_kernels_cuda_test 2>/dev/null)
+if [ -n "$SAN" ] && [ -n "$KT" ] && [ "$HOST_SEES_GPU" -eq 1 ] && ((DEADLINE - SECONDS > 60)); then
+  timeout -k 10 "$(left 90)" "$SAN" --tool racecheck --error-exitcode 3 \
+    "$KT" --gtest_filter='*RowOps*' >"$OUT/racecheck.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then note "racecheck of the row kernels: PASS"; count pass
+  else note "racecheck of the row kernels: FAIL rc=$rc (racecheck.log)"; count fail; fi
+fi
+
 # --- 4. PyTorch on CUDA tensors ------------------------------------------------
 # The module is compiled here against this machine's Python (the bundle
 # carries every other object of it), then tools/gpu_torch_check.py runs
@@ -323,12 +335,17 @@ if grep -q '^PASS TopK' "$OUT/topk_bench.log" 2>/dev/null && [ -n "$PY" ]; then
   timeout "$(left 90)" "$PY" bench/topk_cuda_vs_torch.py --log "$OUT/topk_bench.log" \
     2>&1 | tee -a "$OUT/bench.log"
 fi
-for bench in engine_nccl_bench sparse_mfac_cuda_bench; do
+# The engine bench twice: on the defaults, and with TERSE_CYCLE_TIME_MS=0
+# (the background thread does not pause between cycles).
+for run in "engine_nccl_bench 1" "engine_nccl_bench 0" "sparse_mfac_cuda_bench 1"; do
+  set -- $run
+  bench=$1
   bin=$(ls "$BUNDLE"/bin/*"$bench" 2>/dev/null | head -1)
   [ -z "$bin" ] && command -v bazel >/dev/null && bin=$(ls bazel-bin/bench/*/"$bench" 2>/dev/null | head -1)
   if [ -n "$bin" ] && ((DEADLINE - SECONDS > 30)); then
-    echo "== $bench" >>"$OUT/bench.log"
-    timeout -k 10 "$(left 120)" mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH \
+    echo "== $bench (TERSE_CYCLE_TIME_MS=$2)" >>"$OUT/bench.log"
+    TERSE_CYCLE_TIME_MS=$2 timeout -k 10 "$(left 120)" mpirun -np 1 \
+      --bind-to none -x LD_LIBRARY_PATH -x TERSE_CYCLE_TIME_MS \
       "$bin" 2>&1 | tee -a "$OUT/bench.log"
   else
     echo "== $bench: not run (no binary or no time left)" | tee -a "$OUT/bench.log"
