@@ -211,7 +211,7 @@ bundle_env() {  # the bundle's libraries, Open MPI and the machine's NCCL
   export PATH=$BUNDLE/ompi/usr/bin:$PATH
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-  export PMIX_MCA_pcompress_base_silence_warning=1
+  export PMIX_MCA_pcompress_base_silence_warning=1 PMIX_MCA_pcompress=^zlib
 }
 
 if [ -z "${GPU_CHECK_NO_BAZEL:-}" ] && command -v bazel >/dev/null; then
