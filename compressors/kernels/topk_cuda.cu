@@ -20,6 +20,19 @@ constexpr int64_t kTile = 8192;
 constexpr int kMaxBins = 2048;
 constexpr int kLevels = 3;
 constexpr int64_t kAllTies = INT64_MAX;
+constexpr uint32_t kFullMask = 0xffffffffu;
+// Histogram grid: enough blocks to fill every SM (kHistBlocksPerSm blocks of
+// kThreads each), but no more than gives each thread kHistMinPerThread
+// float4s: every block zeroes and flushes a full shared histogram, which
+// costs more than its share of the input when blocks are plentiful.
+constexpr int kHistBlocksPerSm = 8;
+constexpr int64_t kHistMinPerThread = 4;
+// The single-block kernels (bin pick, tile scan) run one wide block: they
+// are serial in nature, so the width is what makes them cheap.
+constexpr int kWideThreads = 1024;
+constexpr int kScanItems = 4;  // Consecutive tiles per thread in TileScan.
+// A bin number no histogram has: lanes without an entry to count.
+constexpr uint32_t kNoBin = 0xffffffffu;
 
 struct SelectState {
   uint32_t prefix;  // (key >> shift) == prefix: "equal"; > prefix: taken.
@@ -38,6 +51,43 @@ __host__ __device__ inline int LevelBits(int level) {
 __device__ __forceinline__ uint32_t KeyAt(const float* x, int64_t i) {
   return __float_as_uint(x[i]) & 0x7fffffffu;
 }
+__device__ __forceinline__ uint32_t KeyOf(float v) {
+  return __float_as_uint(v) & 0x7fffffffu;
+}
+
+// Exclusive prefix sum over a block of kBlock threads (a multiple of 32, at
+// most 1024); *total receives the block's sum. Every thread of the block must
+// call it (it holds __syncthreads). `warp_sums` is shared, kBlock / 32 long,
+// and may be reused as soon as this returns (it ends on a barrier).
+template <int kBlock>
+__device__ uint64_t BlockExclusiveScan(uint64_t v, uint64_t* warp_sums,
+                                       uint64_t* total) {
+  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block size");
+  constexpr int kNumWarps = kBlock / 32;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  uint64_t incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t up = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += up;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    // Lane w reads and then overwrites only warp_sums[w].
+    uint64_t w_incl = lane < kNumWarps ? warp_sums[lane] : 0;
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint64_t up = __shfl_up_sync(kFullMask, w_incl, o);
+      if (lane >= o) w_incl += up;
+    }
+    if (lane < kNumWarps) warp_sums[lane] = w_incl;
+  }
+  __syncthreads();
+  const uint64_t before = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
+  *total = warp_sums[kNumWarps - 1];
+  __syncthreads();  // Everyone has read warp_sums: the caller may reuse it.
+  return before;
+}
 
 __global__ void InitStateKernel(SelectState* st, uint32_t prefix, int shift,
                                 int done, int64_t need) {
@@ -47,8 +97,26 @@ __global__ void InitStateKernel(SelectState* st, uint32_t prefix, int shift,
   st->need = need;
 }
 
-__global__ void HistogramKernel(const float* x, int64_t d, int level,
-                                const SelectState* st, uint32_t* hist) {
+// Adds the lanes' entries to a shared histogram, one atomic per distinct bin
+// in the warp: level 0 bins are exponent bits, so real data crowds a few
+// bins and plain per-lane atomics would serialise on them. The whole warp
+// must call it (converged); `hit` says whether this lane has an entry.
+__device__ __forceinline__ void WarpAddToBin(uint32_t* local, bool hit,
+                                             uint32_t bin, int lane) {
+  if (!__any_sync(kFullMask, hit)) return;  // Warp-uniform: common above L0.
+  // Lanes without an entry all carry kNoBin, which no hit lane has.
+  const uint32_t peers = __match_any_sync(kFullMask, hit ? bin : kNoBin);
+  if (hit && lane == __ffs(peers) - 1) atomicAdd(&local[bin], __popc(peers));
+}
+
+// Level `level` histogram of the keys whose higher bits equal st->prefix (all
+// keys at level 0), added into `hist`. Reads x as float4 where it is 16-byte
+// aligned; block 0 counts the (at most 3 + 3) unaligned head and tail
+// entries. The loop bound is block-uniform so warps stay converged for the
+// warp-wide match in WarpAddToBin.
+__global__ void __launch_bounds__(kThreads)
+    HistogramKernel(const float* x, int64_t d, int level, const SelectState* st,
+                    uint32_t* hist) {
   __shared__ uint32_t local[kMaxBins];
   if (st->done) return;  // Uniform across the grid.
   const int bins = 1 << LevelBits(level);
@@ -56,14 +124,39 @@ __global__ void HistogramKernel(const float* x, int64_t d, int level,
   const int high = shift + LevelBits(level);
   const uint32_t mask = static_cast<uint32_t>(bins - 1);
   const uint32_t prefix = st->prefix;
+  const int lane = threadIdx.x & 31;
   for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
   __syncthreads();
+  // Entries before the first 16-byte boundary, whole float4s, the rest.
+  const int64_t misalign =
+      static_cast<int64_t>((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) /
+      4;
+  const int64_t head = misalign < d ? misalign : d;
+  const int64_t n4 = (d - head) / 4;
+  const int64_t rest = head + 4 * n4;
+  const float4* x4 = reinterpret_cast<const float4*>(x + head);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < d; i += stride) {
-    const uint32_t key = KeyAt(x, i);
-    if (level == 0 || (key >> high) == prefix) {
-      atomicAdd(&local[(key >> shift) & mask], 1u);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x; base < n4;
+       base += stride) {
+    const int64_t j = base + threadIdx.x;
+    const bool valid = j < n4;
+    const float4 v = valid ? x4[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const uint32_t keys[4] = {KeyOf(v.x), KeyOf(v.y), KeyOf(v.z), KeyOf(v.w)};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const bool hit = valid && (level == 0 || (keys[c] >> high) == prefix);
+      WarpAddToBin(local, hit, (keys[c] >> shift) & mask, lane);
+    }
+  }
+  if (blockIdx.x == 0) {
+    // Head entries are [0, head), tail entries [rest, d): at most 6 threads.
+    const int64_t t = threadIdx.x;
+    const int64_t i = t < head ? t : rest + (t - head);
+    if (i < d && (t < head || i >= rest)) {
+      const uint32_t key = KeyAt(x, i);
+      if (level == 0 || (key >> high) == prefix) {
+        atomicAdd(&local[(key >> shift) & mask], 1u);
+      }
     }
   }
   __syncthreads();
@@ -72,24 +165,73 @@ __global__ void HistogramKernel(const float* x, int64_t d, int level,
   }
 }
 
-// One thread: choose the bin holding the need-th largest key.
-__global__ void PickKernel(int level, const uint32_t* hist, SelectState* st) {
-  if (st->done) return;
+// One block of kWideThreads: choose the bin holding the need-th largest key,
+// i.e. the highest bin whose count plus the counts above it reaches `need`
+// (bin 0 when none does). Thread t holds bins hi = bins-1-2t and hi-1, so a
+// block scan gives each bin the count above it.
+__global__ void __launch_bounds__(kWideThreads)
+    PickKernel(int level, const uint32_t* hist, SelectState* st) {
+  static_assert(2 * kWideThreads >= kMaxBins, "two bins per thread");
+  __shared__ uint64_t warp_sums[kWideThreads / 32];
+  __shared__ int chosen_bin;
+  __shared__ int64_t chosen_above;
+  if (st->done) return;  // Uniform across the block.
   const int bins = 1 << LevelBits(level);
-  int64_t need = st->need;
-  int64_t above = 0;
-  int chosen = bins - 1;
-  while (chosen > 0 && above + hist[chosen] < need) above += hist[chosen--];
-  need -= above;
-  st->prefix = (st->prefix << LevelBits(level)) | static_cast<uint32_t>(chosen);
-  st->shift = LevelShift(level);
-  st->need = need;
-  if (static_cast<int64_t>(hist[chosen]) == need) st->done = 1;
+  const int64_t need = st->need;  // >= 1 (see below).
+  const int hi = bins - 1 - 2 * static_cast<int>(threadIdx.x);
+  const int lo = hi - 1;
+  const uint64_t count_hi = hi >= 0 ? hist[hi] : 0;
+  const uint64_t count_lo = lo >= 0 ? hist[lo] : 0;
+  uint64_t unused_total;
+  const uint64_t above_hi = BlockExclusiveScan<kWideThreads>(
+      count_hi + count_lo, warp_sums, &unused_total);
+  const uint64_t above_lo = above_hi + count_hi;
+  // Bin b >= 1 is chosen iff above(b) < need <= above(b) + count(b); bin 0
+  // iff above(0) < need (the serial walk stops there). Exactly one bin
+  // passes: above() only grows towards bin 0. Counts total at most d < 2^32,
+  // so the int64 casts are exact.
+  const auto pick = [&](int b, uint64_t above, uint64_t count) {
+    const int64_t a = static_cast<int64_t>(above);
+    if (b >= 0 && a < need &&
+        (b == 0 || a + static_cast<int64_t>(count) >= need)) {
+      chosen_bin = b;
+      chosen_above = a;
+    }
+  };
+  pick(hi, above_hi, count_hi);
+  pick(lo, above_lo, count_lo);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // need - above >= 1: above < need, so the next level's need stays >= 1.
+    const int chosen = chosen_bin;
+    const int64_t left = need - chosen_above;
+    st->prefix =
+        (st->prefix << LevelBits(level)) | static_cast<uint32_t>(chosen);
+    st->shift = LevelShift(level);
+    st->need = left;
+    if (static_cast<int64_t>(hist[chosen]) == left) st->done = 1;
+  }
 }
 
-__global__ void TileCountKernel(const float* x, int64_t d,
-                                const SelectState* st, uint32_t* tile_gt,
-                                uint32_t* tile_eq) {
+// Loads this thread's entries of the tile [begin, end): keys[r] is the key of
+// x[begin + r * kThreads + threadIdx.x], 0 past `end` (callers test the
+// index themselves). Every load is issued before any is used, so each thread
+// keeps kPerThread loads in flight: with one load per round the tile
+// kernels wait on memory latency rather than bandwidth. Block size kThreads.
+constexpr int kPerThread = kTile / kThreads;
+__device__ __forceinline__ void LoadTileKeys(const float* x, int64_t begin,
+                                             int64_t end,
+                                             uint32_t (&keys)[kPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int64_t i = begin + r * kThreads + threadIdx.x;
+    keys[r] = i < end ? KeyAt(x, i) : 0u;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    TileCountKernel(const float* x, int64_t d, const SelectState* st,
+                    uint32_t* tile_gt, uint32_t* tile_eq) {
   __shared__ uint32_t gt_sum, eq_sum;
   if (threadIdx.x == 0) gt_sum = eq_sum = 0;
   __syncthreads();
@@ -97,11 +239,15 @@ __global__ void TileCountKernel(const float* x, int64_t d,
   const uint32_t prefix = st->prefix;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t end = begin + kTile < d ? begin + kTile : d;
+  uint32_t keys[kPerThread];
+  LoadTileKeys(x, begin, end, keys);
   uint32_t gt = 0, eq = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const uint32_t high = KeyAt(x, i) >> shift;
-    gt += high > prefix;
-    eq += high == prefix;
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const bool valid = begin + r * kThreads + threadIdx.x < end;
+    const uint32_t high = keys[r] >> shift;
+    gt += valid && high > prefix;
+    eq += valid && high == prefix;
   }
   atomicAdd(&gt_sum, gt);
   atomicAdd(&eq_sum, eq);
@@ -112,30 +258,76 @@ __global__ void TileCountKernel(const float* x, int64_t d,
   }
 }
 
-// One thread: output offsets and tie budgets per tile, in tile order.
-__global__ void TileScanKernel(int64_t tiles, const SelectState* st,
-                               const uint32_t* tile_gt, const uint32_t* tile_eq,
-                               int64_t* tile_offset, int64_t* tile_ties,
-                               int64_t* total) {
-  int64_t ties_left = st->need;
-  int64_t pos = 0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t eq = tile_eq[t];
-    const int64_t take = eq < ties_left ? eq : ties_left;
-    ties_left -= take;
-    tile_offset[t] = pos;
-    tile_ties[t] = take;
-    pos += tile_gt[t] + take;
+// One block of kWideThreads: output offsets and tie budgets per tile. Ties
+// go to tiles in index order, so tile t takes
+//   ties[t]  = clamp(need - eq_before(t), 0, eq[t]),
+//   offset[t] = gt_before(t) + min(need, eq_before(t)),
+// with *_before(t) the sums over tiles < t: one exclusive scan of (gt, eq),
+// over chunks of kWideThreads * kScanItems tiles with a running carry. Both
+// counts ride in one uint64 (gt high, eq low): each sums to at most d < 2^32,
+// so the low half never carries into the high one.
+__global__ void __launch_bounds__(kWideThreads)
+    TileScanKernel(int64_t tiles, const SelectState* st,
+                   const uint32_t* tile_gt, const uint32_t* tile_eq,
+                   int64_t* tile_offset, int64_t* tile_ties, int64_t* total) {
+  __shared__ uint64_t warp_sums[kWideThreads / 32];
+  constexpr uint64_t kLow = 0xffffffffull;
+  const int64_t need = st->need;  // >= 0; kAllTies for a threshold.
+  uint64_t carry = 0;             // (gt, eq) sums over the earlier chunks.
+  for (int64_t chunk = 0; chunk < tiles;
+       chunk += static_cast<int64_t>(kWideThreads) * kScanItems) {
+    const int64_t first =
+        chunk + static_cast<int64_t>(threadIdx.x) * kScanItems;
+    uint64_t packed[kScanItems];
+    uint64_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      const int64_t t = first + j;
+      packed[j] = t < tiles
+                      ? (static_cast<uint64_t>(tile_gt[t]) << 32) | tile_eq[t]
+                      : 0;
+      mine += packed[j];
+    }
+    uint64_t chunk_sum;
+    uint64_t before =
+        carry + BlockExclusiveScan<kWideThreads>(mine, warp_sums, &chunk_sum);
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      const int64_t t = first + j;
+      if (t < tiles) {
+        const int64_t gt_before = static_cast<int64_t>(before >> 32);
+        const int64_t eq_before = static_cast<int64_t>(before & kLow);
+        const int64_t eq = static_cast<int64_t>(packed[j] & kLow);
+        const int64_t left = need - eq_before;  // No overflow: eq_before >= 0.
+        tile_offset[t] = gt_before + (need < eq_before ? need : eq_before);
+        tile_ties[t] = left <= 0 ? 0 : (left < eq ? left : eq);
+      }
+      before += packed[j];
+    }
+    carry += chunk_sum;
   }
-  *total = pos;
+  if (threadIdx.x == 0) {
+    const int64_t eq_all = static_cast<int64_t>(carry & kLow);
+    *total =
+        static_cast<int64_t>(carry >> 32) + (need < eq_all ? need : eq_all);
+  }
 }
 
-__global__ void TileWriteKernel(const float* x, int64_t d,
-                                const SelectState* st,
-                                const int64_t* tile_offset,
-                                const int64_t* tile_ties, uint32_t* out) {
-  __shared__ uint32_t warp_eq[kWarps];
-  __shared__ uint32_t warp_sel[kWarps];
+// Writes tile blockIdx.x's selection in index order from tile_offset: every
+// "greater" entry and the first tile_ties "equal" ones. An entry's output
+// position is the tile offset plus the selected entries before it in the
+// tile, which is gt_before + min(ties, eq_before) (the ties go to the first
+// equal entries); so one count of both kinds per round suffices.
+__global__ void __launch_bounds__(kThreads)
+    TileWriteKernel(const float* x, int64_t d, const SelectState* st,
+                    const int64_t* tile_offset, const int64_t* tile_ties,
+                    uint32_t* out) {
+  // Per warp and round: (greater count << 16) | equal count; a block total
+  // is at most kThreads < 2^16 of each. Two buffers, alternating by round:
+  // round r + 2 rewrites a buffer only after every thread has passed round
+  // r + 1's barrier, so after it read round r's counts.
+  static_assert(kThreads < (1 << 16), "counts packed in 16 bits");
+  __shared__ uint32_t warp_counts[2][kWarps];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const uint32_t lanes_below = (1u << lane) - 1u;
@@ -143,38 +335,44 @@ __global__ void TileWriteKernel(const float* x, int64_t d,
   const uint32_t prefix = st->prefix;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t end = begin + kTile < d ? begin + kTile : d;
-  int64_t out_pos = tile_offset[blockIdx.x];
+  uint32_t* tile_out = out + tile_offset[blockIdx.x];
   const int64_t budget = tile_ties[blockIdx.x];
-  int64_t eq_seen = 0;
-  for (int64_t base = begin; base < end; base += blockDim.x) {
+  int64_t gt_seen = 0, eq_seen = 0;  // In the tile's earlier rounds.
+  uint32_t keys[kPerThread];
+  LoadTileKeys(x, begin, end, keys);
+  // Unrolled so that keys[] stays in registers; `base` is block-uniform, so
+  // the early exit keeps the block together for the barrier below.
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int64_t base = begin + r * kThreads;
+    if (base >= end) break;
     const int64_t i = base + threadIdx.x;
     const bool valid = i < end;
-    const uint32_t high = valid ? (KeyAt(x, i) >> shift) : 0u;
+    const uint32_t high = keys[r] >> shift;
     const bool gt = valid && high > prefix;
     const bool eq = valid && high == prefix;
-    const uint32_t eq_mask = __ballot_sync(0xffffffffu, eq);
-    if (lane == 0) warp_eq[warp] = __popc(eq_mask);
+    const uint32_t gt_mask = __ballot_sync(kFullMask, gt);
+    const uint32_t eq_mask = __ballot_sync(kFullMask, eq);
+    uint32_t* counts = warp_counts[r & 1];
+    if (lane == 0) counts[warp] = (__popc(gt_mask) << 16) | __popc(eq_mask);
     __syncthreads();
-    int64_t eq_before = eq_seen + __popc(eq_mask & lanes_below);
-    int64_t eq_total = 0;
+    uint32_t warps_before = 0, round_total = 0;
+#pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      if (w < warp) eq_before += warp_eq[w];
-      eq_total += warp_eq[w];
+      const uint32_t c = counts[w];
+      if (w < warp) warps_before += c;
+      round_total += c;
     }
-    const bool sel = gt || (eq && eq_before < budget);
-    const uint32_t sel_mask = __ballot_sync(0xffffffffu, sel);
-    if (lane == 0) warp_sel[warp] = __popc(sel_mask);
-    __syncthreads();
-    int64_t sel_before = __popc(sel_mask & lanes_below);
-    int64_t sel_total = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      if (w < warp) sel_before += warp_sel[w];
-      sel_total += warp_sel[w];
+    const int64_t gt_before =
+        gt_seen + (warps_before >> 16) + __popc(gt_mask & lanes_below);
+    const int64_t eq_before =
+        eq_seen + (warps_before & 0xffffu) + __popc(eq_mask & lanes_below);
+    if (gt || (eq && eq_before < budget)) {
+      tile_out[gt_before + (budget < eq_before ? budget : eq_before)] =
+          static_cast<uint32_t>(i);
     }
-    if (sel) out[out_pos + sel_before] = static_cast<uint32_t>(i);
-    __syncthreads();  // warp_* are rewritten by the next round.
-    eq_seen += eq_total;
-    out_pos += sel_total;
+    gt_seen += round_total >> 16;
+    eq_seen += round_total & 0xffffu;
   }
 }
 
@@ -189,6 +387,22 @@ __global__ void IotaKernel(int64_t d, uint32_t* out) {
 int GridFor(int64_t n) {
   int64_t blocks = (n + kThreads - 1) / kThreads;
   if (blocks > 4096) blocks = 4096;
+  return blocks < 1 ? 1 : static_cast<int>(blocks);
+}
+
+// Blocks for HistogramKernel over d entries (see kHistBlocksPerSm).
+int HistogramGrid(int64_t d) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess ||
+      sms < 1) {
+    sms = 132;  // The launch reports a broken device; any grid works.
+  }
+  const int64_t per_block = kThreads * 4 * kHistMinPerThread;
+  int64_t blocks = (d + per_block - 1) / per_block;
+  const int64_t most = static_cast<int64_t>(sms) * kHistBlocksPerSm;
+  if (blocks > most) blocks = most;
   return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
 
@@ -236,8 +450,9 @@ cudaError_t CountAndScan(const float* x, int64_t d, int64_t tiles,
                          const Workspace& ws, cudaStream_t s) {
   TileCountKernel<<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(
       x, d, ws.state, ws.tile_gt, ws.tile_eq);
-  TileScanKernel<<<1, 1, 0, s>>>(tiles, ws.state, ws.tile_gt, ws.tile_eq,
-                                 ws.tile_offset, ws.tile_ties, ws.total);
+  TileScanKernel<<<1, kWideThreads, 0, s>>>(tiles, ws.state, ws.tile_gt,
+                                            ws.tile_eq, ws.tile_offset,
+                                            ws.tile_ties, ws.total);
   return cudaGetLastError();
 }
 
@@ -281,11 +496,11 @@ int TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
   cudaError_t err = AllocWorkspace(tiles, s, &ws);
   if (err != cudaSuccess) return static_cast<int>(err);
   InitStateKernel<<<1, 1, 0, s>>>(ws.state, 0u, 20, 0, k);
+  const int hist_grid = HistogramGrid(d);
   for (int level = 0; level < kLevels; ++level) {
     uint32_t* hist = ws.hist + level * kMaxBins;
-    HistogramKernel<<<GridFor(d), kThreads, 0, s>>>(x, d, level, ws.state,
-                                                    hist);
-    PickKernel<<<1, 1, 0, s>>>(level, hist, ws.state);
+    HistogramKernel<<<hist_grid, kThreads, 0, s>>>(x, d, level, ws.state, hist);
+    PickKernel<<<1, kWideThreads, 0, s>>>(level, hist, ws.state);
   }
   err = CountAndScan(x, d, tiles, ws, s);
   if (err == cudaSuccess) {
