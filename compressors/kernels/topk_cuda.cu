@@ -3,6 +3,11 @@
 // the device, then a tiled collection pass that keeps index order: per-tile
 // counts, a scan that hands the tie budget to tiles in index order, and a
 // per-tile ordered write (warp ballots + a block scan).
+//
+// Five kernels a call, each a pass over x (fewer when a level settles the
+// selection): the steps between passes (bin pick, tile scan) are small and
+// serial in nature, so the last block of the pass before runs them, block
+// wide, instead of a launch of their own (LastBlockDone).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -27,10 +32,9 @@ constexpr uint32_t kFullMask = 0xffffffffu;
 // costs more than its share of the input when blocks are plentiful.
 constexpr int kHistBlocksPerSm = 8;
 constexpr int64_t kHistMinPerThread = 4;
-// The single-block kernels (bin pick, tile scan) run one wide block: they
-// are serial in nature, so the width is what makes them cheap.
-constexpr int kWideThreads = 1024;
-constexpr int kScanItems = 4;  // Consecutive tiles per thread in TileScan.
+// The last block of TileCountKernel scans the tiles, kScanItems consecutive
+// tiles per thread and round.
+constexpr int kScanItems = 8;
 // A bin number no histogram has: lanes without an entry to count.
 constexpr uint32_t kNoBin = 0xffffffffu;
 
@@ -109,14 +113,81 @@ __device__ __forceinline__ void WarpAddToBin(uint32_t* local, bool hit,
   if (hit && lane == __ffs(peers) - 1) atomicAdd(&local[bin], __popc(peers));
 }
 
+// Called by every thread of a block, after its last global write or atomic
+// of the kernel: true in exactly one block, the last of the grid to arrive,
+// which then sees every block's writes (read them through L2: __ldcg). This
+// folds the serial step after a pass (bin pick, tile scan) into the pass's
+// kernel instead of a kernel launch of its own. `ticket` starts at 0.
+__device__ bool LastBlockDone(uint32_t* ticket) {
+  __shared__ bool is_last;
+  __threadfence();  // This thread's writes before the ticket, device-wide.
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  __threadfence();  // Reads after the ticket.
+  return is_last;
+}
+
+// Called by every thread of a kThreads block: chooses the bin holding the
+// need-th largest key, i.e. the highest bin whose count plus the counts above
+// it reaches `need` (bin 0 when none does, as the serial walk from the top
+// stops there), and narrows *st to it. Thread t holds the kBinsPerThread
+// bins from bins-1 - t*kBinsPerThread downwards, so a block scan gives each
+// bin the count above it. `hist` is read through L2 (other blocks' atomics).
+constexpr int kBinsPerThread = kMaxBins / kThreads;
+__device__ void PickBin(int level, int64_t need, const uint32_t* hist,
+                        SelectState* st) {
+  __shared__ uint64_t warp_sums[kWarps];
+  __shared__ int chosen_bin;
+  __shared__ int64_t chosen_above;
+  const int bins = 1 << LevelBits(level);
+  const int top = bins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
+  uint64_t counts[kBinsPerThread];
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    counts[j] = top - j >= 0 ? __ldcg(&hist[top - j]) : 0;
+    mine += counts[j];
+  }
+  uint64_t unused_total;
+  uint64_t above = BlockExclusiveScan<kThreads>(mine, warp_sums, &unused_total);
+  // Bin b >= 1 is chosen iff above(b) < need <= above(b) + count(b); bin 0
+  // iff above(0) < need. Exactly one bin passes, as above() only grows
+  // towards bin 0 and need >= 1. Counts total at most d < 2^32, so the
+  // int64 casts are exact.
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    const int b = top - j;
+    const int64_t a = static_cast<int64_t>(above);
+    if (b >= 0 && a < need &&
+        (b == 0 || a + static_cast<int64_t>(counts[j]) >= need)) {
+      chosen_bin = b;
+      chosen_above = a;
+    }
+    above += counts[j];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    // need - above >= 1 (above < need): the next level's need stays >= 1.
+    const int chosen = chosen_bin;
+    const int64_t left = need - chosen_above;
+    st->prefix =
+        (st->prefix << LevelBits(level)) | static_cast<uint32_t>(chosen);
+    st->shift = LevelShift(level);
+    st->need = left;
+    if (static_cast<int64_t>(__ldcg(&hist[chosen])) == left) st->done = 1;
+  }
+}
+
 // Level `level` histogram of the keys whose higher bits equal st->prefix (all
 // keys at level 0), added into `hist`. Reads x as float4 where it is 16-byte
 // aligned; block 0 counts the (at most 3 + 3) unaligned head and tail
 // entries. The loop bound is block-uniform so warps stay converged for the
-// warp-wide match in WarpAddToBin.
+// warp-wide match in WarpAddToBin. The grid's last block then picks the bin
+// (PickBin); `k` is the need at level 0, where *st is still all zero.
 __global__ void __launch_bounds__(kThreads)
-    HistogramKernel(const float* x, int64_t d, int level, const SelectState* st,
-                    uint32_t* hist) {
+    HistogramKernel(const float* x, int64_t d, int level, int64_t k,
+                    SelectState* st, uint32_t* hist, uint32_t* ticket) {
   __shared__ uint32_t local[kMaxBins];
   if (st->done) return;  // Uniform across the grid.
   const int bins = 1 << LevelBits(level);
@@ -163,54 +234,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     if (local[b] != 0) atomicAdd(&hist[b], local[b]);
   }
-}
-
-// One block of kWideThreads: choose the bin holding the need-th largest key,
-// i.e. the highest bin whose count plus the counts above it reaches `need`
-// (bin 0 when none does). Thread t holds bins hi = bins-1-2t and hi-1, so a
-// block scan gives each bin the count above it.
-__global__ void __launch_bounds__(kWideThreads)
-    PickKernel(int level, const uint32_t* hist, SelectState* st) {
-  static_assert(2 * kWideThreads >= kMaxBins, "two bins per thread");
-  __shared__ uint64_t warp_sums[kWideThreads / 32];
-  __shared__ int chosen_bin;
-  __shared__ int64_t chosen_above;
-  if (st->done) return;  // Uniform across the block.
-  const int bins = 1 << LevelBits(level);
-  const int64_t need = st->need;  // >= 1 (see below).
-  const int hi = bins - 1 - 2 * static_cast<int>(threadIdx.x);
-  const int lo = hi - 1;
-  const uint64_t count_hi = hi >= 0 ? hist[hi] : 0;
-  const uint64_t count_lo = lo >= 0 ? hist[lo] : 0;
-  uint64_t unused_total;
-  const uint64_t above_hi = BlockExclusiveScan<kWideThreads>(
-      count_hi + count_lo, warp_sums, &unused_total);
-  const uint64_t above_lo = above_hi + count_hi;
-  // Bin b >= 1 is chosen iff above(b) < need <= above(b) + count(b); bin 0
-  // iff above(0) < need (the serial walk stops there). Exactly one bin
-  // passes: above() only grows towards bin 0. Counts total at most d < 2^32,
-  // so the int64 casts are exact.
-  const auto pick = [&](int b, uint64_t above, uint64_t count) {
-    const int64_t a = static_cast<int64_t>(above);
-    if (b >= 0 && a < need &&
-        (b == 0 || a + static_cast<int64_t>(count) >= need)) {
-      chosen_bin = b;
-      chosen_above = a;
-    }
-  };
-  pick(hi, above_hi, count_hi);
-  pick(lo, above_lo, count_lo);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // need - above >= 1: above < need, so the next level's need stays >= 1.
-    const int chosen = chosen_bin;
-    const int64_t left = need - chosen_above;
-    st->prefix =
-        (st->prefix << LevelBits(level)) | static_cast<uint32_t>(chosen);
-    st->shift = LevelShift(level);
-    st->need = left;
-    if (static_cast<int64_t>(hist[chosen]) == left) st->done = 1;
-  }
+  // Every block read st (done, prefix) at its start, before its ticket: the
+  // last block may rewrite it.
+  if (LastBlockDone(ticket))
+    PickBin(level, level == 0 ? k : st->need, hist, st);
 }
 
 // Loads this thread's entries of the tile [begin, end): keys[r] is the key of
@@ -229,9 +256,69 @@ __device__ __forceinline__ void LoadTileKeys(const float* x, int64_t begin,
   }
 }
 
+// Called by every thread of a kThreads block: output offsets and tie budgets
+// per tile, and their total into *total. Ties go to tiles in index order, so
+// tile t takes
+//   ties[t]   = clamp(need - eq_before(t), 0, eq[t]),
+//   offset[t] = gt_before(t) + min(need, eq_before(t)),
+// with *_before(t) the sums over tiles < t: one exclusive scan of (gt, eq),
+// over chunks of kThreads * kScanItems tiles with a running carry. Both
+// counts ride in one uint64 (gt high, eq low): each sums to at most d < 2^32,
+// so the low half never carries into the high one. tile_gt and tile_eq are
+// read through L2 (other blocks wrote them).
+__device__ void ScanTiles(int64_t tiles, int64_t need, const uint32_t* tile_gt,
+                          const uint32_t* tile_eq, int64_t* tile_offset,
+                          int64_t* tile_ties, int64_t* total) {
+  __shared__ uint64_t warp_sums[kWarps];
+  constexpr uint64_t kLow = 0xffffffffull;
+  uint64_t carry = 0;  // (gt, eq) sums over the earlier chunks.
+  for (int64_t chunk = 0; chunk < tiles;
+       chunk += static_cast<int64_t>(kThreads) * kScanItems) {
+    const int64_t first =
+        chunk + static_cast<int64_t>(threadIdx.x) * kScanItems;
+    uint64_t packed[kScanItems];
+    uint64_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      const int64_t t = first + j;
+      packed[j] = t < tiles
+                      ? (static_cast<uint64_t>(__ldcg(&tile_gt[t])) << 32) |
+                            __ldcg(&tile_eq[t])
+                      : 0;
+      mine += packed[j];
+    }
+    uint64_t chunk_sum;
+    uint64_t before =
+        carry + BlockExclusiveScan<kThreads>(mine, warp_sums, &chunk_sum);
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      const int64_t t = first + j;
+      if (t < tiles) {
+        const int64_t gt_before = static_cast<int64_t>(before >> 32);
+        const int64_t eq_before = static_cast<int64_t>(before & kLow);
+        const int64_t eq = static_cast<int64_t>(packed[j] & kLow);
+        const int64_t left = need - eq_before;  // No overflow: eq_before >= 0.
+        tile_offset[t] = gt_before + (need < eq_before ? need : eq_before);
+        tile_ties[t] = left <= 0 ? 0 : (left < eq ? left : eq);
+      }
+      before += packed[j];
+    }
+    carry += chunk_sum;
+  }
+  if (threadIdx.x == 0) {
+    const int64_t eq_all = static_cast<int64_t>(carry & kLow);
+    *total =
+        static_cast<int64_t>(carry >> 32) + (need < eq_all ? need : eq_all);
+  }
+}
+
+// Counts tile blockIdx.x's "greater" and "equal" entries; the grid's last
+// block then scans the counts (ScanTiles). One block per tile.
 __global__ void __launch_bounds__(kThreads)
-    TileCountKernel(const float* x, int64_t d, const SelectState* st,
-                    uint32_t* tile_gt, uint32_t* tile_eq) {
+    TileCountKernel(const float* x, int64_t d, int64_t tiles,
+                    const SelectState* st, uint32_t* tile_gt, uint32_t* tile_eq,
+                    int64_t* tile_offset, int64_t* tile_ties, int64_t* total,
+                    uint32_t* ticket) {
   __shared__ uint32_t gt_sum, eq_sum;
   if (threadIdx.x == 0) gt_sum = eq_sum = 0;
   __syncthreads();
@@ -256,60 +343,9 @@ __global__ void __launch_bounds__(kThreads)
     tile_gt[blockIdx.x] = gt_sum;
     tile_eq[blockIdx.x] = eq_sum;
   }
-}
-
-// One block of kWideThreads: output offsets and tie budgets per tile. Ties
-// go to tiles in index order, so tile t takes
-//   ties[t]  = clamp(need - eq_before(t), 0, eq[t]),
-//   offset[t] = gt_before(t) + min(need, eq_before(t)),
-// with *_before(t) the sums over tiles < t: one exclusive scan of (gt, eq),
-// over chunks of kWideThreads * kScanItems tiles with a running carry. Both
-// counts ride in one uint64 (gt high, eq low): each sums to at most d < 2^32,
-// so the low half never carries into the high one.
-__global__ void __launch_bounds__(kWideThreads)
-    TileScanKernel(int64_t tiles, const SelectState* st,
-                   const uint32_t* tile_gt, const uint32_t* tile_eq,
-                   int64_t* tile_offset, int64_t* tile_ties, int64_t* total) {
-  __shared__ uint64_t warp_sums[kWideThreads / 32];
-  constexpr uint64_t kLow = 0xffffffffull;
-  const int64_t need = st->need;  // >= 0; kAllTies for a threshold.
-  uint64_t carry = 0;             // (gt, eq) sums over the earlier chunks.
-  for (int64_t chunk = 0; chunk < tiles;
-       chunk += static_cast<int64_t>(kWideThreads) * kScanItems) {
-    const int64_t first =
-        chunk + static_cast<int64_t>(threadIdx.x) * kScanItems;
-    uint64_t packed[kScanItems];
-    uint64_t mine = 0;
-#pragma unroll
-    for (int j = 0; j < kScanItems; ++j) {
-      const int64_t t = first + j;
-      packed[j] = t < tiles
-                      ? (static_cast<uint64_t>(tile_gt[t]) << 32) | tile_eq[t]
-                      : 0;
-      mine += packed[j];
-    }
-    uint64_t chunk_sum;
-    uint64_t before =
-        carry + BlockExclusiveScan<kWideThreads>(mine, warp_sums, &chunk_sum);
-#pragma unroll
-    for (int j = 0; j < kScanItems; ++j) {
-      const int64_t t = first + j;
-      if (t < tiles) {
-        const int64_t gt_before = static_cast<int64_t>(before >> 32);
-        const int64_t eq_before = static_cast<int64_t>(before & kLow);
-        const int64_t eq = static_cast<int64_t>(packed[j] & kLow);
-        const int64_t left = need - eq_before;  // No overflow: eq_before >= 0.
-        tile_offset[t] = gt_before + (need < eq_before ? need : eq_before);
-        tile_ties[t] = left <= 0 ? 0 : (left < eq ? left : eq);
-      }
-      before += packed[j];
-    }
-    carry += chunk_sum;
-  }
-  if (threadIdx.x == 0) {
-    const int64_t eq_all = static_cast<int64_t>(carry & kLow);
-    *total =
-        static_cast<int64_t>(carry >> 32) + (need < eq_all ? need : eq_all);
+  if (LastBlockDone(ticket)) {
+    // need >= 0; kAllTies for a threshold.
+    ScanTiles(tiles, st->need, tile_gt, tile_eq, tile_offset, tile_ties, total);
   }
 }
 
@@ -406,38 +442,47 @@ int HistogramGrid(int64_t d) {
   return blocks < 1 ? 1 : static_cast<int>(blocks);
 }
 
-// Scratch for one selection, carved out of one allocation.
+// Scratch for one selection, carved out of one allocation. The header (state,
+// total, tickets) and the histograms start zeroed: TopK's level 0 expects an
+// all-zero state, and every ticket starts at 0.
 struct Workspace {
   void* base = nullptr;
   SelectState* state = nullptr;
-  uint32_t* hist = nullptr;  // kLevels * kMaxBins
-  uint32_t* tile_gt = nullptr;
-  uint32_t* tile_eq = nullptr;
+  int64_t* total = nullptr;
+  uint32_t* tickets = nullptr;  // kLevels histograms, then TileCountKernel.
+  uint32_t* hist = nullptr;     // kLevels * kMaxBins
   int64_t* tile_offset = nullptr;
   int64_t* tile_ties = nullptr;
-  int64_t* total = nullptr;
+  uint32_t* tile_gt = nullptr;
+  uint32_t* tile_eq = nullptr;
 };
 
+constexpr size_t kHeaderBytes = 64;
+static_assert(sizeof(SelectState) <= 32, "state fits before total");
+static_assert(40 + sizeof(uint32_t) * (kLevels + 1) <= kHeaderBytes,
+              "tickets fit in the header");
+
 cudaError_t AllocWorkspace(int64_t tiles, cudaStream_t s, Workspace* ws) {
-  const size_t bytes = 64 + sizeof(uint32_t) * kLevels * kMaxBins +
-                       (2 * sizeof(uint32_t) + 2 * sizeof(int64_t)) * tiles +
-                       64;
+  const size_t zeroed = kHeaderBytes + sizeof(uint32_t) * kLevels * kMaxBins;
+  const size_t bytes =
+      zeroed + (2 * sizeof(int64_t) + 2 * sizeof(uint32_t)) * tiles;
   cudaError_t err = cudaMallocAsync(&ws->base, bytes, s);
   if (err != cudaSuccess) return err;
   char* p = static_cast<char*>(ws->base);
   ws->state = reinterpret_cast<SelectState*>(p);
   ws->total = reinterpret_cast<int64_t*>(p + 32);
-  p += 64;
+  ws->tickets = reinterpret_cast<uint32_t*>(p + 40);
+  p += kHeaderBytes;
+  ws->hist = reinterpret_cast<uint32_t*>(p);  // A multiple of 8 bytes long.
+  p += sizeof(uint32_t) * kLevels * kMaxBins;
   ws->tile_offset = reinterpret_cast<int64_t*>(p);
   p += sizeof(int64_t) * tiles;
   ws->tile_ties = reinterpret_cast<int64_t*>(p);
   p += sizeof(int64_t) * tiles;
-  ws->hist = reinterpret_cast<uint32_t*>(p);
-  p += sizeof(uint32_t) * kLevels * kMaxBins;
   ws->tile_gt = reinterpret_cast<uint32_t*>(p);
   p += sizeof(uint32_t) * tiles;
   ws->tile_eq = reinterpret_cast<uint32_t*>(p);
-  err = cudaMemsetAsync(ws->hist, 0, sizeof(uint32_t) * kLevels * kMaxBins, s);
+  err = cudaMemsetAsync(ws->base, 0, zeroed, s);
   if (err != cudaSuccess) {
     cudaFreeAsync(ws->base, s);
     ws->base = nullptr;
@@ -449,10 +494,8 @@ cudaError_t AllocWorkspace(int64_t tiles, cudaStream_t s, Workspace* ws) {
 cudaError_t CountAndScan(const float* x, int64_t d, int64_t tiles,
                          const Workspace& ws, cudaStream_t s) {
   TileCountKernel<<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(
-      x, d, ws.state, ws.tile_gt, ws.tile_eq);
-  TileScanKernel<<<1, kWideThreads, 0, s>>>(tiles, ws.state, ws.tile_gt,
-                                            ws.tile_eq, ws.tile_offset,
-                                            ws.tile_ties, ws.total);
+      x, d, tiles, ws.state, ws.tile_gt, ws.tile_eq, ws.tile_offset,
+      ws.tile_ties, ws.total, ws.tickets + kLevels);
   return cudaGetLastError();
 }
 
@@ -495,12 +538,12 @@ int TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
   Workspace ws;
   cudaError_t err = AllocWorkspace(tiles, s, &ws);
   if (err != cudaSuccess) return static_cast<int>(err);
-  InitStateKernel<<<1, 1, 0, s>>>(ws.state, 0u, 20, 0, k);
+  // The state starts zeroed (not done, prefix 0); level 0 takes need = k.
   const int hist_grid = HistogramGrid(d);
   for (int level = 0; level < kLevels; ++level) {
-    uint32_t* hist = ws.hist + level * kMaxBins;
-    HistogramKernel<<<hist_grid, kThreads, 0, s>>>(x, d, level, ws.state, hist);
-    PickKernel<<<1, kWideThreads, 0, s>>>(level, hist, ws.state);
+    HistogramKernel<<<hist_grid, kThreads, 0, s>>>(x, d, level, k, ws.state,
+                                                   ws.hist + level * kMaxBins,
+                                                   ws.tickets + level);
   }
   err = CountAndScan(x, d, tiles, ws, s);
   if (err == cudaSuccess) {
