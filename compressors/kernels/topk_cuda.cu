@@ -4,10 +4,14 @@
 // counts, a scan that hands the tie budget to tiles in index order, and a
 // per-tile ordered write (warp ballots + a block scan).
 //
-// Five kernels a call, each a pass over x (fewer when a level settles the
-// selection): the steps between passes (bin pick, tile scan) are small and
-// serial in nature, so the last block of the pass before runs them, block
-// wide, instead of a launch of their own (LastBlockDone).
+// Six kernels a call: histogram level 0, candidate compaction, levels 1
+// and 2, tile count, tile write. Each reads x once, except that levels 1 and
+// 2 read the compacted candidates instead when level 0's bin is small
+// (kCandidateDivisor), and kernels after a level that settles the selection
+// return at once: 4 passes over x in the common case, 5 at most. The steps
+// between passes (bin pick, tile scan) are small and serial in nature, so
+// the last block of the pass before runs them, block wide, instead of a
+// launch of their own (LastBlockDone).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -35,14 +39,20 @@ constexpr int64_t kHistMinPerThread = 4;
 // The last block of TileCountKernel scans the tiles, kScanItems consecutive
 // tiles per thread and round.
 constexpr int kScanItems = 8;
+// Levels 1 and 2 only count the keys in level 0's chosen bin. When that bin
+// holds at most d / kCandidateDivisor entries, one pass copies their keys
+// (4 bytes each) out of x and levels 1 and 2 read those instead of x: a
+// pass over x in place of two. (topk.cc has the same cut-off.)
+constexpr int64_t kCandidateDivisor = 8;
 // A bin number no histogram has: lanes without an entry to count.
 constexpr uint32_t kNoBin = 0xffffffffu;
 
 struct SelectState {
   uint32_t prefix;  // (key >> shift) == prefix: "equal"; > prefix: taken.
   int32_t shift;
-  int32_t done;  // 1: no further histogram level is needed.
-  int64_t need;  // How many of the equal entries to take.
+  int32_t done;       // 1: no further histogram level is needed.
+  int32_t compacted;  // 1: levels 1 and 2 read the candidate keys, not x.
+  int64_t need;       // How many of the equal entries to take.
 };
 
 __host__ __device__ inline int LevelShift(int level) {
@@ -118,7 +128,7 @@ __device__ __forceinline__ void WarpAddToBin(uint32_t* local, bool hit,
 // which then sees every block's writes (read them through L2: __ldcg). This
 // folds the serial step after a pass (bin pick, tile scan) into the pass's
 // kernel instead of a kernel launch of its own. `ticket` starts at 0.
-__device__ bool LastBlockDone(uint32_t* ticket) {
+__device__ __forceinline__ bool LastBlockDone(uint32_t* ticket) {
   __shared__ bool is_last;
   __threadfence();  // This thread's writes before the ticket, device-wide.
   __syncthreads();
@@ -135,8 +145,8 @@ __device__ bool LastBlockDone(uint32_t* ticket) {
 // bins from bins-1 - t*kBinsPerThread downwards, so a block scan gives each
 // bin the count above it. `hist` is read through L2 (other blocks' atomics).
 constexpr int kBinsPerThread = kMaxBins / kThreads;
-__device__ void PickBin(int level, int64_t need, const uint32_t* hist,
-                        SelectState* st) {
+__device__ __forceinline__ void PickBin(int level, int64_t need,
+                                        const uint32_t* hist, SelectState* st) {
   __shared__ uint64_t warp_sums[kWarps];
   __shared__ int chosen_bin;
   __shared__ int64_t chosen_above;
@@ -179,25 +189,15 @@ __device__ void PickBin(int level, int64_t need, const uint32_t* hist,
   }
 }
 
-// Level `level` histogram of the keys whose higher bits equal st->prefix (all
-// keys at level 0), added into `hist`. Reads x as float4 where it is 16-byte
-// aligned; block 0 counts the (at most 3 + 3) unaligned head and tail
-// entries. The loop bound is block-uniform so warps stay converged for the
-// warp-wide match in WarpAddToBin. The grid's last block then picks the bin
-// (PickBin); `k` is the need at level 0, where *st is still all zero.
-__global__ void __launch_bounds__(kThreads)
-    HistogramKernel(const float* x, int64_t d, int level, int64_t k,
-                    SelectState* st, uint32_t* hist, uint32_t* ticket) {
-  __shared__ uint32_t local[kMaxBins];
-  if (st->done) return;  // Uniform across the grid.
-  const int bins = 1 << LevelBits(level);
-  const int shift = LevelShift(level);
-  const int high = shift + LevelBits(level);
-  const uint32_t mask = static_cast<uint32_t>(bins - 1);
-  const uint32_t prefix = st->prefix;
-  const int lane = threadIdx.x & 31;
-  for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
-  __syncthreads();
+// Calls f(key, valid) for every entry of x, by the whole grid, in rounds
+// with a block-uniform bound, so that warps stay converged for warp-wide
+// intrinsics in f (invalid lanes pass valid = false). Reads x as float4
+// where it is 16-byte aligned; the (at most 3 + 3) unaligned head and tail
+// entries go to block 0's first threads through fh(key), which may not use
+// warp-wide intrinsics.
+template <typename F, typename FH>
+__device__ __forceinline__ void ForEachKey(const float* x, int64_t d, F f,
+                                           FH fh) {
   // Entries before the first 16-byte boundary, whole float4s, the rest.
   const int64_t misalign =
       static_cast<int64_t>((16 - (reinterpret_cast<uintptr_t>(x) & 15)) & 15) /
@@ -212,32 +212,107 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j = base + threadIdx.x;
     const bool valid = j < n4;
     const float4 v = valid ? x4[j] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const uint32_t keys[4] = {KeyOf(v.x), KeyOf(v.y), KeyOf(v.z), KeyOf(v.w)};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const bool hit = valid && (level == 0 || (keys[c] >> high) == prefix);
-      WarpAddToBin(local, hit, (keys[c] >> shift) & mask, lane);
-    }
+    f(KeyOf(v.x), valid);
+    f(KeyOf(v.y), valid);
+    f(KeyOf(v.z), valid);
+    f(KeyOf(v.w), valid);
   }
   if (blockIdx.x == 0) {
     // Head entries are [0, head), tail entries [rest, d): at most 6 threads.
     const int64_t t = threadIdx.x;
     const int64_t i = t < head ? t : rest + (t - head);
-    if (i < d && (t < head || i >= rest)) {
-      const uint32_t key = KeyAt(x, i);
-      if (level == 0 || (key >> high) == prefix) {
-        atomicAdd(&local[(key >> shift) & mask], 1u);
-      }
+    if (i < d && (t < head || i >= rest)) fh(KeyAt(x, i));
+  }
+}
+
+// Level `level` histogram of the keys whose higher bits equal st->prefix (all
+// keys at level 0), added into `hist`; the grid's last block then picks the
+// bin (PickBin). `k` is the need at level 0, where *st is still all zero.
+// Level 0's pick also sets st->compacted: whether its bin holds at most
+// `cand_cap` entries. If so, CompactKernel gathers their keys into `cand`
+// (*cand_count of them) and levels 1 and 2 count those instead of x: the
+// same keys, since level 0's bin holds every key a later level counts.
+__global__ void __launch_bounds__(kThreads)
+    HistogramKernel(const float* x, int64_t d, int level, int64_t k,
+                    SelectState* st, uint32_t* hist, uint32_t* ticket,
+                    const uint32_t* cand, const uint32_t* cand_count,
+                    int64_t cand_cap) {
+  __shared__ uint32_t local[kMaxBins];
+  if (st->done) return;  // Uniform across the grid.
+  const int bins = 1 << LevelBits(level);
+  const int shift = LevelShift(level);
+  const int high = shift + LevelBits(level);
+  const uint32_t mask = static_cast<uint32_t>(bins - 1);
+  const uint32_t prefix = st->prefix;
+  const int lane = threadIdx.x & 31;
+  for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const auto counted = [&](uint32_t key) {
+    return level == 0 || (key >> high) == prefix;
+  };
+  if (level > 0 && st->compacted) {  // Uniform across the grid.
+    const int64_t n = *cand_count;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x; base < n;
+         base += stride) {  // Block-uniform bound, as ForEachKey.
+      const int64_t j = base + threadIdx.x;
+      const bool valid = j < n;
+      const uint32_t key = valid ? cand[j] : 0u;
+      WarpAddToBin(local, valid && counted(key), (key >> shift) & mask, lane);
     }
+  } else {
+    ForEachKey(
+        x, d,
+        [&](uint32_t key, bool valid) {
+          WarpAddToBin(local, valid && counted(key), (key >> shift) & mask,
+                       lane);
+        },
+        [&](uint32_t key) {
+          if (counted(key)) atomicAdd(&local[(key >> shift) & mask], 1u);
+        });
   }
   __syncthreads();
   for (int b = threadIdx.x; b < bins; b += blockDim.x) {
     if (local[b] != 0) atomicAdd(&hist[b], local[b]);
   }
-  // Every block read st (done, prefix) at its start, before its ticket: the
-  // last block may rewrite it.
-  if (LastBlockDone(ticket))
+  // Every block read st (done, prefix, compacted) at its start, before its
+  // ticket: the last block may rewrite it.
+  if (LastBlockDone(ticket)) {
     PickBin(level, level == 0 ? k : st->need, hist, st);
+    if (level == 0 && threadIdx.x == 0) {
+      // PickBin's thread 0 wrote st->prefix: level 0's chosen bin.
+      st->compacted =
+          static_cast<int64_t>(__ldcg(&hist[st->prefix])) <= cand_cap;
+    }
+  }
+}
+
+// After level 0, unless it settled the selection or its bin is too large
+// (st->compacted == 0): appends the key of every entry in level 0's bin to
+// `cand`, in no particular order (later levels only count them), one
+// atomic per warp and round on *cand_count.
+__global__ void __launch_bounds__(kThreads)
+    CompactKernel(const float* x, int64_t d, const SelectState* st,
+                  uint32_t* cand, uint32_t* cand_count) {
+  if (st->done || !st->compacted) return;  // Uniform across the grid.
+  const uint32_t prefix = st->prefix;
+  const int shift = st->shift;  // 20: level 0's.
+  const int lane = threadIdx.x & 31;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  ForEachKey(
+      x, d,
+      [&](uint32_t key, bool valid) {
+        const bool hit = valid && (key >> shift) == prefix;
+        const uint32_t hits = __ballot_sync(kFullMask, hit);
+        if (hits == 0) return;  // Warp-uniform.
+        uint32_t slot = 0;
+        if (lane == __ffs(hits) - 1) slot = atomicAdd(cand_count, __popc(hits));
+        slot = __shfl_sync(kFullMask, slot, __ffs(hits) - 1);
+        if (hit) cand[slot + __popc(hits & lanes_below)] = key;
+      },
+      [&](uint32_t key) {
+        if ((key >> shift) == prefix) cand[atomicAdd(cand_count, 1u)] = key;
+      });
 }
 
 // Loads this thread's entries of the tile [begin, end): keys[r] is the key of
@@ -266,9 +341,11 @@ __device__ __forceinline__ void LoadTileKeys(const float* x, int64_t begin,
 // counts ride in one uint64 (gt high, eq low): each sums to at most d < 2^32,
 // so the low half never carries into the high one. tile_gt and tile_eq are
 // read through L2 (other blocks wrote them).
-__device__ void ScanTiles(int64_t tiles, int64_t need, const uint32_t* tile_gt,
-                          const uint32_t* tile_eq, int64_t* tile_offset,
-                          int64_t* tile_ties, int64_t* total) {
+__device__ __forceinline__ void ScanTiles(int64_t tiles, int64_t need,
+                                          const uint32_t* tile_gt,
+                                          const uint32_t* tile_eq,
+                                          int64_t* tile_offset,
+                                          int64_t* tile_ties, int64_t* total) {
   __shared__ uint64_t warp_sums[kWarps];
   constexpr uint64_t kLow = 0xffffffffull;
   uint64_t carry = 0;  // (gt, eq) sums over the earlier chunks.
@@ -455,23 +532,30 @@ struct Workspace {
   int64_t* tile_ties = nullptr;
   uint32_t* tile_gt = nullptr;
   uint32_t* tile_eq = nullptr;
+  uint32_t* cand_count = nullptr;  // In the header.
+  uint32_t* cand = nullptr;        // cand_cap keys (CompactKernel).
+  int64_t cand_cap = 0;
 };
 
 constexpr size_t kHeaderBytes = 64;
 static_assert(sizeof(SelectState) <= 32, "state fits before total");
-static_assert(40 + sizeof(uint32_t) * (kLevels + 1) <= kHeaderBytes,
-              "tickets fit in the header");
+static_assert(40 + sizeof(uint32_t) * (kLevels + 2) <= kHeaderBytes,
+              "tickets and the candidate count fit in the header");
 
-cudaError_t AllocWorkspace(int64_t tiles, cudaStream_t s, Workspace* ws) {
+// `cand_cap`: room for that many candidate keys (0: none).
+cudaError_t AllocWorkspace(int64_t tiles, int64_t cand_cap, cudaStream_t s,
+                           Workspace* ws) {
   const size_t zeroed = kHeaderBytes + sizeof(uint32_t) * kLevels * kMaxBins;
-  const size_t bytes =
-      zeroed + (2 * sizeof(int64_t) + 2 * sizeof(uint32_t)) * tiles;
+  const size_t bytes = zeroed +
+                       (2 * sizeof(int64_t) + 2 * sizeof(uint32_t)) * tiles +
+                       sizeof(uint32_t) * cand_cap;
   cudaError_t err = cudaMallocAsync(&ws->base, bytes, s);
   if (err != cudaSuccess) return err;
   char* p = static_cast<char*>(ws->base);
   ws->state = reinterpret_cast<SelectState*>(p);
   ws->total = reinterpret_cast<int64_t*>(p + 32);
   ws->tickets = reinterpret_cast<uint32_t*>(p + 40);
+  ws->cand_count = ws->tickets + kLevels + 1;
   p += kHeaderBytes;
   ws->hist = reinterpret_cast<uint32_t*>(p);  // A multiple of 8 bytes long.
   p += sizeof(uint32_t) * kLevels * kMaxBins;
@@ -482,6 +566,9 @@ cudaError_t AllocWorkspace(int64_t tiles, cudaStream_t s, Workspace* ws) {
   ws->tile_gt = reinterpret_cast<uint32_t*>(p);
   p += sizeof(uint32_t) * tiles;
   ws->tile_eq = reinterpret_cast<uint32_t*>(p);
+  p += sizeof(uint32_t) * tiles;
+  ws->cand = reinterpret_cast<uint32_t*>(p);
+  ws->cand_cap = cand_cap;
   err = cudaMemsetAsync(ws->base, 0, zeroed, s);
   if (err != cudaSuccess) {
     cudaFreeAsync(ws->base, s);
@@ -506,7 +593,7 @@ cudaError_t ThresholdPass(const float* x, int64_t d, uint32_t key, int64_t cap,
   if (d <= 0) return cudaSuccess;
   const int64_t tiles = (d + kTile - 1) / kTile;
   Workspace ws;
-  cudaError_t err = AllocWorkspace(tiles, s, &ws);
+  cudaError_t err = AllocWorkspace(tiles, 0, s, &ws);
   if (err != cudaSuccess) return err;
   InitStateKernel<<<1, 1, 0, s>>>(ws.state, key, 0, 1, kAllTies);
   err = CountAndScan(x, d, tiles, ws, s);
@@ -536,14 +623,18 @@ int TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
   }
   const int64_t tiles = (d + kTile - 1) / kTile;
   Workspace ws;
-  cudaError_t err = AllocWorkspace(tiles, s, &ws);
+  cudaError_t err = AllocWorkspace(tiles, d / kCandidateDivisor, s, &ws);
   if (err != cudaSuccess) return static_cast<int>(err);
   // The state starts zeroed (not done, prefix 0); level 0 takes need = k.
   const int hist_grid = HistogramGrid(d);
   for (int level = 0; level < kLevels; ++level) {
-    HistogramKernel<<<hist_grid, kThreads, 0, s>>>(x, d, level, k, ws.state,
-                                                   ws.hist + level * kMaxBins,
-                                                   ws.tickets + level);
+    HistogramKernel<<<hist_grid, kThreads, 0, s>>>(
+        x, d, level, k, ws.state, ws.hist + level * kMaxBins,
+        ws.tickets + level, ws.cand, ws.cand_count, ws.cand_cap);
+    if (level == 0) {
+      CompactKernel<<<hist_grid, kThreads, 0, s>>>(x, d, ws.state, ws.cand,
+                                                   ws.cand_count);
+    }
   }
   err = CountAndScan(x, d, tiles, ws, s);
   if (err == cudaSuccess) {
