@@ -289,30 +289,47 @@ __global__ void __launch_bounds__(kThreads)
 
 // After level 0, unless it settled the selection or its bin is too large
 // (st->compacted == 0): appends the key of every entry in level 0's bin to
-// `cand`, in no particular order (later levels only count them), one
-// atomic per warp and round on *cand_count.
+// `cand`, in no particular order (later levels only count them). Each warp
+// gathers its hits in a shared buffer and reserves room in `cand` for a
+// whole buffer at once: one atomic on *cand_count per hit or per warp and
+// round would serialise on that one address (most warps have a hit in
+// most rounds).
+constexpr int kWarpBuffer = 512;  // Keys; a multiple of 32, at least 64.
 __global__ void __launch_bounds__(kThreads)
     CompactKernel(const float* x, int64_t d, const SelectState* st,
                   uint32_t* cand, uint32_t* cand_count) {
+  __shared__ uint32_t buffers[kWarps][kWarpBuffer];
   if (st->done || !st->compacted) return;  // Uniform across the grid.
   const uint32_t prefix = st->prefix;
   const int shift = st->shift;  // 20: level 0's.
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
+  uint32_t* buffer = buffers[threadIdx.x >> 5];
+  int held = 0;  // Keys in `buffer`; the same in every lane of the warp.
+  // The whole warp: moves the buffer to `cand`.
+  const auto flush = [&]() {
+    uint32_t slot = 0;
+    if (lane == 0) slot = atomicAdd(cand_count, static_cast<uint32_t>(held));
+    slot = __shfl_sync(kFullMask, slot, 0);
+    __syncwarp();  // The lanes' buffer writes, before the reads.
+    for (int j = lane; j < held; j += 32) cand[slot + j] = buffer[j];
+    __syncwarp();  // The reads, before the buffer is refilled.
+    held = 0;
+  };
   ForEachKey(
       x, d,
       [&](uint32_t key, bool valid) {
         const bool hit = valid && (key >> shift) == prefix;
         const uint32_t hits = __ballot_sync(kFullMask, hit);
         if (hits == 0) return;  // Warp-uniform.
-        uint32_t slot = 0;
-        if (lane == __ffs(hits) - 1) slot = atomicAdd(cand_count, __popc(hits));
-        slot = __shfl_sync(kFullMask, slot, __ffs(hits) - 1);
-        if (hit) cand[slot + __popc(hits & lanes_below)] = key;
+        if (held + 32 > kWarpBuffer) flush();
+        if (hit) buffer[held + __popc(hits & lanes_below)] = key;
+        held += __popc(hits);
       },
-      [&](uint32_t key) {
+      [&](uint32_t key) {  // A few threads of block 0, straight to `cand`.
         if ((key >> shift) == prefix) cand[atomicAdd(cand_count, 1u)] = key;
       });
+  if (held > 0) flush();  // Warp-uniform.
 }
 
 // Loads this thread's entries of the tile [begin, end): keys[r] is the key of
