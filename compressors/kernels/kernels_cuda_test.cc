@@ -98,6 +98,29 @@ TEST_F(KernelsCudaTest, TopKMatchesCpu) {
   }
 }
 
+// Buckets hand TopK a member's span at any float offset: x not 16-byte
+// aligned (the float4 loads' unaligned head and tail), and d not a multiple
+// of 4.
+TEST_F(KernelsCudaTest, TopKMatchesCpuAtUnalignedStarts) {
+  const int64_t span = (int64_t{1} << 18) + 7;
+  const std::vector<float> all = Inputs(span + 3, 0, 42);
+  DeviceArray<float> dall(all);
+  for (int64_t offset : {int64_t{1}, int64_t{2}, int64_t{3}}) {
+    for (int64_t d : {int64_t{5}, int64_t{8193}, span - 3}) {
+      const float* x = all.data() + offset;
+      for (int64_t k : {int64_t{1}, d / 100 + 1, d / 3}) {
+        std::vector<uint32_t> cpu(k);
+        TopK(x, d, k, cpu.data(), 2);
+        DeviceArray<uint32_t> dout(static_cast<size_t>(k));
+        ASSERT_EQ(cuda::TopK(dall.get() + offset, d, k, dout.get(), nullptr),
+                  0);
+        ASSERT_EQ(dout.ToHost(), cpu)
+            << "offset=" << offset << " d=" << d << " k=" << k;
+      }
+    }
+  }
+}
+
 TEST_F(KernelsCudaTest, SelectAtLeastMatchesCpu) {
   const int64_t d = (1 << 18) + 5;
   const std::vector<float> x = Inputs(d, 0, 3);
