@@ -106,25 +106,7 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
         ", input on ", e.input.device.ToString()));
   }
   TERSE_RETURN_IF_ERROR(CheckView(e.name, e.output, "output"));
-  if (HostAddressable(e.input.device.kind)) return absl::OkStatus();
-  const CompressionChoice c =
-      ChooseCompressionFor(e.name, e.compression, config_);
-  if (c.name != "none" && !DeviceCompression::Handles(c, config_)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", e.name, "': compression '", c.name, "' of ",
-        e.input.device.ToString(),
-        " tensors is not implemented yet (on this device the engine "
-        "compresses with every compressor, gravac with one sparsifier family "
-        "(TERSE_GRAVAC_CANDIDATES; not its portfolio) and accordion); pass "
-        "one of those or \"none\", or exclude the tensor with "
-        "TERSE_COMPRESSION_RULES"));
-  }
   return absl::OkStatus();
-}
-
-bool DeviceExecutor::HostAddressable(Device::Kind kind) const {
-  absl::StatusOr<DeviceRuntime*> runtime = runtimes_->Get(kind);
-  return runtime.ok() && (*runtime)->host_addressable();
 }
 
 absl::StatusOr<DeviceExecutor::Context*> DeviceExecutor::ContextFor(
@@ -314,19 +296,33 @@ absl::Status DeviceExecutor::RunBucket(
                             });
         },
         gather));
-  } else if (ctx->runtime->host_addressable() && reduce) {
-    // The reducer's CPU kernels read and write the region: the fuse must
-    // have run.
+  } else if (reduce) {
+    // A policy DeviceCompression does not run (gravac's portfolio): the
+    // reducer's CPU kernels on the bucket, its residuals, velocities and
+    // payloads on the host (payloads over the control communicator).
+    // Memory the host cannot address (CUDA) goes through the context's
+    // pinned staging buffer, a copy each way per step: correct, not fast.
+    void* data = region;
+    const bool stage = !ctx->runtime->host_addressable();
+    if (stage) {
+      TERSE_ASSIGN_OR_RETURN(data, Staging(ctx, bucket.bytes));
+      TERSE_RETURN_IF_ERROR(ctx->stream->Memcpy(data, region, bucket.bytes));
+    }
+    // The reducer reads the bucket on this thread: the fuse (and the copy
+    // out) must have run.
     TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
     BucketReduceContext rctx;
     rctx.bucket = &bucket;
-    rctx.data = region;
+    rctx.data = data;
     rctx.op = op;
     rctx.comm = registry_->control();
     rctx.track = absl::StrCat("bucket ", bucket.id);
     rctx.step = it->second.runs++;
     rctx.host_addressable = true;
     TERSE_RETURN_IF_ERROR(reducer_->Reduce(rctx));
+    if (stage) {
+      TERSE_RETURN_IF_ERROR(ctx->stream->Memcpy(region, data, bucket.bytes));
+    }
   } else {
     TERSE_RETURN_IF_ERROR(Collective(
         ctx, region, bucket.bytes, [&](Communicator* comm, void* data) {

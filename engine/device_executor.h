@@ -36,14 +36,13 @@
 // TERSE_MOMENTUM_CORRECTION run on the device, in stream
 // order, with their residuals and velocities in device memory
 // (DeviceCompression, engine/device_compression.h), on CUDA and on the
-// simulated device. The other policies (gravac's portfolio) run only
-// where the runtime's memory is host-addressable (the simulated device):
-// there a bucket that `needs_reducer` says so is reduced by the engine's
-// CompressedReducer (its CPU kernels, residuals and velocities, payloads
-// over the control communicator) on the device fusion buffer, after the
-// engine stream is synchronised; fuse and unfuse stay on the stream. The
-// engine refuses them on CUDA at enqueue (Unimplemented naming the
-// compressor and the device).
+// simulated device. The other policies (gravac's portfolio) run through
+// the engine's CompressedReducer (its CPU kernels, residuals and
+// velocities, payloads over the control communicator) after the engine
+// stream is synchronised: on the fusion buffer itself where the runtime's
+// memory is host-addressable (the simulated device), through the pinned
+// staging buffer on CUDA (a copy each way per step); fuse and unfuse stay
+// on the stream.
 //
 // Not thread-safe except CheckView and CheckEntry (any thread). Every rank
 // runs the same device collectives in the same order (the negotiated one).
@@ -91,12 +90,8 @@ class DeviceExecutor {
                          const char* what);
   // Enqueue time (any thread): the device rules of an op: CheckView of its
   // views, output on the input's device, a ready event only for device
-  // tensors, and on CUDA only the compression DeviceCompression handles
-  // (Unimplemented otherwise).
+  // tensors.
   absl::Status CheckEntry(const TensorEntry& e);
-
-  // Whether `kind`'s memory is host-addressable (false without a runtime).
-  bool HostAddressable(Device::Kind kind) const;
 
   // Runs device bucket `bucket` (entries as in BucketExecutor::Run: null for
   // a member this rank has no op for; it contributes zeros). On OK, `done`

@@ -312,10 +312,12 @@ else
       set -- $mode
       log="$OUT/torch_np$1_$2.log"
       PYTHONPATH="$MODDIR:$PWD/bindings/python" TERSE_GPU_OPERATIONS=$2 \
+        TERSE_GRAVAC_CANDIDATES=none,fp16,bf16 \
         timeout -k 10 "$(left 150)" mpirun -np "$1" --bind-to none \
         --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
         --mca oob_tcp_if_include lo -x PYTHONPATH -x TERSE_GPU_OPERATIONS \
-        -x LD_LIBRARY_PATH "$PY" tools/gpu_torch_check.py >"$log" 2>&1
+        -x TERSE_GRAVAC_CANDIDATES -x LD_LIBRARY_PATH \
+        "$PY" tools/gpu_torch_check.py >"$log" 2>&1
       rc=$?
       grep -E "PASS|FAIL|passed|queueing" "$log" | sort | uniq -c | sed 's/^/    /'
       if [ $rc -eq 0 ]; then

@@ -203,6 +203,24 @@ def per_call_powersgd():
     return None if worst < 1e-3 else f"relative error {worst:.3g}"
 
 
+def per_call_gravac_portfolio():
+    # gravac's portfolio on CUDA runs through the host reducer. Run with
+    # TERSE_GRAVAC_CANDIDATES=none,fp16,bf16 (tools/gpu_check.sh): every
+    # candidate carries these small integers exactly, whatever it picks.
+    if os.environ.get("TERSE_GRAVAC_CANDIDATES") != "none,fp16,bf16":
+        return "needs TERSE_GRAVAC_CANDIDATES=none,fp16,bf16"
+    for step in range(12):
+        x = torch.full((100000,), RANK + 1.0, device=DEV)
+        x[::7] = -(RANK + 2.0)
+        y = hvd.allreduce(x, name="pc.gravac", op=hvd.Sum,
+                          compression=hvd.Compression.gravac)
+        want = torch.full((100000,), TRIANGLE, dtype=torch.float64)
+        want[::7] = -(TRIANGLE + SIZE)
+        if not y.is_cuda or not torch.equal(y.double().cpu(), want):
+            return f"step {step}: not the exact sum"
+    return None
+
+
 def hook_does_not_block_host():
     # Enqueueing a gradient whose producer is still running must not wait
     # for it on the host: time allreduce_async_ after 0.2 s of queued work.
@@ -241,6 +259,8 @@ CHECKS = [
     ("per-call compression=fp16", per_call_fp16),
     ("per-call compression=topk", per_call_topk),
     ("per-call compression=powersgd (rank-1 matrix)", per_call_powersgd),
+    ("per-call compression=gravac, a portfolio (none, fp16, bf16)",
+     per_call_gravac_portfolio),
     ("allreduce_async_ does not wait for the producer", hook_does_not_block_host),
 ]
 
