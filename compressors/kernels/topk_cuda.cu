@@ -443,21 +443,40 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// x[wbase + r * 32 + lane] for r < kPerThread (0 past `end`): a warp's
+// contiguous span of 32 * kPerThread keys, each round one coalesced
+// 128-byte load of the warp, all issued before any is used.
+constexpr int64_t kWarpSpan = 32 * kPerThread;
+static_assert(kTile == kWarps * kWarpSpan, "a tile is its warps' spans");
+__device__ __forceinline__ void LoadWarpKeys(const float* x, int64_t wbase,
+                                             int64_t end,
+                                             uint32_t (&keys)[kPerThread]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int64_t i = wbase + r * 32 + lane;
+    keys[r] = i < end ? KeyAt(x, i) : 0u;
+  }
+}
+
 // Writes tile blockIdx.x's selection in index order from tile_offset: every
 // "greater" entry and the first tile_ties "equal" ones. An entry's output
 // position is the tile offset plus the selected entries before it in the
 // tile, which is gt_before + min(ties, eq_before) (the ties go to the first
-// equal entries); so one count of both kinds per round suffices.
+// equal entries). Each warp owns a contiguous span of the tile (index order
+// is warp order, then round order, then lane order), counts its entries of
+// both kinds with ballots, and after ONE barrier (the warps' counts, summed
+// over the warps before) writes its span with no further synchronisation,
+// skipping rounds without an entry to write: with k = 1% almost all.
 __global__ void __launch_bounds__(kThreads)
     TileWriteKernel(const float* x, int64_t d, const SelectState* st,
                     const int64_t* tile_offset, const int64_t* tile_ties,
                     uint32_t* out) {
-  // Per warp and round: (greater count << 16) | equal count; a block total
-  // is at most kThreads < 2^16 of each. Two buffers, alternating by round:
-  // round r + 2 rewrites a buffer only after every thread has passed round
-  // r + 1's barrier, so after it read round r's counts.
-  static_assert(kThreads < (1 << 16), "counts packed in 16 bits");
-  __shared__ uint32_t warp_counts[2][kWarps];
+  // Per warp: (greater count << 16) | equal count. A warp counts at most
+  // kWarpSpan < 2^16 of each, and the sum over the other warps of a tile
+  // stays below 2^16 too, so the low half never carries.
+  static_assert(kTile < (1 << 16), "counts packed in 16 bits");
+  __shared__ uint32_t warp_counts[kWarps];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const uint32_t lanes_below = (1u << lane) - 1u;
@@ -465,44 +484,46 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t prefix = st->prefix;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t end = begin + kTile < d ? begin + kTile : d;
-  uint32_t* tile_out = out + tile_offset[blockIdx.x];
-  const int64_t budget = tile_ties[blockIdx.x];
-  int64_t gt_seen = 0, eq_seen = 0;  // In the tile's earlier rounds.
+  const int64_t wbase = begin + warp * kWarpSpan;
   uint32_t keys[kPerThread];
-  LoadTileKeys(x, begin, end, keys);
-  // Unrolled so that keys[] stays in registers; `base` is block-uniform, so
-  // the early exit keeps the block together for the barrier below.
+  LoadWarpKeys(x, wbase, end, keys);
+  uint32_t gt_count = 0, eq_count = 0;
 #pragma unroll
   for (int r = 0; r < kPerThread; ++r) {
-    const int64_t base = begin + r * kThreads;
-    if (base >= end) break;
-    const int64_t i = base + threadIdx.x;
+    const bool valid = wbase + r * 32 + lane < end;
+    const uint32_t high = keys[r] >> shift;
+    gt_count += __popc(__ballot_sync(kFullMask, valid && high > prefix));
+    eq_count += __popc(__ballot_sync(kFullMask, valid && high == prefix));
+  }
+  if (lane == 0) warp_counts[warp] = (gt_count << 16) | eq_count;
+  __syncthreads();
+  uint32_t before = 0;
+  for (int w = 0; w < warp; ++w) before += warp_counts[w];
+  const int64_t budget = tile_ties[blockIdx.x];
+  int64_t gt_seen = before >> 16;  // In the tile, before this warp's round.
+  int64_t eq_seen = before & 0xffffu;
+  // Warp-uniform, and no barrier follows: a warp with nothing to write
+  // leaves.
+  if (gt_count == 0 && (eq_count == 0 || eq_seen >= budget)) return;
+  uint32_t* tile_out = out + tile_offset[blockIdx.x];
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int64_t i = wbase + r * 32 + lane;
     const bool valid = i < end;
     const uint32_t high = keys[r] >> shift;
     const bool gt = valid && high > prefix;
     const bool eq = valid && high == prefix;
     const uint32_t gt_mask = __ballot_sync(kFullMask, gt);
     const uint32_t eq_mask = __ballot_sync(kFullMask, eq);
-    uint32_t* counts = warp_counts[r & 1];
-    if (lane == 0) counts[warp] = (__popc(gt_mask) << 16) | __popc(eq_mask);
-    __syncthreads();
-    uint32_t warps_before = 0, round_total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const uint32_t c = counts[w];
-      if (w < warp) warps_before += c;
-      round_total += c;
-    }
-    const int64_t gt_before =
-        gt_seen + (warps_before >> 16) + __popc(gt_mask & lanes_below);
-    const int64_t eq_before =
-        eq_seen + (warps_before & 0xffffu) + __popc(eq_mask & lanes_below);
+    if ((gt_mask | eq_mask) == 0) continue;  // Warp-uniform.
+    const int64_t gt_before = gt_seen + __popc(gt_mask & lanes_below);
+    const int64_t eq_before = eq_seen + __popc(eq_mask & lanes_below);
     if (gt || (eq && eq_before < budget)) {
       tile_out[gt_before + (budget < eq_before ? budget : eq_before)] =
           static_cast<uint32_t>(i);
     }
-    gt_seen += round_total >> 16;
-    eq_seen += round_total & 0xffffu;
+    gt_seen += __popc(gt_mask);
+    eq_seen += __popc(eq_mask);
   }
 }
 
