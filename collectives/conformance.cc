@@ -180,8 +180,8 @@ std::vector<uint8_t> Suite::Input(DataType dtype, ReduceOp op, int rank,
     if (op == ReduceOp::kProduct && IsFloatingPoint(dtype)) {
       // +-2^e, e in [-2, 2]: every product of a few ranks is exact in any
       // order and type, so the reference compares bit for bit.
-      double p = std::ldexp((h >> 8) & 1 ? -1.0 : 1.0,
-                            static_cast<int>(h % 5) - 2);
+      double p =
+          std::ldexp((h >> 8) & 1 ? -1.0 : 1.0, static_cast<int>(h % 5) - 2);
       if (dtype == DataType::kFloat32) {
         Put<float>(&v, i, static_cast<float>(p));
       } else if (dtype == DataType::kFloat64) {
@@ -356,8 +356,8 @@ void Suite::CheckAllreduce(DataType dtype, ReduceOp op, int64_t count) {
     const absl::Status s = comm_.Allreduce(buffer.data(), count, dtype, op);
     if (s.code() != absl::StatusCode::kUnimplemented ||
         !absl::StrContains(s.message(), DataTypeName(dtype))) {
-      Fail(what, absl::StrCat("want Unimplemented naming ",
-                              DataTypeName(dtype), ", got ", s.ToString()));
+      Fail(what, absl::StrCat("want Unimplemented naming ", DataTypeName(dtype),
+                              ", got ", s.ToString()));
     }
     return;
   }
@@ -530,11 +530,10 @@ void Suite::CheckBadInputs() {
 }
 
 std::vector<std::string> Suite::Run() {
-  const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64,
-                             DataType::kFloat16, DataType::kBFloat16,
-                             DataType::kInt32,   DataType::kInt64,
-                             DataType::kUInt8,   DataType::kInt8,
-                             DataType::kInt16};
+  const DataType kTypes[] = {
+      DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+      DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+      DataType::kUInt8,    DataType::kInt8,    DataType::kInt16};
   const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                            ReduceOp::kMax, ReduceOp::kProduct};
   const int n = comm_.size();

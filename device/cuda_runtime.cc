@@ -15,9 +15,8 @@ namespace {
 absl::Status CudaError(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();
-  const std::string message =
-      absl::StrCat(what, ": ", cudaGetErrorName(err), ": ",
-                   cudaGetErrorString(err));
+  const std::string message = absl::StrCat(what, ": ", cudaGetErrorName(err),
+                                           ": ", cudaGetErrorString(err));
   switch (err) {
     case cudaErrorInsufficientDriver:
     case cudaErrorNoDevice:
@@ -35,7 +34,8 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
 
 class CudaEvent : public Event {
  public:
-  CudaEvent(int ordinal, cudaEvent_t event) : ordinal_(ordinal), event_(event) {}
+  CudaEvent(int ordinal, cudaEvent_t event)
+      : ordinal_(ordinal), event_(event) {}
   ~CudaEvent() override { cudaEventDestroy(event_); }
 
   absl::StatusOr<bool> Query() override {
@@ -195,15 +195,14 @@ absl::Status CudaRuntime::CheckDeviceMemory(const void* ptr, int64_t bytes,
   return CheckCudaDeviceSpan(ptr, bytes, ordinal, what);
 }
 
-absl::StatusOr<std::unique_ptr<Stream>> CudaRuntime::CreateStream(
-    int ordinal) {
+absl::StatusOr<std::unique_ptr<Stream>> CudaRuntime::CreateStream(int ordinal) {
   absl::Status set = CudaError(cudaSetDevice(ordinal),
                                absl::StrCat("cudaSetDevice(", ordinal, ")"));
   if (!set.ok()) return set;
   cudaStream_t stream = nullptr;
-  absl::Status created = CudaError(
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags");
+  absl::Status created =
+      CudaError(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                "cudaStreamCreateWithFlags");
   if (!created.ok()) return created;
   return std::unique_ptr<Stream>(new CudaStream(ordinal, stream));
 }
@@ -213,9 +212,9 @@ absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::CreateEvent(int ordinal) {
                                absl::StrCat("cudaSetDevice(", ordinal, ")"));
   if (!set.ok()) return set;
   cudaEvent_t event = nullptr;
-  absl::Status created = CudaError(
-      cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-      "cudaEventCreateWithFlags");
+  absl::Status created =
+      CudaError(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags");
   if (!created.ok()) return created;
   return std::unique_ptr<Event>(new CudaEvent(ordinal, event));
 }

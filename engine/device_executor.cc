@@ -217,8 +217,8 @@ absl::Status DeviceExecutor::RunBucket(
     void* out = e.output.data;
     TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, out, e.input.data, bucket.count,
                                      bucket.dtype, bucket.prescale));
-    TERSE_RETURN_IF_ERROR(Collective(
-        ctx, out, bucket.bytes, [&](Communicator* comm, void* data) {
+    TERSE_RETURN_IF_ERROR(
+        Collective(ctx, out, bucket.bytes, [&](Communicator* comm, void* data) {
           return comm->Allreduce(data, bucket.count, bucket.dtype, op);
         }));
     double scale = bucket.postscale;

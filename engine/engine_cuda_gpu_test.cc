@@ -123,9 +123,9 @@ absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
     TERSE_RETURN_IF_ERROR(stream->Memcpy(p.data(), host.data(), n * 4));
     TERSE_RETURN_IF_ERROR(stream->Synchronize());
     TERSE_ASSIGN_OR_RETURN(
-        Handle h, engine.AllreduceAsync("portfolio", pv, pv, {n},
-                                        ReduceOp::kSum, 1.0, 1.0, nullptr,
-                                        "gravac"));
+        Handle h,
+        engine.AllreduceAsync("portfolio", pv, pv, {n}, ReduceOp::kSum, 1.0,
+                              1.0, nullptr, "gravac"));
     TERSE_RETURN_IF_ERROR(engine.Wait(h));
     std::vector<float> got(n);
     TERSE_RETURN_IF_ERROR(stream->Memcpy(got.data(), p.data(), n * 4));
@@ -134,9 +134,9 @@ absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
       float want = 0;
       for (int r = 0; r < engine.size(); ++r) want += Value(r, i);
       if (got[i] != want) {
-        return absl::InternalError(absl::StrCat("gravac portfolio step ", step,
-                                                " rank ", rank, " [", i,
-                                                "]: ", got[i], ", want ", want));
+        return absl::InternalError(
+            absl::StrCat("gravac portfolio step ", step, " rank ", rank, " [",
+                         i, "]: ", got[i], ", want ", want));
       }
     }
   }

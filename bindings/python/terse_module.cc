@@ -104,8 +104,8 @@ int64_t EnqueueAllreduce(const std::string& name, uintptr_t in_data,
       name.c_str(), reinterpret_cast<const void*>(in_data),
       reinterpret_cast<void*>(out_data), count, dtype, device, shape.data(),
       static_cast<int>(shape.size()), op, prescale, postscale,
-      compression.c_str(), process_set, ProducerStream(device, stream),
-      nullptr, nullptr, &handle));
+      compression.c_str(), process_set, ProducerStream(device, stream), nullptr,
+      nullptr, &handle));
   return handle;
 }
 

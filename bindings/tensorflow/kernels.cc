@@ -288,8 +288,8 @@ class TerseBroadcastOp : public AsyncOpKernel {
     terse_error* error = terse_broadcast_set_async(
         name_.c_str(), output->data(), output->NumElements(), dtype,
         TERSE_DEVICE_CPU, dims.data(), static_cast<int>(dims.size()),
-        root_rank_, process_set_, /*stream=*/nullptr, &Pending::OnDone,
-        pending, nullptr);
+        root_rank_, process_set_, /*stream=*/nullptr, &Pending::OnDone, pending,
+        nullptr);
     if (error != nullptr) pending->Finish(TakeStatus(error));
   }
 
