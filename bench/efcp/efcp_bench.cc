@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/efcp/synthetic_window.h"
 #include "common/half.h"
 #include "efcp/dense_mfac.h"
 #include "efcp/error_feedback.h"
@@ -121,41 +122,6 @@ Result RunDense(int64_t d, int64_t m, int steps,
   r.window_bytes = mfac->memory().window;
   r.total_bytes = mfac->memory_bytes();
   return r;
-}
-
-// A full window of m rows of k entries: class c = i mod P (P = d / k) owns
-// a random k-subset of [0, d), disjoint from the other classes, so the Gram
-// matrix is block-sparse and costs O(m * (m/P) * k) to compute exactly.
-void SyntheticWindow(int64_t d, int64_t m, int64_t k,
-                     std::vector<SparseVector>* rows,
-                     std::vector<double>* gram) {
-  std::mt19937 rng(7);
-  std::vector<uint32_t> perm(d);
-  std::iota(perm.begin(), perm.end(), 0u);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  const int64_t classes = std::max<int64_t>(1, d / k);
-  std::normal_distribution<float> normal;
-  rows->assign(m, SparseVector());
-  for (int64_t i = 0; i < m; ++i) {
-    const int64_t c = i % classes;
-    SparseVector& row = (*rows)[i];
-    row.indices.assign(perm.begin() + c * k, perm.begin() + (c + 1) * k);
-    std::sort(row.indices.begin(), row.indices.end());
-    row.values.resize(k);
-    for (float& v : row.values)
-      v = BFloat16ToFloat(FloatToBFloat16(normal(rng)));
-  }
-  gram->assign(m * m, 0.0);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = i % classes; j <= i; j += classes) {
-      double dot = 0;
-      const std::vector<float>& a = (*rows)[i].values;
-      const std::vector<float>& b = (*rows)[j].values;
-      for (int64_t t = 0; t < k; ++t) dot += static_cast<double>(a[t]) * b[t];
-      (*gram)[i * m + j] = dot;
-      (*gram)[j * m + i] = dot;
-    }
-  }
 }
 
 Result RunSparse(int64_t d, int64_t m, WindowStorage storage, int steps,

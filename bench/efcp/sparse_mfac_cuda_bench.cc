@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/cuda_probe.h"
+#include "bench/efcp/synthetic_window.h"
 #include "common/half.h"
 #include "efcp/sparse_mfac.h"
 #include "efcp/sparse_mfac_cuda.h"
@@ -72,46 +73,6 @@ std::vector<float> RandomGradient(int64_t d, uint32_t seed) {
   std::vector<float> g(d);
   for (float& v : g) v = uniform(rng);
   return g;
-}
-
-// A full window of m rows of k entries (as efcp_bench's SyntheticWindow):
-// class c = i mod P (P = d / k) owns a random k-subset of [0, d), disjoint
-// from the other classes, so the Gram matrix is block-sparse and cheap to
-// compute exactly. Values on the bf16 grid (valid in both storages).
-void SyntheticWindow(int64_t d, int64_t m, int64_t k,
-                     std::vector<SparseVector>* rows,
-                     std::vector<double>* gram) {
-  std::mt19937 rng(7);
-  std::vector<uint32_t> perm(d);
-  std::iota(perm.begin(), perm.end(), 0u);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  const int64_t classes = std::max<int64_t>(1, d / k);
-  std::vector<std::vector<uint32_t>> support(std::min(classes, m));
-  for (int64_t c = 0; c < static_cast<int64_t>(support.size()); ++c) {
-    support[c].assign(perm.begin() + c * k, perm.begin() + (c + 1) * k);
-    std::sort(support[c].begin(), support[c].end());
-  }
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  rows->assign(m, SparseVector());
-  for (int64_t i = 0; i < m; ++i) {
-    SparseVector& row = (*rows)[i];
-    row.indices = support[i % classes];
-    row.values.resize(k);
-    for (float& v : row.values) {
-      v = BFloat16ToFloat(FloatToBFloat16(uniform(rng)));
-    }
-  }
-  gram->assign(m * m, 0.0);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = i % classes; j <= i; j += classes) {
-      double dot = 0;
-      const std::vector<float>& a = (*rows)[i].values;
-      const std::vector<float>& b = (*rows)[j].values;
-      for (int64_t t = 0; t < k; ++t) dot += static_cast<double>(a[t]) * b[t];
-      (*gram)[i * m + j] = dot;
-      (*gram)[j * m + i] = dot;
-    }
-  }
 }
 
 void Die(const char* what, const absl::Status& status) {
