@@ -221,15 +221,21 @@ absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::CreateEvent(int ordinal) {
 
 absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::RecordOnStream(
     int ordinal, void* stream) {
+  // Called on a framework's thread: leave its current device as it was
+  // (CreateEvent sets `ordinal`'s).
+  int previous = -1;
+  const bool known = cudaGetDevice(&previous) == cudaSuccess;
   absl::StatusOr<std::unique_ptr<Event>> event = CreateEvent(ordinal);
-  if (!event.ok()) return event.status();
-  CudaEvent* cuda = static_cast<CudaEvent*>(event->get());
-  absl::Status recorded = CudaError(
-      cudaEventRecord(cuda->event(), static_cast<cudaStream_t>(stream)),
-      absl::StrCat("cudaEventRecord on the producer stream ",
-                   absl::Hex(reinterpret_cast<uintptr_t>(stream)),
-                   " of device ", ordinal));
-  if (!recorded.ok()) return recorded;
+  if (event.ok()) {
+    CudaEvent* cuda = static_cast<CudaEvent*>(event->get());
+    absl::Status recorded = CudaError(
+        cudaEventRecord(cuda->event(), static_cast<cudaStream_t>(stream)),
+        absl::StrCat("cudaEventRecord on the producer stream ",
+                     absl::Hex(reinterpret_cast<uintptr_t>(stream)),
+                     " of device ", ordinal));
+    if (!recorded.ok()) event = recorded;
+  }
+  if (known && previous != ordinal) cudaSetDevice(previous);
   return event;
 }
 

@@ -37,8 +37,10 @@ class CudaRuntime : public DeviceRuntime {
   // create (a framework's producer stream; null: the legacy default
   // stream) of device `ordinal`: a Stream of this runtime that waits on it
   // (Stream::WaitEvent) runs after the work enqueued there so far. Never
-  // blocks the host. Errors as CreateEvent, and cudaEventRecord's (a stream
-  // of another device is InvalidArgument from CUDA).
+  // blocks the host, and leaves the calling thread's current device as it
+  // found it (a framework's thread calls this). Errors as CreateEvent, and
+  // cudaEventRecord's (a stream of another device is InvalidArgument from
+  // CUDA).
   absl::StatusOr<std::unique_ptr<Event>> RecordOnStream(int ordinal,
                                                         void* stream);
 };
