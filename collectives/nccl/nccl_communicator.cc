@@ -157,12 +157,8 @@ NcclCommunicator::~NcclCommunicator() {
   if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
 }
 
-void NcclCommunicator::set_stream(cudaStream_t stream) {
-  stream_ = stream != nullptr ? stream : own_stream_;
-}
-
 bool NcclCommunicator::UseStream(void* stream) {
-  set_stream(static_cast<cudaStream_t>(stream));
+  stream_ = stream != nullptr ? static_cast<cudaStream_t>(stream) : own_stream_;
   return true;
 }
 

@@ -88,12 +88,11 @@ class NcclCommunicator : public Communicator {
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
   absl::Status BitwiseOr(uint64_t* words, int64_t count) override;
   absl::Status Synchronize() override;
-  // set_stream(stream); true.
+  // Later operations are enqueued on `stream` (a cudaStream_t, not owned);
+  // null restores the communicator's own (non-blocking) stream. True.
   bool UseStream(void* stream) override;
 
-  // The stream later operations are enqueued on; null restores the
-  // communicator's own (non-blocking) stream. Not owned.
-  void set_stream(cudaStream_t stream);
+  // The stream operations are enqueued on.
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 

@@ -93,7 +93,7 @@ TEST_F(NcclGpuTest, UsesTheCallersStream) {
   NcclCommunicator& comm = **created;
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  comm.set_stream(stream);
+  EXPECT_TRUE(comm.UseStream(stream));
   EXPECT_EQ(comm.stream(), stream);
   float* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 4 * sizeof(float)), cudaSuccess);
@@ -108,7 +108,7 @@ TEST_F(NcclGpuTest, UsesTheCallersStream) {
       cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(out[3], 4.0f);
-  comm.set_stream(nullptr);
+  EXPECT_TRUE(comm.UseStream(nullptr));
   EXPECT_NE(comm.stream(), stream);
   cudaFree(d);
   cudaStreamDestroy(stream);
