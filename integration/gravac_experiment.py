@@ -165,7 +165,7 @@ MPI_ENV = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
 
 def run_config(name, args, out_dir):
     """Runs one configuration; returns its summary for meta.json."""
-    mode, extra = CONFIGS[name.split("~")[0]]
+    mode, extra = CONFIGS[name.split("@")[0].split("~")[0]]
     metrics = os.path.join(out_dir, f"{name}.jsonl")
     log = os.path.join(out_dir, f"{name}.log")
     for path in (metrics, log):
@@ -188,6 +188,8 @@ def run_config(name, args, out_dir):
         cmd += ["--powersgd-rank", extra["POWERSGD_RANK"]]
     if args.max_steps:
         cmd += ["--max-steps", str(args.max_steps)]
+    if args.seed is not None:
+        cmd += ["--seed", str(args.seed)]
     knobs = dict(extra)
     print(f"== {name} {knobs}: {' '.join(cmd[2:])}", flush=True)
     start = time.time()
@@ -233,6 +235,11 @@ def main():
                         help="run the configurations this many times, interleaved "
                              "(a, b, a, b: the load of the shared machine hits both); "
                              "repetition i > 1 is stored as NAME~i")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="model initialisation and data order of every run "
+                             "(slow_network_mlp.py --seed; without it, seed 0); "
+                             "with it the runs are stored as NAME@sSEED "
+                             "(integration/seed_summary.py reads them)")
     parser.add_argument("--no-report", action="store_true",
                         help="skip plot_gravac.py at the end")
     parser.add_argument("--out", default="",
@@ -249,6 +256,8 @@ def main():
     if unknown:
         sys.exit(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
     names = [n if i == 1 else f"{n}~{i}" for i in range(1, args.repeat + 1) for n in names]
+    if args.seed is not None:
+        names = [f"{n}@s{args.seed}" for n in names]
     out_dir = os.path.join(args.out, args.rate)
     os.makedirs(out_dir, exist_ok=True)
     meta_path = os.path.join(out_dir, "meta.json")
