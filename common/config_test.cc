@@ -65,7 +65,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 45u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 46u);
 }
 
 TEST(ConfigTest, ParsesValues) {

@@ -15,8 +15,12 @@ constexpr size_t kMaxNamesInTimeline = 8;
 }  // namespace
 
 BucketExecutor::BucketExecutor(Communicator* comm, BucketReducer* reducer,
-                               Timeline* timeline)
-    : comm_(comm), reducer_(reducer), timeline_(timeline) {}
+                               Timeline* timeline,
+                               int64_t pipeline_chunk_bytes)
+    : comm_(comm),
+      reducer_(reducer),
+      timeline_(timeline),
+      pipeline_chunk_bytes_(pipeline_chunk_bytes) {}
 
 void BucketExecutor::Forget(int bucket_id) {
   state_.erase(bucket_id);
@@ -61,6 +65,24 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
                             ? reducer_->CastWireType(ctx)
                             : DataType::kFloat32;
   const bool cast = wire != DataType::kFloat32;
+  if (!cast && pipeline_chunk_bytes_ > 0 &&
+      bucket.bytes > pipeline_chunk_bytes_ &&
+      reducer_->ReducesPlainDense(ctx)) {
+    ctx.data = state.buffer.Prepare(members, bucket.dtype);
+    // Fused in its outputs there are no copies to keep in cache.
+    if (!state.buffer.fused_in_outputs()) {
+      absl::Status status = RunPipelined(bucket, members, ctx, state);
+      if (status.ok() && timeline_ != nullptr) {
+        timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
+                          {{"bucket", absl::StrCat(bucket.id)},
+                           {"tensors", absl::StrCat(bucket.members.size())},
+                           {"bytes", absl::StrCat(bucket.bytes)},
+                           {"pipelined", "true"}});
+        timeline_->Record(ctx.track, "QUEUE", ready_at, start);
+      }
+      return status;
+    }
+  }
   ctx.data = cast ? state.buffer.FuseCast(members, wire, bucket.prescale)
                   : state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
   const Clock::time_point fused = Clock::now();
@@ -101,6 +123,38 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
          {"cast", cast ? std::string(DataTypeName(wire)) : "none"}});
     timeline_->Record(ctx.track, "UNFUSE", unfuse_start, end);
   }
+  return absl::OkStatus();
+}
+
+absl::Status BucketExecutor::RunPipelined(
+    const Bucket& bucket, const std::vector<FusionMember>& members,
+    const BucketReduceContext& ctx, PerBucket& state) {
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(bucket.dtype));
+  const int64_t piece = std::max<int64_t>(1, pipeline_chunk_bytes_ / elem);
+  double scale = bucket.postscale;
+  if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  uint8_t* region = static_cast<uint8_t*>(ctx.data);
+  const Clock::time_point start = Clock::now();
+  for (int64_t begin = 0; begin < bucket.count; begin += piece) {
+    const int64_t end = std::min(bucket.count, begin + piece);
+    const Clock::time_point t0 = Clock::now();
+    state.buffer.FuseRange(members, bucket.dtype, bucket.prescale, begin, end);
+    const Clock::time_point t1 = Clock::now();
+    absl::Status status = comm_->Allreduce(region + begin * elem, end - begin,
+                                           bucket.dtype, ctx.op);
+    if (!status.ok()) return status;
+    const Clock::time_point t2 = Clock::now();
+    state.buffer.UnfuseRange(members, bucket.dtype, scale, begin, end);
+    if (timeline_ != nullptr) {
+      const TimelineArgs piece_args = {{"elements", absl::StrCat(begin, "..", end)}};
+      timeline_->Record(ctx.track, "FUSE", t0, t1, piece_args);
+      timeline_->Record(ctx.track, "COMMUNICATE", t1, t2,
+                        {{"algorithm", "allreduce"},
+                         {"bytes", absl::StrCat((end - begin) * elem)}});
+      timeline_->Record(ctx.track, "UNFUSE", t2, Clock::now(), piece_args);
+    }
+  }
+  reducer_->DenseReduced(ctx, start, Clock::now());
   return absl::OkStatus();
 }
 

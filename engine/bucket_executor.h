@@ -7,6 +7,15 @@
 // (BucketReducer::CastWireType: fp16/bf16) is fused by FuseCast straight into
 // 16-bit wire values and reduced by ReduceCast: one pass in, one pass out.
 //
+// A bucket the reducer sends as one plain dense allreduce
+// (BucketReducer::ReducesPlainDense) that is larger than `pipeline_chunk_bytes`
+// and not fused in its outputs is pipelined: copied in, allreduced and copied
+// out one piece of that many bytes at a time, so each piece is still in cache
+// when it is reduced and copied out (a whole 32 MB bucket is not: its two
+// copies then run at memory speed, competing with the collective for the same
+// cores). Results are those of the whole-bucket path: every element is
+// reduced by the same allreduce of the same values, in pieces.
+//
 // Average is reduced as Sum and divided by the number of ranks in the unfuse
 // step, together with the postscale; Min/Max are passed through.
 //
@@ -31,9 +40,10 @@ namespace terse {
 
 class BucketExecutor {
  public:
-  // None owned; `timeline` may be null.
+  // None owned; `timeline` may be null. `pipeline_chunk_bytes` <= 0: never
+  // pipeline (TERSE_PIPELINE_CHUNK).
   BucketExecutor(Communicator* comm, BucketReducer* reducer,
-                 Timeline* timeline);
+                 Timeline* timeline, int64_t pipeline_chunk_bytes = 0);
 
   // Runs `bucket`. entries[i] is this rank's op for member i, or null when
   // this rank has none (it joined): it contributes zeros and the result is
@@ -65,9 +75,16 @@ class BucketExecutor {
     int64_t runs = 0;
   };
 
+  // The pipelined dense path (see the class comment): the bucket's region
+  // was Prepare()d in `state`'s buffer and ctx.data points at it.
+  absl::Status RunPipelined(const Bucket& bucket,
+                            const std::vector<FusionMember>& members,
+                            const BucketReduceContext& ctx, PerBucket& state);
+
   Communicator* const comm_;
   BucketReducer* const reducer_;
   Timeline* const timeline_;
+  const int64_t pipeline_chunk_bytes_;
   absl::flat_hash_map<int, PerBucket> state_;
   int64_t bytes_run_ = 0;
   int64_t steps_run_ = 0;

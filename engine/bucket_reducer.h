@@ -72,6 +72,27 @@ class BucketReducer {
     return absl::UnimplementedError("this reducer has no cast fast path");
   }
 
+  // The pipelined dense path. True when this reducer would reduce the
+  // bucket of `ctx` (whose ctx.data is not yet filled) by one plain
+  // allreduce of the region with ctx.op, with no state to read or update
+  // besides its accounting (no compression, no momentum). The caller may
+  // then reduce the region itself, in pieces (BucketExecutor pipelines the
+  // copies and allreduces of a large bucket), and must call DenseReduced
+  // once the whole region is reduced. Default: false (call Reduce).
+  virtual bool ReducesPlainDense(const BucketReduceContext& ctx) {
+    (void)ctx;
+    return false;
+  }
+
+  // Accounting of a bucket the caller reduced by plain allreduces after
+  // ReducesPlainDense said true: `start`..`end` spans its reduction.
+  virtual void DenseReduced(const BucketReduceContext& ctx,
+                            Clock::time_point start, Clock::time_point end) {
+    (void)ctx;
+    (void)start;
+    (void)end;
+  }
+
   // The bucket was dropped or changed membership: forget its state.
   virtual void Forget(int bucket_id) { (void)bucket_id; }
 
@@ -86,6 +107,10 @@ class BucketReducer {
 class DenseAllreduceReducer : public BucketReducer {
  public:
   absl::Status Reduce(const BucketReduceContext& ctx) override;
+  bool ReducesPlainDense(const BucketReduceContext& ctx) override {
+    (void)ctx;
+    return true;
+  }
 };
 
 }  // namespace terse

@@ -140,14 +140,38 @@ double CompressedReducer::PreviousStepSeconds(BucketState& state,
   return seconds;
 }
 
+bool CompressedReducer::Compressible(const BucketReduceContext& ctx,
+                                     CompressionChoice* choice) const {
+  const Bucket& bucket = *ctx.bucket;
+  *choice = ChooseCompressionFor(bucket.members.front().name,
+                                 bucket.compression, config_);
+  return bucket.dtype == DataType::kFloat32 && ctx.host_addressable &&
+         ctx.op == ReduceOp::kSum && choice->name != "none" &&
+         ShouldCompress(bucket.bytes, config_);
+}
+
+bool CompressedReducer::ReducesPlainDense(const BucketReduceContext& ctx) {
+  CompressionChoice choice;
+  return !ctx.bucket->members.empty() && !Compressible(ctx, &choice) &&
+         !momenta_.enabled();
+}
+
+void CompressedReducer::DenseReduced(const BucketReduceContext& ctx,
+                                     Clock::time_point start,
+                                     Clock::time_point end) {
+  const Bucket& bucket = *ctx.bucket;
+  BeginStep();
+  Publish(BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
+                       bucket.bytes, "none", "none", 1, bucket.bytes});
+  own_seconds_total_ += SecondsBetween(start, end);
+  own_bytes_total_ += static_cast<double>(bucket.bytes);
+  EndStep();
+}
+
 absl::Status CompressedReducer::Reduce(const BucketReduceContext& ctx) {
   const Bucket& bucket = *ctx.bucket;
-  const CompressionChoice choice = ChooseCompressionFor(
-      bucket.members.front().name, bucket.compression, config_);
-  const bool compressible = bucket.dtype == DataType::kFloat32 &&
-                            ctx.host_addressable && ctx.op == ReduceOp::kSum &&
-                            choice.name != "none" &&
-                            ShouldCompress(bucket.bytes, config_);
+  CompressionChoice choice;
+  const bool compressible = Compressible(ctx, &choice);
   const Clock::time_point start = Clock::now();
   BeginStep();  // From here to EndStep no lock is held across a collective.
   absl::Status status;

@@ -58,6 +58,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/config.h"
 #include "compressors/compressor.h"
+#include "compressors/registry.h"
 #include "compressors/residual_store.h"
 #include "engine/bucket_reducer.h"
 #include "engine/checkpoint_format.h"
@@ -92,6 +93,11 @@ class CompressedReducer : public BucketReducer {
   DataType CastWireType(const BucketReduceContext& ctx) override;
   absl::Status ReduceCast(const BucketReduceContext& ctx,
                           DataType wire) override;
+  // Buckets this reducer sends dense with nothing else to do (not
+  // compressed, no momentum correction): the executor may pipeline them.
+  bool ReducesPlainDense(const BucketReduceContext& ctx) override;
+  void DenseReduced(const BucketReduceContext& ctx, Clock::time_point start,
+                    Clock::time_point end) override;
   void Forget(int bucket_id) override;
   // Drops the residuals and velocities of `names` (between steps).
   void ForgetTensors(const std::vector<std::string>& names) override;
@@ -155,6 +161,9 @@ class CompressedReducer : public BucketReducer {
  private:
   struct BucketState;
   struct Sent;
+  // Whether the bucket of `ctx` is sent compressed; `choice`: its policy.
+  bool Compressible(const BucketReduceContext& ctx,
+                    CompressionChoice* choice) const;
   // Everything a load replaces, validated before it is installed.
   struct LoadedState {
     std::vector<ResidualStore::Entry> residuals;

@@ -85,12 +85,14 @@ int64_t FusionBuffer::Layout(const std::vector<FusionMember>& members) {
     starts_[i] = total;
     total += members[i].count;
   }
+  total_ = total;
   return total;
 }
 
 template <typename Fn>
 void FusionBuffer::ForEachPart(const std::vector<FusionMember>& members,
-                               int64_t total, Fn fn) const {
+                               int64_t begin, int64_t end, Fn fn) const {
+  const int64_t total = end - begin;
   const int threads =
       kernels::ResolveThreads(0, total, kMinElementsPerThread);
   auto range = [&](int64_t begin, int64_t end) {
@@ -106,17 +108,29 @@ void FusionBuffer::ForEachPart(const std::vector<FusionMember>& members,
     }
   };
   if (threads <= 1) {
-    range(0, total);
+    range(begin, end);
     return;
   }
   kernels::ParallelFor(threads, [&](int t) {
-    range(kernels::ChunkBegin(total, threads, t),
-          kernels::ChunkBegin(total, threads, t + 1));
+    range(begin + kernels::ChunkBegin(total, threads, t),
+          begin + kernels::ChunkBegin(total, threads, t + 1));
   });
 }
 
 void* FusionBuffer::Fuse(const std::vector<FusionMember>& members,
                          DataType dtype, double prescale) {
+  Prepare(members, dtype);
+  FuseRange(members, dtype, prescale, 0, total_);
+  return region_;
+}
+
+void FusionBuffer::Unfuse(const std::vector<FusionMember>& members,
+                          DataType dtype, double scale) {
+  UnfuseRange(members, dtype, scale, 0, Layout(members));
+}
+
+void* FusionBuffer::Prepare(const std::vector<FusionMember>& members,
+                            DataType dtype) {
   const size_t elem = DataTypeSize(dtype);
   const int64_t total = Layout(members);
   in_outputs_ = OutputsAdjacent(members, elem);
@@ -131,8 +145,15 @@ void* FusionBuffer::Fuse(const std::vector<FusionMember>& members,
     Reserve(total * static_cast<int64_t>(elem));
     region_ = storage_;
   }
+  return region_;
+}
+
+void FusionBuffer::FuseRange(const std::vector<FusionMember>& members,
+                             DataType dtype, double prescale, int64_t begin,
+                             int64_t end) {
+  const size_t elem = DataTypeSize(dtype);
   uint8_t* region = static_cast<uint8_t*>(region_);
-  ForEachPart(members, total,
+  ForEachPart(members, begin, end,
               [&](const FusionMember& m, int64_t at, int64_t to, int64_t n) {
                 uint8_t* dst = region + to * elem;
                 if (m.in == nullptr) {
@@ -142,15 +163,14 @@ void* FusionBuffer::Fuse(const std::vector<FusionMember>& members,
                              n, dtype, prescale);
                 }
               });
-  return region_;
 }
 
-void FusionBuffer::Unfuse(const std::vector<FusionMember>& members,
-                          DataType dtype, double scale) {
+void FusionBuffer::UnfuseRange(const std::vector<FusionMember>& members,
+                               DataType dtype, double scale, int64_t begin,
+                               int64_t end) {
   const size_t elem = DataTypeSize(dtype);
-  const int64_t total = Layout(members);
   const uint8_t* region = static_cast<const uint8_t*>(region_);
-  ForEachPart(members, total,
+  ForEachPart(members, begin, end,
               [&](const FusionMember& m, int64_t at, int64_t from, int64_t n) {
                 if (m.out == nullptr) return;
                 uint8_t* dst = static_cast<uint8_t*>(m.out) + at * elem;
@@ -169,8 +189,8 @@ void* FusionBuffer::FuseCast(const std::vector<FusionMember>& members,
   region_ = storage_;
   uint16_t* region = reinterpret_cast<uint16_t*>(storage_);
   const float f = static_cast<float>(prescale);
-  ForEachPart(members, total, [&](const FusionMember& m, int64_t at,
-                                  int64_t to, int64_t n) {
+  ForEachPart(members, 0, total, [&](const FusionMember& m, int64_t at,
+                                     int64_t to, int64_t n) {
     uint16_t* dst = region + to;
     if (m.in == nullptr) {
       std::memset(dst, 0, n * 2);  // +0 in both formats.
@@ -197,8 +217,8 @@ void FusionBuffer::UnfuseCast(const std::vector<FusionMember>& members,
   const int64_t total = Layout(members);
   const uint16_t* region = static_cast<const uint16_t*>(region_);
   const float f = static_cast<float>(scale);
-  ForEachPart(members, total, [&](const FusionMember& m, int64_t at,
-                                  int64_t from, int64_t n) {
+  ForEachPart(members, 0, total, [&](const FusionMember& m, int64_t at,
+                                     int64_t from, int64_t n) {
     if (m.out == nullptr) return;
     float* dst = static_cast<float*>(m.out) + at;
     const uint16_t* src = region + from;

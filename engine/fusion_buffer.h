@@ -60,6 +60,19 @@ class FusionBuffer {
   void Unfuse(const std::vector<FusionMember>& members, DataType dtype,
               double scale);
 
+  // The pipelined form of Fuse()/Unfuse(), for a bucket reduced a range at a
+  // time (BucketExecutor): Prepare() lays out `members` and returns the
+  // region (as Fuse() would, but copies nothing); FuseRange() and
+  // UnfuseRange() then do Fuse()'s and Unfuse()'s copies for the region's
+  // elements [begin, end) only. Every range must be fused before it is
+  // reduced and unfused after; the members must be the ones passed to
+  // Prepare().
+  void* Prepare(const std::vector<FusionMember>& members, DataType dtype);
+  void FuseRange(const std::vector<FusionMember>& members, DataType dtype,
+                 double prescale, int64_t begin, int64_t end);
+  void UnfuseRange(const std::vector<FusionMember>& members, DataType dtype,
+                   double scale, int64_t begin, int64_t end);
+
   // Fuse() for a float32 bucket sent as `wire` (kFloat16 or kBFloat16):
   // the region (always this buffer) holds wire values,
   // round_to_nearest_even(float(in * float(prescale))). Returns the region.
@@ -84,13 +97,14 @@ class FusionBuffer {
   // the total count.
   int64_t Layout(const std::vector<FusionMember>& members);
   // fn(member, first element in the member, first element in the region,
-  // count) for every member part in the region's elements [0, total), split
-  // over threads (see the class comment).
+  // count) for every member part in the region's elements [begin, end),
+  // split over threads (see the class comment).
   template <typename Fn>
-  void ForEachPart(const std::vector<FusionMember>& members, int64_t total,
-                   Fn fn) const;
+  void ForEachPart(const std::vector<FusionMember>& members, int64_t begin,
+                   int64_t end, Fn fn) const;
 
   std::vector<int64_t> starts_;
+  int64_t total_ = 0;  // Elements of the last Layout().
 
   uint8_t* storage_ = nullptr;
   int64_t capacity_ = 0;
