@@ -9,11 +9,12 @@ seed and over the seeds (median, and the seeds on which the bound holds)
 the ratios of issue 16's time-to-target targets:
 
     /usr/bin/python3 integration/seed_summary.py --results /tmp/seeds \
-        --seeds 0,1,2,3,4 --rate 100mbit
+        --seeds 0,1,2,3,4 --rate 100mbit [--plot accuracy.png]
 
 It expects <results>/none/dense@sS.jsonl and <results>/<rate>/NAME@sS.jsonl
 for NAME in ddp-powersgd-4, powersgd-4, gravac-portfolio. Prints a markdown
-table and one JSON line.
+table and one JSON line; --plot writes test accuracy against training time,
+one panel per seed, with its target.
 """
 
 import argparse
@@ -49,16 +50,40 @@ def fmt(v, spec):
     return "—" if v is None else format(v, spec)
 
 
+def plot(curves, rate, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.6),
+                             sharey=True, squeeze=False)
+    for ax, (seed, target, runs) in zip(axes[0], curves):
+        for name, records in runs.items():
+            ax.plot([r["wall"] for r in records],
+                    [r["test_accuracy"] for r in records], label=name, lw=1.2)
+        ax.axhline(target, color="grey", ls="--", lw=0.8)
+        ax.set_title(f"seed {seed} (target {target:.4f})", fontsize=9)
+        ax.set_xlabel("training time (s)")
+        ax.set_ylim(0.80, 0.87)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("test accuracy")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"MLP at {rate}: time to target over seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", required=True)
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--rate", default="100mbit")
+    parser.add_argument("--plot", default="", help="PNG of the curves")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
 
     rows, ratios = [], {b: [] for b in BOUNDS}
+    curves = []  # (seed, target, {name: records})
     for seed in seeds:
         dense = load(os.path.join(args.results, "none", f"dense@s{seed}.jsonl"))
         if dense is None:
@@ -70,6 +95,7 @@ def main():
         if missing:
             sys.exit(f"seed {seed}: no runs {missing} under {args.results}/{args.rate}")
         ttt = {n: time_to(r, target) for n, r in runs.items()}
+        curves.append((seed, target, runs))
         row = {"seed": seed, "target": target,
                "time_to_target": ttt,
                "final": {n: r[-1]["test_accuracy"] for n, r in runs.items()},
@@ -101,6 +127,8 @@ def main():
                                    "seeds_within_bound": held, "seeds": len(values)}
         print(f"{num} / {den}: median {fmt(median, '.3f')}× over {len(known)} seeds "
               f"(bound {bound}×; held on {held} of {len(values)})")
+    if args.plot:
+        plot(curves, args.rate, args.plot)
     print(json.dumps({"seeds": seeds, "rate": args.rate, "runs": rows, "summary": summary},
                      sort_keys=True))
 
