@@ -28,6 +28,9 @@ Modes, each one step = every tensor of the workload reduced (Sum) in place:
                             afresh for each workload and runs
                             --autotune-steps untimed steps (the search)
                             before its warm-up and timed steps
+  terse:unpipelined         terse:none with TERSE_PIPELINE_CHUNK=0: large fused
+                            buckets copied in, reduced and copied out whole
+                            (the engine before session 10)
   mpi:per_tensor            one MPI_Allreduce (MPI_IN_PLACE) per tensor, in
                             order, through ctypes on Open MPI's libmpi: what a
                             trainer without an engine does
@@ -110,7 +113,8 @@ class _Terse:
         self.tt = tt
         tt.init()
         self.rank, self.size = tt.rank(), tt.size()
-        self.compression = (None if compression in ("none", "autotune")
+        self.compression = (None if compression in ("none", "autotune",
+                                                    "unpipelined")
                             else compression)
 
     def barrier(self):
@@ -275,7 +279,9 @@ def run_mode(args, mode, workloads):
     library = mode.split(":")[0]
     extra = ({"TERSE_AUTOTUNE": "1", "TERSE_AUTOTUNE_STEPS_PER_SAMPLE":
               str(args.autotune_steps_per_sample)}
-             if mode == "terse:autotune" else None)
+             if mode == "terse:autotune" else
+             {"TERSE_PIPELINE_CHUNK": "0"} if mode == "terse:unpipelined"
+             else None)
     env = mpi_launch.job_env(args.np, library, extra)
     python = (mpi_launch.horovod_python() if library == "horovod"
               else sys.executable)
@@ -353,7 +359,7 @@ def driver(args):
                  "enqueue_ms": {}, "speed_vs_horovod": {}}
         for m in modes:
             lib_variant = m.split(":", 1)[1]
-            if lib_variant == "autotune":  # Against Horovod's defaults.
+            if lib_variant in ("autotune", "unpipelined"):  # Horovod at its defaults.
                 lib_variant = "none"
             hvd = med.get((f"horovod:{lib_variant}", w))
             ratio = hvd / med[(m, w)] if hvd else float("nan")
