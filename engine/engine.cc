@@ -500,6 +500,7 @@ void Engine::Loop() {
       stats_.autotune_cycle_time_ms = autotune_->cycle_time_ms();
       stats_.autotune_done = autotune_->tuner().done();
     }
+    AwaitBucketMembers();
   }
 }
 

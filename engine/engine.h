@@ -335,6 +335,9 @@ class Engine : private ProcessSetHost {
   absl::Status BuildSet(int32_t id, const std::vector<int>& ranks);
   // Every non-global set's cycle, in increasing id.
   void CycleSets();
+  // After a cycle: tells the queue which members of partly submitted
+  // buckets to wait for (TensorQueue::Await), on every set.
+  void AwaitBucketMembers();
   void NoteLocalError(const absl::Status& status);
   std::shared_ptr<Event> TakeDone(Handle handle);
   void Stop(const absl::Status& cause, bool fatal);

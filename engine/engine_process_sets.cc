@@ -211,6 +211,13 @@ void Engine::ProcessSetChange(const proto::Response& response) {
   set_changes_.insert_or_assign(name, std::move(outcome));
 }
 
+void Engine::AwaitBucketMembers() {
+  std::vector<std::pair<int32_t, std::string>> names;
+  global_->AwaitedNames(&names);
+  for (const auto& [id, runner] : sets_) runner->AwaitedNames(&names);
+  queue_.Await(std::move(names));
+}
+
 void Engine::CycleSets() {
   for (auto& [id, runner] : sets_) {
     CycleOutcome outcome;

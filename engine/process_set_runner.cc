@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -90,6 +91,19 @@ ProcessSetRunner::ProcessSetRunner(int32_t id, std::vector<int> world_ranks,
                 context->config->pipeline_chunk_bytes) {}
 
 ProcessSetRunner::~ProcessSetRunner() = default;
+
+void ProcessSetRunner::AwaitedNames(
+    std::vector<std::pair<int32_t, std::string>>* out) const {
+  absl::flat_hash_set<int> seen;
+  for (const auto& [name, entry] : in_flight_) {
+    if (entry.op != proto::ALLREDUCE) continue;
+    const int id = buckets_.BucketOf(name);
+    if (id < 0 || !buckets_.exists(id) || !seen.insert(id).second) continue;
+    for (const BucketMember& m : buckets_.bucket(id).members) {
+      if (!in_flight_.contains(m.name)) out->emplace_back(id_, m.name);
+    }
+  }
+}
 
 void ProcessSetRunner::Submit(TensorEntry entry) {
   absl::Status submitted =

@@ -106,6 +106,10 @@ class ProcessSetRunner {
   ProcessSetRunner& operator=(const ProcessSetRunner&) = delete;
 
   int32_t id() const { return id_; }
+  // Appends (id(), name) for every member not submitted by this rank of the
+  // buckets this rank has submitted other members of: what the engine waits
+  // for before its next cycle (TensorQueue::Await).
+  void AwaitedNames(std::vector<std::pair<int32_t, std::string>>* out) const;
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::vector<int>& world_ranks() const { return world_ranks_; }

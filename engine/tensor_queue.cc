@@ -18,14 +18,38 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
         "; names must be unique among pending ops"));
   }
   std::pair<int32_t, std::string> key(entry.process_set, entry.name);
+  if (!awaited_.empty() && awaited_.erase(key) > 0 && awaited_.empty()) {
+    awaited_arrived_ = true;
+  }
   if (!seen_.contains(key)) {
     if (seen_.size() >= kMaxSeenNames) seen_.clear();
     seen_.insert(std::move(key));
     ++queued_new_;
   }
   queued_.push_back(std::move(entry));
-  wake_.Signal();
+  if (ShouldWake()) wake_.Signal();
   return absl::OkStatus();
+}
+
+bool TensorQueue::ShouldWake() const {
+  // The engine holds no op when every name in flight is still queued.
+  const bool idle = in_flight_.size() <= queued_.size();
+  const bool repeats = !queued_.empty() && queued_new_ == 0;
+  return (idle && repeats) || awaited_arrived_ || !closed_.ok() ||
+         shutdown_requested_;
+}
+
+void TensorQueue::Await(std::vector<std::pair<int32_t, std::string>> names) {
+  absl::MutexLock lock(&mu_);
+  awaited_.clear();
+  awaited_arrived_ = false;
+  if (names.empty()) return;
+  awaited_.reserve(names.size());
+  for (auto& key : names) awaited_.insert(std::move(key));
+  for (const TensorEntry& e : queued_) {
+    awaited_.erase(std::make_pair(e.process_set, e.name));
+  }
+  awaited_arrived_ = awaited_.empty();
 }
 
 bool TensorQueue::WaitForPush(Clock::time_point deadline) {
@@ -33,12 +57,7 @@ bool TensorQueue::WaitForPush(Clock::time_point deadline) {
       absl::Now() + absl::FromChrono(deadline - Clock::now());
   absl::MutexLock lock(&mu_);
   while (true) {
-    // The engine holds no op when every name in flight is still queued.
-    const bool idle = in_flight_.size() <= queued_.size();
-    const bool repeats = !queued_.empty() && queued_new_ == 0;
-    if ((idle && repeats) || !closed_.ok() || shutdown_requested_) {
-      return true;
-    }
+    if (ShouldWake()) return true;
     // The condition is checked by this thread (a CondVar, not an
     // absl::Condition that other threads would evaluate).
     if (wake_.WaitWithDeadline(&mu_, until)) return false;  // Timed out.
@@ -50,6 +69,8 @@ void TensorQueue::Drain(std::vector<TensorEntry>* out) {
   for (TensorEntry& e : queued_) out->push_back(std::move(e));
   queued_.clear();
   queued_new_ = 0;
+  awaited_.clear();
+  awaited_arrived_ = false;
 }
 
 void TensorQueue::Release(int32_t set, const std::string& name) {

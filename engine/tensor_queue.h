@@ -44,7 +44,15 @@ class TensorQueue {
   // and ops that come while the engine holds others, still wait for it
   // and are negotiated together. The names remembered are bounded
   // (kMaxSeenNames, then forgotten all at once).
+  // Also true once every name of the last Await() has been pushed since.
   bool WaitForPush(Clock::time_point deadline);
+  // The names the engine awaits (background thread, after a cycle): the
+  // members this rank has not pushed yet of buckets it holds others of. Once
+  // the last of them is pushed, WaitForPush returns at once, so a bucket
+  // whose members arrive one by one runs when its last member arrives, not
+  // at the next cycle tick. Names already queued count as pushed; an empty
+  // list awaits nothing. Replaced by the next Await, cleared by Drain.
+  void Await(std::vector<std::pair<int32_t, std::string>> names);
   // Appends every queued entry to `out` in push order (background thread).
   void Drain(std::vector<TensorEntry>* out);
 
@@ -76,7 +84,14 @@ class TensorQueue {
       ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar wake_;  // A push, a close or a shutdown request.
+  // A push that makes WaitForPush's condition true, a close or a shutdown
+  // request (not every push: the background thread would wake once per op).
+  absl::CondVar wake_;
+  // Whether WaitForPush may return now.
+  bool ShouldWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::flat_hash_set<std::pair<int32_t, std::string>> awaited_
+      ABSL_GUARDED_BY(mu_);
+  bool awaited_arrived_ ABSL_GUARDED_BY(mu_) = false;
   static constexpr size_t kMaxSeenNames = 1 << 16;
   absl::flat_hash_set<std::pair<int32_t, std::string>> seen_
       ABSL_GUARDED_BY(mu_);

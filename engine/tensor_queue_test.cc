@@ -126,5 +126,44 @@ TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
   EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
 }
 
+// While the engine holds an op, the awaited names (the rest of its bucket)
+// wake it when the last of them is pushed, from another thread, not at the
+// tick; one of them missing waits for the tick; names already queued count;
+// Drain forgets the list.
+TEST(TensorQueueTest, WaitForPushWakesWhenTheAwaitedNamesArrive) {
+  TensorQueue q;
+  std::vector<TensorEntry> drained;
+  TensorEntry a = Entry("a");
+  ASSERT_TRUE(q.Push(a).ok());
+  q.Drain(&drained);  // The engine holds "a".
+  TensorEntry b = Entry("b");
+  ASSERT_TRUE(q.Push(b).ok());  // Queued before the engine awaits it.
+  q.Await({{0, "b"}, {0, "c"}, {1, "c"}});
+  EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
+  TensorEntry c = Entry("c");
+  ASSERT_TRUE(q.Push(c).ok());  // (1, "c") still missing.
+  EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
+  std::thread pusher([&] {
+    TensorEntry c1 = Entry("c");
+    c1.process_set = 1;
+    EXPECT_TRUE(q.Push(c1).ok());
+  });
+  EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
+  pusher.join();
+  q.Drain(&drained);
+  EXPECT_EQ(drained.size(), 4u);
+  // Drained: nothing is awaited, and a known name waits for the tick while
+  // the engine holds others.
+  q.Release(0, "b");
+  TensorEntry b2 = Entry("b");
+  ASSERT_TRUE(q.Push(b2).ok());
+  EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
+  // Every awaited name already queued: at once. An empty list awaits nothing.
+  q.Await({{0, "b"}});
+  EXPECT_TRUE(q.WaitForPush(Clock::now() + std::chrono::hours(1)));
+  q.Await({});
+  EXPECT_FALSE(q.WaitForPush(Clock::now() + std::chrono::milliseconds(5)));
+}
+
 }  // namespace
 }  // namespace terse
