@@ -1,9 +1,8 @@
 #include "engine/bucket_executor.h"
 
-#include "absl/hash/hash.h"
-
 #include <algorithm>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -15,8 +14,7 @@ constexpr size_t kMaxNamesInTimeline = 8;
 }  // namespace
 
 BucketExecutor::BucketExecutor(Communicator* comm, BucketReducer* reducer,
-                               Timeline* timeline,
-                               int64_t pipeline_chunk_bytes)
+                               Timeline* timeline, int64_t pipeline_chunk_bytes)
     : comm_(comm),
       reducer_(reducer),
       timeline_(timeline),
@@ -71,7 +69,8 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     ctx.data = state.buffer.Prepare(members, bucket.dtype);
     // Fused in its outputs there are no copies to keep in cache.
     if (!state.buffer.fused_in_outputs()) {
-      absl::Status status = RunPipelined(bucket, members, ctx, state);
+      absl::Status status =
+          RunPipelined(bucket, members, ctx, state, bucket.dtype);
       if (status.ok() && timeline_ != nullptr) {
         timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
                           {{"bucket", absl::StrCat(bucket.id)},
@@ -82,6 +81,21 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
       }
       return status;
     }
+  }
+  if (cast && pipeline_chunk_bytes_ > 0 &&
+      bucket.bytes > pipeline_chunk_bytes_) {
+    ctx.data = state.buffer.PrepareCast(members, wire);
+    absl::Status status = RunPipelined(bucket, members, ctx, state, wire);
+    if (status.ok() && timeline_ != nullptr) {
+      timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
+                        {{"bucket", absl::StrCat(bucket.id)},
+                         {"tensors", absl::StrCat(bucket.members.size())},
+                         {"bytes", absl::StrCat(bucket.bytes)},
+                         {"pipelined", "true"},
+                         {"cast", std::string(DataTypeName(wire))}});
+      timeline_->Record(ctx.track, "QUEUE", ready_at, start);
+    }
+    return status;
   }
   ctx.data = cast ? state.buffer.FuseCast(members, wire, bucket.prescale)
                   : state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
@@ -128,34 +142,56 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
 
 absl::Status BucketExecutor::RunPipelined(
     const Bucket& bucket, const std::vector<FusionMember>& members,
-    const BucketReduceContext& ctx, PerBucket& state) {
-  const int64_t elem = static_cast<int64_t>(DataTypeSize(bucket.dtype));
-  const int64_t piece = std::max<int64_t>(1, pipeline_chunk_bytes_ / elem);
+    const BucketReduceContext& ctx, PerBucket& state, DataType wire) {
+  const bool cast = wire != bucket.dtype;
+  const int64_t in_elem = static_cast<int64_t>(DataTypeSize(bucket.dtype));
+  const int64_t wire_elem = static_cast<int64_t>(DataTypeSize(wire));
+  // Pieces of pipeline_chunk_bytes_ of the bucket's own (input) values.
+  const int64_t piece = std::max<int64_t>(1, pipeline_chunk_bytes_ / in_elem);
   double scale = bucket.postscale;
   if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  const ReduceOp op = cast ? ReduceOp::kSum : ctx.op;
   uint8_t* region = static_cast<uint8_t*>(ctx.data);
   const Clock::time_point start = Clock::now();
-  for (int64_t begin = 0; begin < bucket.count; begin += piece) {
+  absl::Status status;
+  for (int64_t begin = 0; begin < bucket.count && status.ok(); begin += piece) {
     const int64_t end = std::min(bucket.count, begin + piece);
     const Clock::time_point t0 = Clock::now();
-    state.buffer.FuseRange(members, bucket.dtype, bucket.prescale, begin, end);
+    if (cast) {
+      state.buffer.FuseCastRange(members, wire, bucket.prescale, begin, end);
+    } else {
+      state.buffer.FuseRange(members, bucket.dtype, bucket.prescale, begin,
+                             end);
+    }
     const Clock::time_point t1 = Clock::now();
-    absl::Status status = comm_->Allreduce(region + begin * elem, end - begin,
-                                           bucket.dtype, ctx.op);
-    if (!status.ok()) return status;
+    status =
+        comm_->Allreduce(region + begin * wire_elem, end - begin, wire, op);
+    if (!status.ok()) break;
     const Clock::time_point t2 = Clock::now();
-    state.buffer.UnfuseRange(members, bucket.dtype, scale, begin, end);
+    if (cast) {
+      state.buffer.UnfuseCastRange(members, wire, scale, begin, end);
+    } else {
+      state.buffer.UnfuseRange(members, bucket.dtype, scale, begin, end);
+    }
     if (timeline_ != nullptr) {
-      const TimelineArgs piece_args = {{"elements", absl::StrCat(begin, "..", end)}};
+      const TimelineArgs piece_args = {
+          {"elements", absl::StrCat(begin, "..", end)}};
       timeline_->Record(ctx.track, "FUSE", t0, t1, piece_args);
       timeline_->Record(ctx.track, "COMMUNICATE", t1, t2,
                         {{"algorithm", "allreduce"},
-                         {"bytes", absl::StrCat((end - begin) * elem)}});
+                         {"bytes", absl::StrCat((end - begin) * wire_elem)},
+                         {"wire", std::string(DataTypeName(wire))}});
       timeline_->Record(ctx.track, "UNFUSE", t2, Clock::now(), piece_args);
     }
   }
-  reducer_->DenseReduced(ctx, start, Clock::now());
-  return absl::OkStatus();
+  if (cast) {
+    BucketReduceContext accounting = ctx;
+    accounting.timeline = nullptr;  // The pieces are on the timeline.
+    reducer_->CastReduced(accounting, wire, start, Clock::now(), status);
+  } else if (status.ok()) {
+    reducer_->DenseReduced(ctx, start, Clock::now());
+  }
+  return status;
 }
 
 }  // namespace terse

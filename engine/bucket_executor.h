@@ -16,6 +16,10 @@
 // cores). Results are those of the whole-bucket path: every element is
 // reduced by the same allreduce of the same values, in pieces.
 //
+// A cast bucket (above) larger than `pipeline_chunk_bytes` is pipelined the
+// same way, in 16-bit pieces: cast, allreduce, widen, piece by piece, with
+// the reducer's accounting (BucketReducer::CastReduced) once at the end.
+//
 // Average is reduced as Sum and divided by the number of ranks in the unfuse
 // step, together with the postscale; Min/Max are passed through.
 //
@@ -42,8 +46,8 @@ class BucketExecutor {
  public:
   // None owned; `timeline` may be null. `pipeline_chunk_bytes` <= 0: never
   // pipeline (TERSE_PIPELINE_CHUNK).
-  BucketExecutor(Communicator* comm, BucketReducer* reducer,
-                 Timeline* timeline, int64_t pipeline_chunk_bytes = 0);
+  BucketExecutor(Communicator* comm, BucketReducer* reducer, Timeline* timeline,
+                 int64_t pipeline_chunk_bytes = 0);
 
   // Runs `bucket`. entries[i] is this rank's op for member i, or null when
   // this rank has none (it joined): it contributes zeros and the result is
@@ -75,11 +79,14 @@ class BucketExecutor {
     int64_t runs = 0;
   };
 
-  // The pipelined dense path (see the class comment): the bucket's region
-  // was Prepare()d in `state`'s buffer and ctx.data points at it.
+  // The pipelined path (see the class comment): the bucket's region was
+  // Prepare()d (PrepareCast()d when `wire` is not the bucket's dtype: a
+  // 16-bit cast the reducer chose) in `state`'s buffer and ctx.data points
+  // at it.
   absl::Status RunPipelined(const Bucket& bucket,
                             const std::vector<FusionMember>& members,
-                            const BucketReduceContext& ctx, PerBucket& state);
+                            const BucketReduceContext& ctx, PerBucket& state,
+                            DataType wire);
 
   Communicator* const comm_;
   BucketReducer* const reducer_;

@@ -17,9 +17,8 @@ namespace terse {
 namespace {
 
 Config MakeConfig(const std::string& compression) {
-  absl::StatusOr<Config> c =
-      Config::FromMap({{"TERSE_COMPRESSION", compression},
-                       {"TERSE_MIN_COMPRESS_BYTES", "0"}});
+  absl::StatusOr<Config> c = Config::FromMap(
+      {{"TERSE_COMPRESSION", compression}, {"TERSE_MIN_COMPRESS_BYTES", "0"}});
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
 }
@@ -61,6 +60,12 @@ class CountingReducer : public BucketReducer {
     ++pipelined;
     inner_->DenseReduced(ctx, start, end);
   }
+  void CastReduced(const BucketReduceContext& ctx, DataType wire,
+                   Clock::time_point start, Clock::time_point end,
+                   const absl::Status& status) override {
+    ++pipelined;
+    inner_->CastReduced(ctx, wire, start, end, status);
+  }
   DataType CastWireType(const BucketReduceContext& ctx) override {
     return inner_->CastWireType(ctx);
   }
@@ -90,7 +95,8 @@ struct Outcome {
 // Runs `steps` steps of `bucket` on `size` loopback ranks. `in_place`: each
 // member's output is its input (allreduce_). `chunk_bytes`: the executor's
 // pipeline piece (0: whole buckets).
-Outcome RunSteps(const Config& config, const Bucket& bucket, int size, int steps,
+Outcome RunSteps(const Config& config, const Bucket& bucket, int size,
+                 int steps,
                  const std::function<float(int, int, size_t, int64_t)>& value,
                  int64_t chunk_bytes = 0, bool in_place = false) {
   Outcome o;
@@ -118,8 +124,8 @@ Outcome RunSteps(const Config& config, const Bucket& bucket, int size, int steps
         out[i].assign(count, -7.0f);
         entries[i].name = bucket.members[i].name;
         entries[i].input = TensorView(in[i].data(), count, DataType::kFloat32);
-        entries[i].output = TensorView(
-            in_place ? in[i].data() : out[i].data(), count, DataType::kFloat32);
+        entries[i].output = TensorView(in_place ? in[i].data() : out[i].data(),
+                                       count, DataType::kFloat32);
         ptrs[i] = &entries[i];
       }
       absl::Status s = executor.Run(bucket, ptrs, Clock::now());
@@ -140,31 +146,37 @@ Outcome RunSteps(const Config& config, const Bucket& bucket, int size, int steps
 // Steps 0 (the general path: the residual is not yet known to be empty) and
 // 1-2 (the cast fast path) give the fp64 average on every rank, and the
 // report counts 16-bit bytes.
+// With pieces of 16 elements (chunk 64 bytes) steps 1-2 are cast, reduced
+// and widened piece by piece, with the same results and accounting.
 TEST(BucketExecutorTest, CastBucketsAverageExactlyOnBothPaths) {
   const Bucket bucket = MakeBucket({5, 1, 300, 0, 17}, ReduceOp::kAverage);
   const int size = 4, steps = 3;
-  for (const std::string wire : {"fp16", "bf16"}) {
-    Outcome o = RunSteps(MakeConfig(wire), bucket, size, steps, Value);
-    for (int rank = 0; rank < size; ++rank) {
-      for (int step = 0; step < steps; ++step) {
-        for (size_t i = 0; i < bucket.members.size(); ++i) {
-          for (int64_t j = 0; j < bucket.members[i].count; ++j) {
-            double sum = 0;
-            for (int r = 0; r < size; ++r) sum += Value(r, step, i, j);
-            ASSERT_EQ(o.out[rank][step][i][j], static_cast<float>(sum / size))
-                << wire << " rank " << rank << " step " << step << " member "
-                << i << " element " << j;
+  for (const int64_t chunk : {int64_t{0}, int64_t{64}})
+    for (const std::string wire : {"fp16", "bf16"}) {
+      Outcome o = RunSteps(MakeConfig(wire), bucket, size, steps, Value, chunk);
+      for (int rank = 0; rank < size; ++rank) {
+        for (int step = 0; step < steps; ++step) {
+          for (size_t i = 0; i < bucket.members.size(); ++i) {
+            for (int64_t j = 0; j < bucket.members[i].count; ++j) {
+              double sum = 0;
+              for (int r = 0; r < size; ++r) sum += Value(r, step, i, j);
+              ASSERT_EQ(o.out[rank][step][i][j], static_cast<float>(sum / size))
+                  << wire << " rank " << rank << " step " << step << " member "
+                  << i << " element " << j;
+            }
           }
         }
       }
+      EXPECT_EQ(o.casts, std::vector<int>(size, chunk == 0 ? steps - 1 : 0))
+          << wire;
+      EXPECT_EQ(o.pipelined, std::vector<int>(size, chunk == 0 ? 0 : steps - 1))
+          << wire;
+      ASSERT_EQ(o.reports.size(), 1u);
+      EXPECT_EQ(o.reports[0].compressor, wire);
+      EXPECT_EQ(o.reports[0].steps, steps);
+      EXPECT_EQ(o.reports[0].bytes_sent, bucket.count * 2);
+      EXPECT_EQ(o.bytes_sent, steps * bucket.count * 2);
     }
-    EXPECT_EQ(o.casts, std::vector<int>(size, steps - 1)) << wire;
-    ASSERT_EQ(o.reports.size(), 1u);
-    EXPECT_EQ(o.reports[0].compressor, wire);
-    EXPECT_EQ(o.reports[0].steps, steps);
-    EXPECT_EQ(o.reports[0].bytes_sent, bucket.count * 2);
-    EXPECT_EQ(o.bytes_sent, steps * bucket.count * 2);
-  }
 }
 
 // Values that need rounding: one rank contributes, the others send zeros,
@@ -179,21 +191,22 @@ TEST(BucketExecutorTest, CastRoundsOnceAndScalesInFloat) {
     if (rank != 1) return 0.0f;
     return (static_cast<float>(j) + 0.1f * step) / 3.0f - 9.0f * member;
   };
-  for (const std::string wire : {"fp16", "bf16"}) {
-    Outcome o = RunSteps(MakeConfig(wire), bucket, 3, 3, value);
-    for (int step = 0; step < 3; ++step) {
-      for (size_t i = 0; i < 2; ++i) {
-        for (int64_t j = 0; j < bucket.members[i].count; ++j) {
-          const float x = value(1, step, i, j) * static_cast<float>(0.3);
-          const float rounded = wire == "fp16"
-                                    ? HalfToFloat(FloatToHalf(x))
-                                    : BFloat16ToFloat(FloatToBFloat16(x));
-          ASSERT_EQ(o.out[2][step][i][j], rounded * static_cast<float>(1.7))
-              << wire << " step " << step << " member " << i << " " << j;
+  for (const int64_t chunk : {int64_t{0}, int64_t{24}})
+    for (const std::string wire : {"fp16", "bf16"}) {
+      Outcome o = RunSteps(MakeConfig(wire), bucket, 3, 3, value, chunk);
+      for (int step = 0; step < 3; ++step) {
+        for (size_t i = 0; i < 2; ++i) {
+          for (int64_t j = 0; j < bucket.members[i].count; ++j) {
+            const float x = value(1, step, i, j) * static_cast<float>(0.3);
+            const float rounded = wire == "fp16"
+                                      ? HalfToFloat(FloatToHalf(x))
+                                      : BFloat16ToFloat(FloatToBFloat16(x));
+            ASSERT_EQ(o.out[2][step][i][j], rounded * static_cast<float>(1.7))
+                << wire << " step " << step << " member " << i << " " << j;
+          }
         }
       }
     }
-  }
 }
 
 // "none" never takes the cast path: the exact fp32 average.
@@ -203,8 +216,8 @@ TEST(BucketExecutorTest, UncastBucketsUseTheGeneralPath) {
   for (int step = 0; step < 2; ++step) {
     for (size_t i = 0; i < 2; ++i) {
       for (int64_t j = 0; j < bucket.members[i].count; ++j) {
-        const double sum = static_cast<double>(Value(0, step, i, j)) +
-                           Value(1, step, i, j);
+        const double sum =
+            static_cast<double>(Value(0, step, i, j)) + Value(1, step, i, j);
         EXPECT_EQ(o.out[0][step][i][j], static_cast<float>(sum / 2));
       }
     }

@@ -93,6 +93,20 @@ class BucketReducer {
     (void)end;
   }
 
+  // Accounting of a bucket the caller reduced itself, in pieces, as `wire`
+  // values (the type CastWireType returned for it just before), by
+  // allreduces spanning `start`..`end`, with `status` their outcome: what
+  // ReduceCast does besides its one allreduce. Default: nothing.
+  virtual void CastReduced(const BucketReduceContext& ctx, DataType wire,
+                           Clock::time_point start, Clock::time_point end,
+                           const absl::Status& status) {
+    (void)ctx;
+    (void)wire;
+    (void)start;
+    (void)end;
+    (void)status;
+  }
+
   // The bucket was dropped or changed membership: forget its state.
   virtual void Forget(int bucket_id) { (void)bucket_id; }
 

@@ -93,6 +93,9 @@ class CompressedReducer : public BucketReducer {
   DataType CastWireType(const BucketReduceContext& ctx) override;
   absl::Status ReduceCast(const BucketReduceContext& ctx,
                           DataType wire) override;
+  void CastReduced(const BucketReduceContext& ctx, DataType wire,
+                   Clock::time_point start, Clock::time_point end,
+                   const absl::Status& status) override;
   // Buckets this reducer sends dense with nothing else to do (not
   // compressed, no momentum correction): the executor may pipeline them.
   bool ReducesPlainDense(const BucketReduceContext& ctx) override;

@@ -3,7 +3,8 @@
 // is known to be empty, skips the general path's copies (a, the decoded
 // "what was sent" for error feedback, the squared norm): the executor casts
 // while it fuses, this file runs the one allreduce and the step's
-// bookkeeping (policy step, report, bytes sent, timeline).
+// bookkeeping (policy step, report, bytes sent, timeline); for a bucket the
+// executor reduces in pieces, only the bookkeeping (CastReduced).
 #include "absl/strings/str_cat.h"
 #include "compressors/registry.h"
 #include "engine/compressed_reducer.h"
@@ -39,21 +40,37 @@ DataType CompressedReducer::CastWireType(const BucketReduceContext& ctx) {
 absl::Status CompressedReducer::ReduceCast(const BucketReduceContext& ctx,
                                            DataType wire) {
   const Bucket& bucket = *ctx.bucket;
-  const Clock::time_point start = Clock::now();
   BeginStep();
-  auto it = buckets_.find(bucket.id);
-  if (it == buckets_.end()) {
-    EndStep();
+  const bool known = buckets_.count(bucket.id) > 0;
+  EndStep();
+  if (!known) {
     return absl::InternalError(absl::StrCat(
         "bucket ", bucket.id, ": ReduceCast without CastWireType"));
   }
-  BucketState& state = *it->second;
-  (void)PreviousStepSeconds(state, start);
-  const gravac::Decision decision = state.policy->Decide();
-  const int64_t bytes = bucket.count * static_cast<int64_t>(DataTypeSize(wire));
+  const Clock::time_point start = Clock::now();
   absl::Status status =
       ctx.comm->Allreduce(ctx.data, bucket.count, wire, ReduceOp::kSum);
-  const Clock::time_point communicated = Clock::now();
+  CastReduced(ctx, wire, start, Clock::now(), status);
+  return status;
+}
+
+void CompressedReducer::CastReduced(const BucketReduceContext& ctx,
+                                    DataType wire, Clock::time_point start,
+                                    Clock::time_point end,
+                                    const absl::Status& status) {
+  const Bucket& bucket = *ctx.bucket;
+  BeginStep();
+  auto it = buckets_.find(bucket.id);
+  if (it == buckets_.end()) {  // CastWireType made it; Forget runs between.
+    EndStep();
+    return;
+  }
+  BucketState& state = *it->second;
+  (void)PreviousStepSeconds(state, start);
+  // A static policy: the decision does not depend on this step's data, so
+  // it is taken and observed together once the step's bytes have moved.
+  const gravac::Decision decision = state.policy->Decide();
+  const int64_t bytes = bucket.count * static_cast<int64_t>(DataTypeSize(wire));
   if (status.ok()) {
     state.policy->Observe(decision, gravac::StepStats{});
     const std::string sent = ReportName(decision.compressor, decision.level);
@@ -61,16 +78,15 @@ absl::Status CompressedReducer::ReduceCast(const BucketReduceContext& ctx,
                          bucket.bytes, state.policy->Describe(), sent,
                          decision.send_cf, bytes});
     if (ctx.timeline != nullptr) {
-      ctx.timeline->Record(ctx.track, "COMMUNICATE", start, communicated,
-                           {{"bytes", absl::StrCat(bytes)},
-                            {"compressor", sent}});
+      ctx.timeline->Record(
+          ctx.track, "COMMUNICATE", start, end,
+          {{"bytes", absl::StrCat(bytes)}, {"compressor", sent}});
     }
   }
-  state.last_own = SecondsBetween(start, communicated);
+  state.last_own = SecondsBetween(start, end);
   own_seconds_total_ += state.last_own;
   own_bytes_total_ += static_cast<double>(bucket.bytes);
   EndStep();
-  return status;
 }
 
 }  // namespace terse

@@ -93,8 +93,7 @@ template <typename Fn>
 void FusionBuffer::ForEachPart(const std::vector<FusionMember>& members,
                                int64_t begin, int64_t end, Fn fn) const {
   const int64_t total = end - begin;
-  const int threads =
-      kernels::ResolveThreads(0, total, kMinElementsPerThread);
+  const int threads = kernels::ResolveThreads(0, total, kMinElementsPerThread);
   auto range = [&](int64_t begin, int64_t end) {
     // The first member that ends after `begin`.
     size_t i = static_cast<size_t>(
@@ -182,54 +181,72 @@ void FusionBuffer::UnfuseRange(const std::vector<FusionMember>& members,
 
 void* FusionBuffer::FuseCast(const std::vector<FusionMember>& members,
                              DataType wire, double prescale) {
-  const bool fp16 = wire == DataType::kFloat16;
-  const int64_t total = Layout(members);
-  in_outputs_ = false;
-  Reserve(total * 2);
-  region_ = storage_;
-  uint16_t* region = reinterpret_cast<uint16_t*>(storage_);
-  const float f = static_cast<float>(prescale);
-  ForEachPart(members, 0, total, [&](const FusionMember& m, int64_t at,
-                                     int64_t to, int64_t n) {
-    uint16_t* dst = region + to;
-    if (m.in == nullptr) {
-      std::memset(dst, 0, n * 2);  // +0 in both formats.
-      return;
-    }
-    const float* src = static_cast<const float*>(m.in) + at;
-    if (prescale == 1.0) {
-      CastTo(fp16, src, dst, n);
-      return;
-    }
-    float tmp[kCastChunk];
-    for (int64_t j = 0; j < n; j += kCastChunk) {
-      const int64_t c = std::min(kCastChunk, n - j);
-      for (int64_t k = 0; k < c; ++k) tmp[k] = src[j + k] * f;
-      CastTo(fp16, tmp, dst + j, c);
-    }
-  });
+  PrepareCast(members, wire);
+  FuseCastRange(members, wire, prescale, 0, total_);
   return region_;
 }
 
 void FusionBuffer::UnfuseCast(const std::vector<FusionMember>& members,
                               DataType wire, double scale) {
-  const bool fp16 = wire == DataType::kFloat16;
+  UnfuseCastRange(members, wire, scale, 0, Layout(members));
+}
+
+void* FusionBuffer::PrepareCast(const std::vector<FusionMember>& members,
+                                DataType wire) {
+  (void)wire;  // Both wire types are 2 bytes.
   const int64_t total = Layout(members);
+  in_outputs_ = false;
+  Reserve(total * 2);
+  region_ = storage_;
+  return region_;
+}
+
+void FusionBuffer::FuseCastRange(const std::vector<FusionMember>& members,
+                                 DataType wire, double prescale, int64_t begin,
+                                 int64_t end) {
+  const bool fp16 = wire == DataType::kFloat16;
+  uint16_t* region = static_cast<uint16_t*>(region_);
+  const float f = static_cast<float>(prescale);
+  ForEachPart(members, begin, end,
+              [&](const FusionMember& m, int64_t at, int64_t to, int64_t n) {
+                uint16_t* dst = region + to;
+                if (m.in == nullptr) {
+                  std::memset(dst, 0, n * 2);  // +0 in both formats.
+                  return;
+                }
+                const float* src = static_cast<const float*>(m.in) + at;
+                if (prescale == 1.0) {
+                  CastTo(fp16, src, dst, n);
+                  return;
+                }
+                float tmp[kCastChunk];
+                for (int64_t j = 0; j < n; j += kCastChunk) {
+                  const int64_t c = std::min(kCastChunk, n - j);
+                  for (int64_t k = 0; k < c; ++k) tmp[k] = src[j + k] * f;
+                  CastTo(fp16, tmp, dst + j, c);
+                }
+              });
+}
+
+void FusionBuffer::UnfuseCastRange(const std::vector<FusionMember>& members,
+                                   DataType wire, double scale, int64_t begin,
+                                   int64_t end) {
+  const bool fp16 = wire == DataType::kFloat16;
   const uint16_t* region = static_cast<const uint16_t*>(region_);
   const float f = static_cast<float>(scale);
-  ForEachPart(members, 0, total, [&](const FusionMember& m, int64_t at,
-                                     int64_t from, int64_t n) {
-    if (m.out == nullptr) return;
-    float* dst = static_cast<float*>(m.out) + at;
-    const uint16_t* src = region + from;
-    for (int64_t j = 0; j < n; j += kCastChunk) {
-      const int64_t c = std::min(kCastChunk, n - j);
-      WidenFrom(fp16, src + j, dst + j, c);
-      if (scale != 1.0) {
-        for (int64_t k = 0; k < c; ++k) dst[j + k] *= f;
-      }
-    }
-  });
+  ForEachPart(members, begin, end,
+              [&](const FusionMember& m, int64_t at, int64_t from, int64_t n) {
+                if (m.out == nullptr) return;
+                float* dst = static_cast<float*>(m.out) + at;
+                const uint16_t* src = region + from;
+                for (int64_t j = 0; j < n; j += kCastChunk) {
+                  const int64_t c = std::min(kCastChunk, n - j);
+                  WidenFrom(fp16, src + j, dst + j, c);
+                  if (scale != 1.0) {
+                    for (int64_t k = 0; k < c; ++k) dst[j + k] *= f;
+                  }
+                }
+              });
 }
 
 }  // namespace terse

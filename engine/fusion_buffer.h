@@ -84,6 +84,15 @@ class FusionBuffer {
   void UnfuseCast(const std::vector<FusionMember>& members, DataType wire,
                   double scale);
 
+  // The pipelined form of FuseCast()/UnfuseCast(), as Prepare()/FuseRange()/
+  // UnfuseRange() are of Fuse()/Unfuse(): PrepareCast() lays out `members`
+  // and returns the (16-bit) region; the ranges are in elements.
+  void* PrepareCast(const std::vector<FusionMember>& members, DataType wire);
+  void FuseCastRange(const std::vector<FusionMember>& members, DataType wire,
+                     double prescale, int64_t begin, int64_t end);
+  void UnfuseCastRange(const std::vector<FusionMember>& members, DataType wire,
+                       double scale, int64_t begin, int64_t end);
+
   // Fewest elements a thread copies (1 MiB of float32).
   static constexpr int64_t kMinElementsPerThread = 1 << 18;
 

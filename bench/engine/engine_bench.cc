@@ -330,9 +330,10 @@ int main(int argc, char** argv) {
       row("(a)  terse engine", r.terse);
       row("(b)  MPI_Allreduce per tensor", r.per_tensor);
       std::printf("%-9s SPEED-UP (a) over (b): %.2fx\n", w.name.c_str(), b / a);
-      std::printf("%-9s (a)'s enqueue (until its last AllreduceAsync "
-                  "returned, slowest rank): %.2f ms\n",
-                  w.name.c_str(), Median(r.terse_enqueue) * 1e3);
+      std::printf(
+          "%-9s (a)'s enqueue (until its last AllreduceAsync "
+          "returned, slowest rank): %.2f ms\n",
+          w.name.c_str(), Median(r.terse_enqueue) * 1e3);
       std::printf("%-9s secondary:\n", w.name.c_str());
       row("(a') terse, tensors adjacent in memory", r.terse_adjacent);
       row("(c)  MPI_Allreduce of one flat buffer", r.flat);
