@@ -23,7 +23,8 @@ import os
 import statistics
 import sys
 
-ACCURACY_SLACK = 0.005  # 0.5 points, as plot_gravac.py
+from plot_gravac import ACCURACY_SLACK, fmt, time_to
+
 RUNS = ("ddp-powersgd-4", "powersgd-4", "gravac-portfolio")
 # (numerator, denominator, bound): issue 16's targets on time to target.
 BOUNDS = (("powersgd-4", "ddp-powersgd-4", 1.0),
@@ -39,21 +40,8 @@ def load(path):
     return records or None
 
 
-def time_to(records, target):
-    for r in records:
-        if r["test_accuracy"] >= target:
-            return r["wall"]
-    return None
-
-
-def fmt(v, spec):
-    return "—" if v is None else format(v, spec)
-
-
 def plot(curves, rate, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # Agg, chosen by plot_gravac.
     fig, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.6),
                              sharey=True, squeeze=False)
     for ax, (seed, target, runs) in zip(axes[0], curves):
