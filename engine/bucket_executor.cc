@@ -63,36 +63,30 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
                             ? reducer_->CastWireType(ctx)
                             : DataType::kFloat32;
   const bool cast = wire != DataType::kFloat32;
-  if (!cast && pipeline_chunk_bytes_ > 0 &&
-      bucket.bytes > pipeline_chunk_bytes_ &&
-      reducer_->ReducesPlainDense(ctx)) {
-    ctx.data = state.buffer.Prepare(members, bucket.dtype);
-    // Fused in its outputs there are no copies to keep in cache.
-    if (!state.buffer.fused_in_outputs()) {
-      absl::Status status =
-          RunPipelined(bucket, members, ctx, state, bucket.dtype);
-      if (status.ok() && timeline_ != nullptr) {
-        timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
-                          {{"bucket", absl::StrCat(bucket.id)},
-                           {"tensors", absl::StrCat(bucket.members.size())},
-                           {"bytes", absl::StrCat(bucket.bytes)},
-                           {"pipelined", "true"}});
-        timeline_->Record(ctx.track, "QUEUE", ready_at, start);
-      }
-      return status;
+  // Large buckets the reducer sends as one plain allreduce (dense, or a
+  // 16-bit cast) go piece by piece; a dense one fused in its outputs has no
+  // copies to keep in cache.
+  bool pipelined = false;
+  if (pipeline_chunk_bytes_ > 0 && bucket.bytes > pipeline_chunk_bytes_) {
+    if (cast) {
+      ctx.data = state.buffer.PrepareCast(members, wire);
+      pipelined = true;
+    } else if (reducer_->ReducesPlainDense(ctx)) {
+      ctx.data = state.buffer.Prepare(members, bucket.dtype);
+      pipelined = !state.buffer.fused_in_outputs();
     }
   }
-  if (cast && pipeline_chunk_bytes_ > 0 &&
-      bucket.bytes > pipeline_chunk_bytes_) {
-    ctx.data = state.buffer.PrepareCast(members, wire);
-    absl::Status status = RunPipelined(bucket, members, ctx, state, wire);
+  if (pipelined) {
+    absl::Status status =
+        RunPipelined(bucket, members, ctx, state, cast ? wire : bucket.dtype);
     if (status.ok() && timeline_ != nullptr) {
-      timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
-                        {{"bucket", absl::StrCat(bucket.id)},
-                         {"tensors", absl::StrCat(bucket.members.size())},
-                         {"bytes", absl::StrCat(bucket.bytes)},
-                         {"pipelined", "true"},
-                         {"cast", std::string(DataTypeName(wire))}});
+      timeline_->Record(
+          ctx.track, "NEGOTIATE", first_enqueued, ready_at,
+          {{"bucket", absl::StrCat(bucket.id)},
+           {"tensors", absl::StrCat(bucket.members.size())},
+           {"bytes", absl::StrCat(bucket.bytes)},
+           {"pipelined", "true"},
+           {"cast", cast ? std::string(DataTypeName(wire)) : "none"}});
       timeline_->Record(ctx.track, "QUEUE", ready_at, start);
     }
     return status;
