@@ -87,6 +87,16 @@ absl::Status ValidateRequest(const proto::Request& r, int size) {
     return absl::OkStatus();
   }
   if (r.name().empty()) return bad("empty name");
+  if (r.group().empty() != (r.group_size() == 0)) {
+    return bad("a group needs a name and a size");
+  }
+  if (r.group_size() < 0 || r.group_size() > kMaxGroupSize) {
+    return bad(absl::StrCat("group size ", r.group_size(), " outside [0, ",
+                            kMaxGroupSize, "]"));
+  }
+  // A refused op fails on every rank; its other fields (e.g. splits that do
+  // not fit) are the reason, not a malformed request.
+  if (!r.refused().empty()) return absl::OkStatus();
   if (!IsValidDataType(r.dtype())) return bad("unknown dtype");
   if (!proto::ReduceOp_IsValid(r.reduce_op())) return bad("unknown reduce op");
   int64_t elements = 1;
@@ -162,12 +172,30 @@ proto::Response BuildResponse(
     return response;
   }
   std::vector<std::string> problems;
+  for (int r = 0; r < static_cast<int>(requests.size()); ++r) {
+    if (requests[r] != nullptr && !requests[r]->refused().empty()) {
+      problems.push_back(
+          absl::StrCat("rank ", r, " refused it: ", requests[r]->refused()));
+    }
+  }
+  if (!problems.empty()) {
+    response.set_kind(proto::Response::ERROR);
+    response.set_op(first->op());
+    response.set_error(
+        absl::StrCat("tensor '", name, "': ", absl::StrJoin(problems, "; ")));
+    return response;
+  }
   auto check = [&](const std::string& what,
                    const std::function<std::string(const proto::Request&)>& f) {
     std::string d = Disagreement(requests, what, f);
     if (!d.empty()) problems.push_back(std::move(d));
   };
   check("op", [](const proto::Request& r) { return OpName(r.op()); });
+  check("group", [](const proto::Request& r) {
+    return r.group().empty() ? std::string("none")
+                             : absl::StrCat("'", r.group(), "' of ",
+                                            r.group_size(), " ops");
+  });
   if (problems.empty()) {
     check("dtype", [](const proto::Request& r) {
       return std::string(DataTypeName(static_cast<DataType>(r.dtype())));
@@ -235,6 +263,7 @@ proto::Response BuildResponse(
   response.set_prescale(first->prescale());
   response.set_postscale(first->postscale());
   response.set_compression(first->compression());
+  response.set_group(first->group());
   if (first->op() == proto::ALLGATHER) {
     int64_t total_first = 0;
     for (const proto::Request* r : requests) {

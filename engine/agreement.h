@@ -6,6 +6,7 @@
 #ifndef TERSE_ENGINE_AGREEMENT_H_
 #define TERSE_ENGINE_AGREEMENT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@
 #include "common/control.pb.h"
 
 namespace terse {
+
+// The most ops a group may hold (Request.group_size).
+inline constexpr int32_t kMaxGroupSize = 1 << 20;
 
 // Checks one request on its own (enum values, dtype, shape, root range,
 // dtype/op support). InvalidArgument naming the tensor and the rank.
@@ -24,7 +28,8 @@ absl::Status ValidateRequest(const proto::Request& request, int size);
 // parameters, or ERROR whose message names the tensor, the parameter and the
 // ranks on each side, e.g.
 //   tensor 'w': shape [4] on ranks 0,2 but [5] on rank 1
-// Every request must have passed ValidateRequest.
+// A request with `refused` set makes it an ERROR naming that rank and its
+// reason. Every request must have passed ValidateRequest.
 proto::Response BuildResponse(
     const std::string& name,
     const std::vector<const proto::Request*>& requests);

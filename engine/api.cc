@@ -203,6 +203,16 @@ absl::StatusOr<AllgatherResult> TakeReducescatterResult(Handle handle) {
   return e->TakeReducescatterResult(handle);
 }
 
+absl::Status GroupStart(const std::string& name) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->GroupStart(name);
+}
+
+absl::Status GroupEnd() {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
+  return e->GroupEnd();
+}
+
 absl::Status Barrier(int32_t process_set) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Engine> e, Current());
   return e->Barrier(process_set);

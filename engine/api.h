@@ -91,6 +91,12 @@ absl::StatusOr<Handle> BroadcastAsync(const std::string& name,
                                       std::shared_ptr<Event> ready = nullptr,
                                       int32_t process_set = 0);
 
+// Grouped ops (Engine::GroupStart/GroupEnd): the ops this thread enqueues
+// between the two calls are queued together as one group, answered in one
+// negotiation cycle and fused only among themselves.
+absl::Status GroupStart(const std::string& name);
+absl::Status GroupEnd();
+
 // true when the op has completed (successfully or not). NotFound for an
 // unknown handle.
 absl::StatusOr<bool> Poll(Handle handle);

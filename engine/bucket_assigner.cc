@@ -95,7 +95,7 @@ bool BucketAssigner::SameKey(const Bucket& b, const proto::Response& r) const {
          b.cuda == (r.device() >= 0) && b.device_kind == r.device_kind() &&
          static_cast<int32_t>(b.reduce_op) == r.reduce_op() &&
          b.prescale == r.prescale() && b.postscale == r.postscale() &&
-         b.compression == r.compression() &&
+         b.compression == r.compression() && b.op_group == r.group() &&
          b.group == GroupOf(r.names(0), r.compression());
 }
 
@@ -114,6 +114,7 @@ int BucketAssigner::NewBucket(const proto::Response& r) {
   b.reduce_op = static_cast<ReduceOp>(r.reduce_op());
   b.prescale = r.prescale();
   b.compression = r.compression();
+  b.op_group = r.group();
   b.group =
       r.names_size() > 0 ? GroupOf(r.names(0), r.compression()) : std::string();
   b.postscale = r.postscale();

@@ -6,7 +6,8 @@
 // first time a tensor is ready on every rank it is appended to the bucket
 // most recently opened in the same negotiation cycle with the same key
 // (dtype, device kind, reduce op, prescale, postscale, the per-call
-// compression spec, group -- the effective compression policy) if that bucket
+// compression spec, the op group of a grouped allreduce, group -- the
+// effective compression policy) if that bucket
 // stays within the fusion threshold; otherwise it opens a new bucket (next fit,
 // so a bucket's members are consecutive in negotiated order among tensors of
 // that key). A tensor of at least `solo_bytes` that the solo filter allows (the
@@ -85,6 +86,8 @@ struct Bucket {
   // the engine's policy). Part of the key: members all share it.
   std::string compression;
   std::string group;  // See BucketAssigner's group function.
+  // Grouped ops (Response.group): the group's members fuse only together.
+  std::string op_group;
   std::vector<BucketMember> members;
   int64_t count = 0;  // Sum of member counts.
   int64_t bytes = 0;

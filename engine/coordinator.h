@@ -65,6 +65,13 @@ class Coordinator {
   std::map<int64_t, std::string> order_;  // seq -> name.
   std::vector<bool> joined_;
   int last_joined_ = -1;
+  // Groups one of whose ops failed: the error, and how many of their ops
+  // are still to be answered (failed with it).
+  struct FailedGroup {
+    std::string error;
+    int32_t remaining = 0;
+  };
+  absl::flat_hash_map<std::string, FailedGroup> failed_groups_;
 };
 
 }  // namespace terse

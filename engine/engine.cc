@@ -254,6 +254,14 @@ absl::StatusOr<Handle> Engine::Enqueue(TensorEntry entry) {
                                    entry.op == proto::REDUCESCATTER);
   entry.enqueued = Clock::now();
   const Handle handle = entry.handle;
+  if (num_open_groups_.load(std::memory_order_acquire) > 0) {
+    absl::StatusOr<bool> held = HoldInGroup(entry);
+    if (!held.ok()) {
+      handles_.Discard(handle);
+      return held.status();
+    }
+    if (*held) return handle;
+  }
   absl::Status pushed = queue_.Push(entry);
   if (!pushed.ok()) {
     handles_.Discard(handle);

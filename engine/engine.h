@@ -185,12 +185,14 @@ class Engine : private ProcessSetHost {
 
   // Alltoall (engine_exchange.cc, engine/exchange.h): sends rows of `in`
   // (shape `shape`, at least one dimension) to each rank of the process
-  // set, splits[j] rows to set rank j in order (empty: equal parts,
-  // InvalidArgument unless shape[0] divides by the set's size), and
+  // set, splits[j] rows to set rank j in order (empty: equal parts), and
   // receives the rows each rank sent this one. Dtype and the dimensions
   // after the first must agree across ranks (else an error on every rank
-  // naming the tensor and the ranks). CPU tensors only (Unimplemented
-  // otherwise). Never fused: one Alltoallv. The result
+  // naming the tensor and the ranks). Splits that do not fit (a count
+  // other than the set's size, a negative one, a sum other than shape[0],
+  // or no splits and shape[0] not divisible by the size) fail the op on
+  // every rank at Wait, naming this rank and the reason. CPU tensors only
+  // (Unimplemented otherwise). Never fused: one Alltoallv. The result
   // (TakeAlltoallResult): data packed by source rank, first_dims = rows
   // received from each set rank, shape = [their sum, trailing dims].
   absl::StatusOr<Handle> AlltoallAsync(const std::string& name, TensorView in,
@@ -210,6 +212,28 @@ class Engine : private ProcessSetHost {
       const std::string& name, TensorView in, const std::vector<int64_t>& shape,
       ReduceOp op, double prescale = 1.0, double postscale = 1.0,
       DoneCallback callback = nullptr, int32_t process_set = 0);
+
+  // Grouped ops (Horovod's grouped_allreduce and friends; the same idea as
+  // ncclGroupStart/End): between GroupStart and GroupEnd, the ops this
+  // thread enqueues are checked and get their handles as usual, but are
+  // held; GroupEnd queues them together as one group named `name`, of as
+  // many ops as were held. Negotiation answers a group's ops in one cycle,
+  // once every one of them is ready on every rank (they never come from the
+  // response cache), and a grouped allreduce is fused only with members of
+  // its group. If one of them fails (a mismatch across ranks, a refused
+  // alltoall), every op of the group fails with its error on every rank.
+  // Every rank must group the same ops under the same name, and each group
+  // in flight on a process set needs its own name; the ops of a group
+  // share one process set (InvalidArgument at enqueue otherwise). An op
+  // refused at enqueue is not held (its error is returned as always).
+  // Errors: GroupStart while this thread has a group open, or GroupEnd
+  // without one: FailedPrecondition; an empty name: InvalidArgument. If a
+  // held op cannot be queued at GroupEnd (its name is in flight, the engine
+  // stopped), its handle completes with that error and GroupEnd returns the
+  // first such error; the others are queued. Thread-safe; a group belongs
+  // to the thread that opened it.
+  absl::Status GroupStart(const std::string& name);
+  absl::Status GroupEnd();
 
   absl::StatusOr<bool> Poll(Handle handle) const;
   absl::Status Wait(Handle handle);
@@ -317,6 +341,10 @@ class Engine : private ProcessSetHost {
          std::unique_ptr<Timeline> timeline);
 
   absl::StatusOr<Handle> Enqueue(TensorEntry entry);
+  // Enqueue's last step: into this thread's open group (true), if any.
+  // InvalidArgument for a join or barrier, or an op on another process set
+  // than the group's.
+  absl::StatusOr<bool> HoldInGroup(TensorEntry& entry);
   // Enqueue's process-set part: the set exists and holds this rank; a
   // broadcast's root becomes its rank in the set. Returns the set's size.
   absl::StatusOr<int> ResolveProcessSet(TensorEntry& entry) const;
@@ -430,6 +458,17 @@ class Engine : private ProcessSetHost {
   std::map<int32_t, SetReducer> set_reducers_ ABSL_GUARDED_BY(reducers_mu_);
   // Bytes sent by the reducers of sets since removed.
   int64_t removed_bytes_sent_ ABSL_GUARDED_BY(reducers_mu_) = 0;
+
+  // Open groups (GroupStart), by the thread that opened them, and how
+  // many there are (read without the lock by Enqueue's fast path).
+  struct OpenGroup {
+    std::string name;
+    std::vector<TensorEntry> entries;
+  };
+  absl::Mutex groups_mu_;
+  absl::flat_hash_map<std::thread::id, OpenGroup> open_groups_
+      ABSL_GUARDED_BY(groups_mu_);
+  std::atomic<int> num_open_groups_{0};
 
   std::once_flag shutdown_once_;
   std::thread thread_;

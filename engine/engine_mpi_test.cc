@@ -17,6 +17,7 @@ namespace {
 std::vector<Scenario> All() {
   std::vector<Scenario> all = CorrectnessScenarios();
   for (Scenario& s : ErrorScenarios()) all.push_back(std::move(s));
+  for (Scenario& s : GroupScenarios()) all.push_back(std::move(s));
   for (Scenario& s : CompressionScenarios()) all.push_back(std::move(s));
   for (Scenario& s : ExchangeScenarios()) all.push_back(std::move(s));
   return all;

@@ -19,6 +19,7 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   std::vector<Scenario> all = CorrectnessScenarios();
   for (Scenario& s : ErrorScenarios()) all.push_back(std::move(s));
+  for (Scenario& s : GroupScenarios()) all.push_back(std::move(s));
   for (Scenario& s : CompressionScenarios()) all.push_back(std::move(s));
   for (int size : {3, 4}) {
     for (const Scenario& s : all) cases.push_back({s, size});

@@ -45,6 +45,10 @@ std::vector<Scenario> CompressionScenarios();
 // Alltoall and reducescatter against an oracle: uneven and empty splits,
 // every reduce op, mismatches, bad arguments, a process set (any size >= 2).
 std::vector<Scenario> ExchangeScenarios();
+// Grouped ops (GroupStart/GroupEnd): results, one cycle per group, no
+// fusion across the group's edge, a mismatch or refusal failing the whole
+// group on every rank, misuse (any size >= 2).
+std::vector<Scenario> GroupScenarios();
 // Process sets on exactly 4 ranks (overlapping static and dynamic sets
 // against a dense reference; per-set compression reports and checkpoints).
 std::vector<Scenario> ProcessSetScenarios();

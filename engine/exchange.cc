@@ -55,30 +55,38 @@ absl::Status CheckExchange(TensorEntry& e, int size) {
     if (e.reduce_op == ReduceOp::kAdasum) return bad("adasum is not supported");
     return absl::OkStatus();
   }
+  // Splits that do not fit the tensor are refused in negotiation rather
+  // than here, so that the op fails on every rank, not only on this one
+  // (the others would wait for it).
+  auto refuse = [&](std::string why) {
+    e.refused = std::move(why);
+    e.splits.clear();
+    return absl::OkStatus();
+  };
   const int64_t rows = e.shape[0];
   if (e.splits.empty()) {
     if (size <= 0 || rows % size != 0) {
-      return bad(absl::StrCat("the first dimension ", rows,
-                              " is not divisible by the number of ranks ", size,
-                              "; pass splits"));
+      return refuse(absl::StrCat("the first dimension ", rows,
+                                 " is not divisible by the number of ranks ",
+                                 size, "; pass splits"));
     }
     e.splits.assign(size, rows / size);
     return absl::OkStatus();
   }
   if (static_cast<int>(e.splits.size()) != size) {
-    return bad(absl::StrCat("splits has ", e.splits.size(),
-                            " entries, one per rank needed (", size, ")"));
+    return refuse(absl::StrCat("splits has ", e.splits.size(),
+                               " entries, one per rank needed (", size, ")"));
   }
   int64_t sum = 0;
   for (int64_t s : e.splits) {
     if (s < 0 || s > rows) {
-      return bad(absl::StrCat("split ", s, " outside [0, ", rows, "]"));
+      return refuse(absl::StrCat("split ", s, " outside [0, ", rows, "]"));
     }
     sum += s;
   }
   if (sum != rows) {
-    return bad(absl::StrCat("splits sum to ", sum,
-                            ", the first dimension of the tensor is ", rows));
+    return refuse(absl::StrCat(
+        "splits sum to ", sum, ", the first dimension of the tensor is ", rows));
   }
   return absl::OkStatus();
 }

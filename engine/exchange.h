@@ -23,9 +23,11 @@ namespace terse {
 // Enqueue-time checks of an alltoall or reducescatter `entry` (other ops:
 // OK, untouched) on a process set of `size` ranks: at least one dimension;
 // a CPU tensor (Unimplemented naming the op otherwise); reducescatter
-// refuses Adasum. Alltoall: empty splits become equal parts
-// (InvalidArgument when shape[0] is not divisible by `size`); else size
-// non-negative entries summing to shape[0]. Errors name the tensor.
+// refuses Adasum. Alltoall: empty splits become equal parts; else size
+// non-negative entries summing to shape[0]. Splits that break this (or a
+// shape[0] not divisible by `size` without splits) are not an error here:
+// they set entry.refused, and negotiation fails the op on every rank with
+// that reason. Errors name the tensor.
 absl::Status CheckExchange(TensorEntry& entry, int size);
 
 // Horovod 0.28.1's split of `rows` rows over `size` ranks: rows / size

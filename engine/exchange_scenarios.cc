@@ -283,28 +283,49 @@ absl::Status ExchangeMismatch(int rank, Engine& engine) {
   return CheckedAlltoall(engine, "a2a_after", rank, size, 1, 0);
 }
 
+// Splits that do not fit, passed by one rank only: the op fails on every
+// rank at Wait, naming that rank and the reason (nobody waits for it).
+absl::Status ExchangeBadSplits(int rank, Engine& engine) {
+  const int size = engine.size();
+  const int bad_rank = size - 1;
+  std::vector<float> in(4 * (size + 1), 0.0f);
+  auto run = [&](const std::string& name, int64_t rows,
+                 std::vector<int64_t> bad_splits, const std::string& reason) {
+    std::vector<int64_t> splits =
+        rank == bad_rank ? bad_splits : std::vector<int64_t>(size, 1);
+    const int64_t mine = rank == bad_rank ? rows : size;
+    TensorView sent(in.data(), mine, DataType::kFloat32);
+    absl::StatusOr<Handle> h = engine.AlltoallAsync(name, sent, {mine}, splits);
+    if (!h.ok()) return h.status();
+    return ExpectContains(engine.Wait(*h),
+                          absl::StrCat("tensor '", name, "': rank ", bad_rank,
+                                       " refused it: ", reason));
+  };
+  TERSE_RETURN_IF_ERROR(run(
+      "odd", size + 1, {},
+      absl::StrCat("the first dimension ", size + 1,
+                   " is not divisible by the number of ranks ", size)));
+  TERSE_RETURN_IF_ERROR(
+      run("short", size + 1, {size + 1},
+          absl::StrCat("splits has 1 entries, one per rank needed (", size,
+                       ")")));
+  TERSE_RETURN_IF_ERROR(
+      run("sum", size + 1, std::vector<int64_t>(size, 0),
+          absl::StrCat("splits sum to 0, the first dimension of the tensor is ",
+                       size + 1)));
+  std::vector<int64_t> negative(size, 0);
+  negative[0] = -1;
+  negative[1] = size + 2;
+  TERSE_RETURN_IF_ERROR(run("neg", size + 1, negative, "split -1 outside"));
+  // The engine goes on.
+  return CheckedAlltoall(engine, "a2a_after_refusal", rank, size, 2, 0);
+}
+
 // Arguments refused at enqueue, on this rank alone.
-absl::Status ExchangeBadArguments(int rank, Engine& engine) {
+absl::Status ExchangeBadArguments(int /*rank*/, Engine& engine) {
   const int size = engine.size();
   std::vector<float> in(4 * (size + 1), 0.0f);
   TensorView view(in.data(), size + 1, DataType::kFloat32);
-  TERSE_RETURN_IF_ERROR(ExpectContains(
-      engine.AlltoallAsync("odd", view, {size + 1}, {}).status(),
-      absl::StrCat("alltoall of 'odd': the first dimension ", size + 1,
-                   " is not divisible by the number of ranks ", size)));
-  TERSE_RETURN_IF_ERROR(ExpectContains(
-      engine.AlltoallAsync("short", view, {size + 1}, {size + 1}).status(),
-      absl::StrCat("splits has 1 entries, one per rank needed (", size, ")")));
-  std::vector<int64_t> wrong(size, 0);
-  TERSE_RETURN_IF_ERROR(ExpectContains(
-      engine.AlltoallAsync("sum", view, {size + 1}, wrong).status(),
-      absl::StrCat("splits sum to 0, the first dimension of the tensor is ",
-                   size + 1)));
-  wrong[0] = -1;
-  wrong[1] = size + 2;
-  TERSE_RETURN_IF_ERROR(ExpectContains(
-      engine.AlltoallAsync("neg", view, {size + 1}, wrong).status(),
-      "split -1 outside"));
   TERSE_RETURN_IF_ERROR(ExpectContains(
       engine
           .AlltoallAsync("scalar", TensorView(in.data(), 1, DataType::kFloat32),
@@ -379,6 +400,7 @@ std::vector<Scenario> ExchangeScenarios() {
       {"AlltoallEqualAndEmpty", nullptr, AlltoallEqualAndEmpty},
       {"ReducescatterOps", nullptr, ReducescatterOps},
       {"ExchangeMismatch", nullptr, ExchangeMismatch},
+      {"ExchangeBadSplits", nullptr, ExchangeBadSplits},
       {"ExchangeBadArguments", nullptr, ExchangeBadArguments},
       {"ExchangeProcessSet", nullptr, ExchangeProcessSet},
   };

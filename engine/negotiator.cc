@@ -17,8 +17,11 @@ constexpr uint64_t kJoined = 1u << 3;
 // How often rank 0 looks for stalled ops.
 constexpr double kInspectionSeconds = 0.1;
 
+// Grouped ops always go to the coordinator, which answers a group as one.
 bool Cacheable(const proto::Request& request) {
-  return request.op() == proto::ALLREDUCE || request.op() == proto::BROADCAST;
+  return (request.op() == proto::ALLREDUCE ||
+          request.op() == proto::BROADCAST) &&
+         request.group().empty();
 }
 
 absl::Status StatusFrom(int32_t code, const std::string& message) {

@@ -11,7 +11,7 @@ ResponseCache::ResponseCache(int64_t capacity)
 
 bool ResponseCache::Cacheable(const proto::Response& response) {
   return response.kind() == proto::Response::EXECUTE &&
-         response.names_size() == 1 &&
+         response.names_size() == 1 && response.group().empty() &&
          (response.op() == proto::ALLREDUCE ||
           response.op() == proto::BROADCAST);
 }

@@ -32,7 +32,8 @@ class ResponseCache {
 
   // Whether a response of this kind may be cached: executed allreduces and
   // broadcasts (allgather sizes change from call to call; join and barrier
-  // are rare).
+  // are rare), not grouped ones (only the coordinator answers a group as
+  // one).
   static bool Cacheable(const proto::Response& response);
 
   // The slot holding `name`, or -1.

@@ -22,6 +22,9 @@ proto::Request MakeRequest(const TensorEntry& entry, int rank) {
   request.set_postscale(entry.postscale);
   request.set_compression(entry.compression);
   for (int64_t s : entry.splits) request.add_splits(s);
+  request.set_group(entry.group);
+  request.set_group_size(entry.group_size);
+  request.set_refused(entry.refused);
   return request;
 }
 

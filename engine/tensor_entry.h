@@ -39,6 +39,13 @@ struct TensorEntry {
   std::vector<int64_t> splits;
   // Allreduce: canonical compression spec; empty = the engine's policy.
   std::string compression;
+  // Grouped ops (Engine::GroupStart): the group's name and its number of
+  // ops; empty group: not grouped. See Request.group.
+  std::string group;
+  int32_t group_size = 0;
+  // Non-empty: this rank refuses the op for this reason; negotiation fails
+  // it on every rank (Request.refused).
+  std::string refused;
   DoneCallback callback;
   Clock::time_point enqueued;
   // Device tensors: recorded on the producer's stream after the input was

@@ -532,6 +532,15 @@ terse_error* terse_take_allgather(int64_t handle,
   return nullptr;
 }
 
+terse_error* terse_group_start(const char* name) {
+  if (name == nullptr) {
+    return terse::ToError(absl::InvalidArgumentError("group name is NULL"));
+  }
+  return terse::ToError(terse::GroupStart(name));
+}
+
+terse_error* terse_group_end(void) { return terse::ToError(terse::GroupEnd()); }
+
 terse_error* terse_barrier(void) { return terse::ToError(terse::Barrier()); }
 
 terse_error* terse_barrier_set(int process_set) {

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature or a code below changes. */
-#define TERSE_C_ABI_VERSION 2
+#define TERSE_C_ABI_VERSION 3
 int terse_abi_version(void);
 
 /* Element types: the values of terse::DataType. */
@@ -221,9 +221,12 @@ terse_error* terse_take_allgather(int64_t handle,
  * callback), freed with terse_allgather_result_free.
  *
  * Alltoall: sends splits[j] rows of `in` (ndim >= 1) to rank j of the set,
- * in order; nsplits = the set's size, or 0 for equal parts (InvalidArgument
- * unless shape[0] divides by it). Dtype and the dimensions after the first
- * must agree across ranks. Result: the rows from each rank, packed in rank
+ * in order; nsplits = the set's size, or 0 for equal parts. Splits that do
+ * not fit the tensor (a count other than the set's size, a negative entry,
+ * a sum other than shape[0], or no splits and shape[0] not divisible by the
+ * size) fail the op on every rank at terse_wait, naming this rank and the
+ * reason. Dtype and the dimensions after the first must agree across
+ * ranks. Result: the rows from each rank, packed in rank
  * order; first_dims = the rows received from each rank. */
 terse_error* terse_alltoall_set_async(const char* name, const void* in,
                                       int64_t count, int dtype, int device,
@@ -244,6 +247,19 @@ terse_error* terse_take_alltoall(int64_t handle,
                                  terse_allgather_result** result);
 terse_error* terse_take_reducescatter(int64_t handle,
                                       terse_allgather_result** result);
+
+/* Grouped ops (engine/engine.h GroupStart/GroupEnd; Horovod's
+ * grouped_allreduce; as ncclGroupStart/ncclGroupEnd): the operations this
+ * thread enqueues between terse_group_start(name) and terse_group_end() get
+ * their handles at once but are queued only at terse_group_end, together,
+ * as one group. Negotiation answers them in one cycle once each is ready on
+ * every rank; a grouped allreduce fuses only with members of its group; if
+ * one fails (a mismatch, a refused alltoall), all fail on every rank with
+ * its error. Every rank must group the same ops under the same name; one
+ * process set per group. FailedPrecondition: a group already open on this
+ * thread (start), none open (end). */
+terse_error* terse_group_start(const char* name);
+terse_error* terse_group_end(void);
 
 /* Blocks until every rank called terse_barrier. */
 terse_error* terse_barrier(void);

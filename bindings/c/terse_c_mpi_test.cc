@@ -275,6 +275,59 @@ TEST_F(TerseCMpiTest, CallbackAlltoallHandsOverTheRows) {
   EXPECT_EQ(o.shape(), (std::vector<int64_t>{int64_t{size_} * (rank_ + 1), 2}));
 }
 
+// A group through the ABI: three allreduces and an alltoall whose splits
+// the last rank gets wrong. Every op of the group fails on every rank,
+// naming that rank and its reason; then the same allreduces, grouped again
+// with good splits, sum right.
+TEST_F(TerseCMpiTest, AGroupFailsOnEveryRankWhenOneRankRefusesItsSplits) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool bad = attempt == 0 && rank_ == size_ - 1;
+    std::vector<std::vector<float>> x(3, std::vector<float>(4, rank_ + 1.0f));
+    std::vector<float> rows(size_, 1.0f);
+    std::vector<int64_t> splits(bad ? 1 : size_, bad ? size_ : 1);
+    ASSERT_TRUE(Ok(terse_group_start("cg")));
+    std::vector<int64_t> handles(4);
+    const int64_t shape[] = {4};
+    for (int t = 0; t < 3; ++t) {
+      const std::string name = "cg." + std::to_string(t);
+      ASSERT_TRUE(Ok(terse_allreduce_async(
+          name.c_str(), x[t].data(), x[t].data(), 4, TERSE_FLOAT32,
+          TERSE_DEVICE_CPU, shape, 1, TERSE_OP_SUM, 1.0, 1.0, nullptr, nullptr,
+          &handles[t])));
+    }
+    const int64_t a2a_shape[] = {size_};
+    ASSERT_TRUE(Ok(terse_alltoall_set_async(
+        "cg.a2a", rows.data(), size_, TERSE_FLOAT32, TERSE_DEVICE_CPU,
+        a2a_shape, 1, splits.data(), static_cast<int>(splits.size()), 0,
+        nullptr, nullptr, &handles[3])));
+    ASSERT_TRUE(Ok(terse_group_end()));
+    for (int t = 0; t < 4; ++t) {
+      terse_error* e = terse_wait(handles[t]);
+      if (attempt == 0) {
+        ASSERT_NE(e, nullptr) << "op " << t;
+        EXPECT_THAT(terse_error_message(e),
+                    ::testing::HasSubstr(
+                        "tensor 'cg.a2a': rank " + std::to_string(size_ - 1) +
+                        " refused it: splits has 1 entries"));
+        terse_error_free(e);
+      } else {
+        ASSERT_TRUE(Ok(e)) << "op " << t;
+      }
+    }
+    if (attempt == 1) {
+      terse_allgather_result* result = nullptr;
+      ASSERT_TRUE(Ok(terse_take_alltoall(handles[3], &result)));
+      terse_allgather_result_free(result);
+      for (int t = 0; t < 3; ++t) {
+        EXPECT_EQ(x[t][3], size_ * (size_ + 1) / 2.0f);
+      }
+    }
+  }
+  terse_error* none_open = terse_group_end();
+  EXPECT_EQ(terse_error_code(none_open), 9);  // FailedPrecondition.
+  terse_error_free(none_open);
+}
+
 // Reducescatter in handle mode: size + 1 rows of (rank + 1) each, summed;
 // rank 0 gets two rows, the others one.
 TEST_F(TerseCMpiTest, HandleModeReducescatter) {
