@@ -380,6 +380,18 @@ PYBIND11_MODULE(_terse, m) {
       [](int process_set) { ThrowIfError(terse_barrier_set(process_set)); },
       Release(), py::arg("process_set") = 0);
   m.def(
+      "group_start",
+      [](const std::string& name) {
+        ThrowIfError(terse_group_start(name.c_str()));
+      },
+      Release(), py::arg("name"),
+      "Ops this thread enqueues until group_end() form one group named "
+      "`name`: answered in one negotiation cycle, fused only together, "
+      "failing as one (terse_c.h terse_group_start).");
+  m.def(
+      "group_end", [] { ThrowIfError(terse_group_end()); }, Release(),
+      "Queues the ops of this thread's open group together.");
+  m.def(
       "add_process_set",
       [](const std::vector<int>& ranks) {
         int id = -1;

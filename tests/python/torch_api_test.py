@@ -202,6 +202,23 @@ def test_grouped_ops(_):
     for i in range(len(shapes)):
         want = torch.cat([inputs[r][i][: r + 1] for r in range(size)])
         expect(torch.equal(gathered[i], want), f"grouped allgather {i}")
+    # The group is one engine group: a member whose shape differs on the
+    # last rank fails every member on every rank, naming the ranks.
+    if size > 1:
+        odd = size - 1
+        bad = [torch.ones(4), torch.ones(5 if rank == odd else 4),
+               torch.ones(3)]
+        others = ",".join(str(r) for r in range(odd))
+        expect_raises(hvd.TerseError,
+                      ["its group 'g.bad' failed",
+                       f"shape [4] on rank{'s' if odd > 1 else ''} {others} "
+                       f"but [5] on rank {odd}"],
+                      hvd.grouped_allreduce, bad, name="g.bad")
+        # The engine goes on: the same group, now alike everywhere.
+        again = hvd.grouped_allreduce([torch.ones(4), torch.ones(4)],
+                                      name="g.bad", op=hvd.Sum)
+        expect(all(torch.equal(t, torch.full((4,), float(size)))
+                   for t in again), "group after a failed one")
 
 
 def test_reducescatter_rows_as_horovod(_):
@@ -286,6 +303,16 @@ def test_alltoall_splits_as_horovod(_):
                             for k in range(2)], f"even alltoall {got}")
     expect_raises(hvd.TerseError, ["splits"], hvd.alltoall, torch.ones(3),
                   splits=[1] * (size + 1), name="a2a.bad")
+    # Splits that only the last rank gets wrong fail the alltoall on every
+    # rank (no rank waits for it), naming that rank and the reason.
+    wrong = size - 1
+    mine = [size] + [0] * (size - 1) if rank == wrong else [1] * size
+    x = torch.ones(size + (1 if rank == wrong else 0), 2)
+    expect_raises(hvd.TerseError,
+                  [f"tensor 'a2a.one_bad': rank {wrong} refused it: splits "
+                   f"sum to {size}, the first dimension of the tensor is "
+                   f"{size + 1}"],
+                  hvd.alltoall, x, splits=mine, name="a2a.one_bad")
     if size > 1:
         expect_raises(hvd.TerseError, ["divisible"], hvd.alltoall,
                       torch.ones(size + 1), name="a2a.odd")

@@ -4,10 +4,10 @@ alltoall and reducescatter.
 What each costs on the wire (n ranks, B bytes of input per rank):
 
   * grouped_allreduce / grouped_allgather / grouped_reducescatter: one
-    engine op per tensor, all enqueued in the same call so the engine
-    negotiates them together (grouped allreduces are fused as any tensors
-    enqueued together; no extra bytes; the group is not guaranteed to be one
-    cycle).
+    engine op per tensor, enqueued as one engine group (Engine::GroupStart):
+    negotiated in one cycle once every member is ready on every rank,
+    fused only among themselves, failing as one on every rank. No extra
+    bytes.
   * reducescatter: native, one engine reducescatter (Communicator::
     ReduceScatter): about B(n-1)/n per rank. With a compression other than
     none it stays composed: an allreduce of the whole tensor through the
@@ -45,6 +45,23 @@ def _base_name(op, name, ps_id=0):
     return _table.auto_name(op, ps_id) if name is None else name
 
 
+class _EngineGroup:
+    """The engine ops enqueued inside `with _EngineGroup(name):` form one
+    group (Engine::GroupStart/GroupEnd): negotiated in one cycle, fused only
+    among themselves, failing as one on every rank."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __enter__(self):
+        ops._native.group_start(self._name)
+        return self
+
+    def __exit__(self, *exc):
+        ops._native.group_end()
+        return False
+
+
 def _check_tensors(op, tensors):
     if not isinstance(tensors, (list, tuple)) or not tensors:
         raise ValueError(f"{op}: tensors must be a non-empty list of tensors")
@@ -64,12 +81,13 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None,
     ps_id = process_sets.resolve(process_set, "grouped_allreduce()")
     _check_tensors("grouped_allreduce", tensors)
     base = _base_name("grouped_allreduce", name, ps_id)
-    parts = [ops.allreduce_async(t, name=f"{base}.{i}", op=op,
-                                 prescale_factor=prescale_factor,
-                                 postscale_factor=postscale_factor,
-                                 process_set=process_set,
-                                 compression=compression)
-             for i, t in enumerate(tensors)]
+    with _EngineGroup(base):
+        parts = [ops.allreduce_async(t, name=f"{base}.{i}", op=op,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor,
+                                     process_set=process_set,
+                                     compression=compression)
+                 for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
 
 
@@ -82,12 +100,13 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
     ps_id = process_sets.resolve(process_set, "grouped_allreduce_()")
     _check_tensors("grouped_allreduce_", tensors)
     base = _base_name("grouped_allreduce", name, ps_id)
-    parts = [ops.allreduce_async_(t, name=f"{base}.{i}", op=op,
-                                  prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor,
-                                  process_set=process_set,
-                                  compression=compression)
-             for i, t in enumerate(tensors)]
+    with _EngineGroup(base):
+        parts = [ops.allreduce_async_(t, name=f"{base}.{i}", op=op,
+                                      prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor,
+                                      process_set=process_set,
+                                      compression=compression)
+                 for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
 
 
@@ -130,9 +149,10 @@ def grouped_allgather_async(tensors, name=None, process_set=_gp):
     ps_id = process_sets.resolve(process_set, "grouped_allgather()")
     _check_tensors("grouped_allgather", tensors)
     base = _base_name("grouped_allgather", name, ps_id)
-    parts = [ops.allgather_async(t, name=f"{base}.{i}",
-                                 process_set=process_set)
-             for i, t in enumerate(tensors)]
+    with _EngineGroup(base):
+        parts = [ops.allgather_async(t, name=f"{base}.{i}",
+                                     process_set=process_set)
+                 for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
 
 
@@ -296,9 +316,11 @@ def grouped_reducescatter_async(tensors, name=None, compression=None,
     ps_id = process_sets.resolve(process_set, "grouped_reducescatter()")
     _check_tensors("grouped_reducescatter", tensors)
     base = _base_name("grouped_reducescatter", name, ps_id)
-    parts = [_reducescatter_part(t, f"{base}.{i}", op, prescale_factor,
-                                 postscale_factor, compression, process_set)
-             for i, t in enumerate(tensors)]
+    with _EngineGroup(base):
+        parts = [_reducescatter_part(t, f"{base}.{i}", op, prescale_factor,
+                                     postscale_factor, compression,
+                                     process_set)
+                 for i, t in enumerate(tensors)]
     return _composed(parts, lambda results: results)
 
 
@@ -313,33 +335,20 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=None,
 
 # --- alltoall --------------------------------------------------------------------
 
-def _splits_list(tensor, splits, name, size):
-    rows = tensor.shape[0]
+def _splits_list(splits, name):
+    """`splits` as a list of ints for the engine ([] for None: equal parts).
+    Only the type is checked here: counts that do not fit the tensor are
+    refused in negotiation, so the alltoall fails on every rank (naming
+    this one) instead of leaving the others waiting."""
     if splits is None:
-        if rows % size:
-            raise ops.TerseError(
-                f"alltoall of '{name}': the first dimension {rows} is not "
-                f"divisible by the number of ranks {size}; pass splits")
-        return [rows // size] * size
+        return []
     if isinstance(splits, torch.Tensor):
         if splits.is_floating_point() or splits.dim() > 1:
             raise ops.TerseError(
                 f"alltoall of '{name}': splits must be a 1-d integer tensor "
                 f"or list, got {splits.dtype} of shape {tuple(splits.shape)}")
         splits = splits.tolist()
-    splits = [int(s) for s in splits]
-    if len(splits) != size:
-        raise ops.TerseError(
-            f"alltoall of '{name}': splits has {len(splits)} entries, one per "
-            f"rank needed ({size})")
-    if any(s < 0 for s in splits):
-        raise ops.TerseError(
-            f"alltoall of '{name}': splits {splits} holds a negative count")
-    if sum(splits) != rows:
-        raise ops.TerseError(
-            f"alltoall of '{name}': splits {splits} sum to {sum(splits)}, "
-            f"the first dimension of the tensor is {rows}")
-    return splits
+    return [int(s) for s in splits]
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=_gp):
@@ -353,7 +362,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=_gp):
         raise ops.TerseError(
             f"alltoall of '{name}': a 0-dim tensor cannot be split; give it "
             "at least one dimension")
-    mine = _splits_list(tensor, splits, name, process_sets.size_of(ps_id))
+    mine = _splits_list(splits, name)
     device = tensor.device
     source = _host(tensor)
     code, _, _ = ops._describe(source, ops._what("alltoall", name))
