@@ -1,7 +1,8 @@
 // The op definitions of terse's TensorFlow op library: TerseAllreduce,
-// TerseAllgather, TerseBroadcast, TerseAlltoall, TerseReducescatter and
-// TerseProcessInfo. Their kernels (kernels.cc) enqueue into
-// the process's one engine (libterse.so) and finish asynchronously, so they
+// TerseAllgather, TerseBroadcast, TerseAlltoall, TerseReducescatter,
+// TerseGroupedAllreduce and TerseProcessInfo. Their kernels (kernels.cc,
+// grouped_kernels.cc) enqueue into the process's one engine (libterse.so)
+// and finish asynchronously, so they
 // work eagerly and inside tf.function graphs, where independent ops are in
 // flight together and the engine fuses them.
 //
@@ -138,6 +139,34 @@ members of process_set (reduce_op and factors as TerseAllreduce's; not
 adasum), of which member i receives its rows of dimension 0: rows / size
 each, the first rows % size members one more (Horovod's split). Shape,
 dtype, op and factors must agree across members.
+)doc");
+
+// N tensors of any engine dtypes; output i has input i's shape.
+REGISTER_OP("TerseGroupedAllreduce")
+    .Attr(
+        "T: list({half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8})")
+    .Attr("group_name: string")
+    .Attr("tensor_names: list(string)")
+    .Attr("reduce_ops: list(int)")
+    .Attr("prescale_factors: list(float)")
+    .Attr("postscale_factors: list(float)")
+    .Attr("compression: string = ''")
+    .Attr("process_set: int = 0")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Allreduces every tensor of `tensors` as one engine group (the C ABI's
+terse_group_start / terse_group_end): the engine negotiates them in one
+cycle once each is ready on every rank, fuses them only among themselves,
+and fails them all, on every rank, if one fails. Tensor i is named
+tensor_names[i] and reduced with reduce_ops[i], prescale_factors[i] and
+postscale_factors[i] (as TerseAllreduce's attributes); group_name names the
+group, the same on every rank.
 )doc");
 
 // Stateful: read when the op runs, never folded into a constant while a

@@ -154,6 +154,20 @@ def test_grouped_allreduce_and_allgather(_):
         for i, out in enumerate(fn(*[tf.constant(x) for x in xs])):
             close(out, sum(x_of(r, 2, salt=i) for r in range(size)),
                   f"{how} grouped_allreduce {i}")
+    # Mixed dtypes, Average over ints and floats, and factors, in one group
+    # (one TerseGroupedAllreduce op), against numpy.
+    ints = [np.arange(3, dtype=np.int32) * (rank + 1), x_of(rank, 2, salt=7)]
+    for how, fn in modes(lambda a, b: terse.grouped_allreduce(
+            [a, b], op=terse.Average, prescale_factor=2.0,
+            name="grouped.mixed")):
+        got = fn(tf.constant(ints[0]), tf.constant(ints[1]))
+        want_int = np.trunc(sum(np.arange(3) * (r + 1) * 2.0
+                                for r in range(size)) / size).astype(np.int32)
+        expect(got[0].dtype == tf.int32 and
+               np.array_equal(got[0].numpy(), want_int),
+               f"{how} grouped int Average {got[0].numpy()} vs {want_int}")
+        close(got[1], 2.0 * sum(x_of(r, 2, salt=7) for r in range(size)) /
+              size, f"{how} grouped float Average")
     for how, fn in modes(lambda *t: terse.grouped_allgather(
             list(t), name="grouped.ag")):
         ins = [x_of(rank, rank + 1 + i, salt=i) for i in range(2)]

@@ -107,6 +107,13 @@ def test_composed_ops_mismatch(_):
           lambda how, x: terse.grouped_allreduce(
               [x, tf.cast(x, odd_one(rank, tf.float32, tf.float64))],
               name=f"grouped.dtype.{how}")[1], tf.ones([2]))
+    # The group fails as one: its first member, alike everywhere, fails too,
+    # with the mismatch of the second.
+    check("grouped.one", ["its group", "'grouped.one", "dtype",
+                          "f64 on rank 1"],
+          lambda how, x: terse.grouped_allreduce(
+              [x, tf.cast(x, odd_one(rank, tf.float32, tf.float64))],
+              name=f"grouped.one.{how}")[0], tf.ones([2]))
 
 
 def test_alltoall_bad_splits_fail_everywhere(_):

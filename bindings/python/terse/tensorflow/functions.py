@@ -99,15 +99,32 @@ def grouped_allreduce(tensors, average=None, device_dense="",
                       prescale_factor=1.0, postscale_factor=1.0,
                       process_set=None, ignore_name_scope=False, name=None):
     """allreduce of every tensor of `tensors` (a list), same settings for
-    all; returns the list. Named '<name>.<index>'."""
+    all; returns the list. Named '<name>.<index>'. Dense tensors go as one
+    engine group (one TerseGroupedAllreduce op, eagerly and in graphs):
+    negotiated in one cycle, fused only among themselves, failing as one on
+    every rank. IndexedSlices members are reduced one by one (Horovod
+    gathers them too)."""
     op = basics.resolve_average(op, average)  # One warning, for the call.
     tensors = list(tensors)
     names = _group_names("grouped_allreduce", tensors, name)
-    return [ops.allreduce(t, compression=compression,
-                          op=op, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor, name=n,
-                          process_set=process_set)
-            for t, n in zip(tensors, names)]
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [ops.allreduce(t, compression=compression,
+                              op=op, prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor, name=n,
+                              process_set=process_set)
+                for t, n in zip(tensors, names)]
+    if op not in ops._OP_NAMES:
+        raise ValueError("op must be terse.tensorflow.Sum, Average, Min, "
+                         f"Max, Product or Adasum, not {op!r}")
+    ps_id = ops.check_process_set(process_set, "grouped_allreduce()")
+    # One name per group in a graph (a tf.function may hold several).
+    group = ops._names.unique_in_graph(names[0][:-len(".0")])
+    names = [f"{group}.{i}" for i in range(len(tensors))]
+    return ops.grouped_allreduce_dense(tensors, op, names, group,
+                                       prescale_factor, postscale_factor,
+                                       compression, ps_id)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False,

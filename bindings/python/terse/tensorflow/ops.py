@@ -252,48 +252,76 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     _check_dtype(tensor, "allreduce")
     name = _op_name("allreduce", tensor, name)
     wire, spec = _compression_plan(compression)
-    if wire is not None and tensor.dtype in FLOAT_DTYPES:
+    plan = _AllreducePlan(tensor, op, prescale_factor, postscale_factor, wire,
+                          ps_id)
+    reduced = _ops().terse_allreduce(
+        _opaque(plan.wire), tensor_name=name, reduce_op=plan.op,
+        prescale_factor=plan.prescale, postscale_factor=plan.postscale,
+        compression=spec, process_set=ps_id)
+    return plan.finish(reduced)
+
+
+def grouped_allreduce_dense(tensors, op, names, group_name, prescale,
+                            postscale, compression, ps_id):
+    """allreduce of every dense tensor of `tensors` as one engine group
+    (TerseGroupedAllreduce): negotiated in one cycle, fused only among
+    themselves, failing as one on every rank. Each tensor gets allreduce()'s
+    casts and scaling."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        _check_dtype(t, "grouped_allreduce")
+    wire, spec = _compression_plan(compression)
+    plans = [_AllreducePlan(t, op, prescale, postscale, wire, ps_id)
+             for t in tensors]
+    reduced = _ops().terse_grouped_allreduce(
+        [_opaque(p.wire) for p in plans], group_name=group_name,
+        tensor_names=list(names), reduce_ops=[p.op for p in plans],
+        prescale_factors=[p.prescale for p in plans],
+        postscale_factors=[p.postscale for p in plans], compression=spec,
+        process_set=ps_id)
+    return [p.finish(r) for p, r in zip(plans, reduced)]
+
+
+class _AllreducePlan:
+    """How allreduce() sends one dense tensor through the engine: `wire`
+    (the tensor the engine reduces), the engine's op and factors, and
+    finish(reduced wire) -> the result.
+
+    fp16 / bf16 compression casts floating-point tensors for the wire, as
+    Horovod. Floating point: the engine scales. Integers: Horovod's scaling
+    here (Average is the sum times postscale / size, in float64,
+    truncated). uint16 travels as int16 bits, sign-flipped for Min / Max so
+    that signed order is unsigned order."""
+
+    def __init__(self, tensor, op, prescale, postscale, wire_dtype, ps_id):
         dtype = tensor.dtype
-        reduced = _allreduce_scaled(tf.cast(tensor, wire), op, name,
-                                    prescale_factor, postscale_factor, spec,
-                                    ps_id)
-        return tf.cast(reduced, dtype)
-    return _allreduce_scaled(tensor, op, name, prescale_factor,
-                             postscale_factor, spec, ps_id)
+        cast = wire_dtype is not None and dtype in FLOAT_DTYPES
+        if cast:
+            tensor = tf.cast(tensor, wire_dtype)
+        prescale, postscale = float(prescale), float(postscale)
+        after = 1.0
+        if not (tensor.dtype in FLOAT_DTYPES or
+                (op != Average and prescale == 1.0 and postscale == 1.0)):
+            if op == Average:
+                op = Sum
+                postscale /= _set_size(ps_id)
+            if prescale != 1.0:
+                tensor = _scale_int(tensor, prescale)
+            prescale, after, postscale = 1.0, postscale, 1.0
+        engine_dtype = tensor.dtype
+        flip = engine_dtype == tf.uint16 and op in (Min, Max)
+        wire = _to_engine(tensor)
+        self.wire = _flip_sign(wire) if flip else wire
+        self.op, self.prescale, self.postscale = op, prescale, postscale
 
-
-def _allreduce_scaled(tensor, op, name, prescale, postscale, spec, ps_id=0):
-    """Floating point: the engine scales. Integers: Horovod's scaling here
-    (Average is the sum times postscale / size)."""
-    prescale, postscale = float(prescale), float(postscale)
-    if tensor.dtype in FLOAT_DTYPES or (op != Average and prescale == 1.0
-                                        and postscale == 1.0):
-        return _allreduce_raw(tensor, op, name, prescale, postscale, spec,
-                              ps_id)
-    if op == Average:
-        op = Sum
-        postscale /= _set_size(ps_id)
-    if prescale != 1.0:
-        tensor = _scale_int(tensor, prescale)
-    reduced = _allreduce_raw(tensor, op, name, 1.0, 1.0, spec, ps_id)
-    if postscale != 1.0:
-        reduced = _scale_int(reduced, postscale)
-    return reduced
-
-
-def _allreduce_raw(tensor, op, name, prescale, postscale, spec, ps_id=0):
-    dtype = tensor.dtype
-    wire = _to_engine(tensor)
-    flip = dtype == tf.uint16 and op in (Min, Max)
-    if flip:
-        wire = _flip_sign(wire)
-    reduced = _ops().terse_allreduce(_opaque(wire), tensor_name=name,
-                                     reduce_op=op, prescale_factor=prescale,
-                                     postscale_factor=postscale,
-                                     compression=spec, process_set=ps_id)
-    if flip:
-        reduced = _flip_sign(reduced)
-    return _from_engine(reduced, dtype)
+        def finish(reduced):
+            if flip:
+                reduced = _flip_sign(reduced)
+            reduced = _from_engine(reduced, engine_dtype)
+            if after != 1.0:
+                reduced = _scale_int(reduced, after)
+            return tf.cast(reduced, dtype) if cast else reduced
+        self.finish = finish
 
 
 def _allreduce_indexed_slices(slices, op, name, prescale, postscale,
@@ -411,6 +439,30 @@ def _allreduce_grad(op, grad):
         _opaque(grad), tensor_name=_names.unique_in_graph(name),
         reduce_op=reduce_op, prescale_factor=op.get_attr("prescale_factor"),
         postscale_factor=op.get_attr("postscale_factor"), compression=spec,
+        process_set=op.get_attr("process_set"))
+
+
+@tf.RegisterGradient("TerseGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    """Each output is its input's allreduce (see _allreduce_grad): the
+    gradients are the grouped allreduce of the upstream gradients, with the
+    same ops and factors."""
+    reduce_ops = op.get_attr("reduce_ops")
+    for reduce_op in reduce_ops:
+        if reduce_op not in (Sum, Average):
+            raise LookupError(
+                f"terse grouped allreduce with "
+                f"{_OP_NAMES.get(reduce_op, reduce_op)} has no gradient; use "
+                "Sum or Average")
+    group = _names.unique_in_graph(op.get_attr("group_name").decode() +
+                                   ".grad")
+    names = [f"{group}.{i}" for i in range(len(grads))]
+    return _ops().terse_grouped_allreduce(
+        [_opaque(_dense(g)) for g in grads], group_name=group,
+        tensor_names=names, reduce_ops=reduce_ops,
+        prescale_factors=op.get_attr("prescale_factors"),
+        postscale_factors=op.get_attr("postscale_factors"),
+        compression=op.get_attr("compression").decode(),
         process_set=op.get_attr("process_set"))
 
 
