@@ -1,9 +1,11 @@
-// The CPU kernel of TerseGroupedAllreduce (ops.cc): enqueues one engine
-// allreduce per input between terse_group_start and terse_group_end, so
-// the engine answers them as one group (one negotiation cycle, fused only
-// among themselves, failing as one), and calls `done` when the last of
-// them has completed. The group is opened and closed on the thread that
-// runs ComputeAsync, which is what the C ABI keys a group by.
+// The CPU kernels of TerseGroupedAllreduce, TerseGroupedAllgather and
+// TerseGroupedReducescatter (ops.cc): each enqueues one engine op per input
+// between terse_group_start and terse_group_end, so the engine answers them
+// as one group (one negotiation cycle, fused only among themselves, failing
+// as one), and calls `done` when the last of them has completed. The group
+// is opened and closed on the thread that runs ComputeAsync, which is what
+// the C ABI keys a group by.
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -14,6 +16,7 @@
 #include "bindings/tensorflow/c_bridge.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 
 namespace terse {
 namespace tf {
@@ -23,32 +26,63 @@ using ::tensorflow::AsyncOpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+enum class Kind { kAllreduce, kAllgather, kReducescatter };
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce:
+      return "grouped allreduce";
+    case Kind::kAllgather:
+      return "grouped allgather";
+    case Kind::kReducescatter:
+      return "grouped reducescatter";
+  }
+  return "grouped op";
+}
 
 // The group in flight: counts the members still to complete (plus one for
 // the kernel itself, released once every member is enqueued, so that `done`
 // never runs while ComputeAsync still uses the context), keeps the first
 // error, and finishes the op when the count reaches zero. Deletes itself.
+// Members' callbacks run on libterse.so's one completion thread, so output
+// allocation from them is never concurrent.
 class GroupPending {
  public:
   GroupPending(OpKernelContext* context, AsyncOpKernel::DoneCallback done,
                int members)
-      : context_(context), done_(std::move(done)), remaining_(members + 1) {}
+      : context_(context), done_(std::move(done)), remaining_(members + 1) {
+    members_.reserve(members);
+    for (int i = 0; i < members; ++i) members_.push_back(Member{this, i});
+  }
 
-  // terse_done_fn of each member.
+  // The user_data of member i's callback.
+  void* member(int i) { return &members_[i]; }
+
+  // terse_done_fn of an allreduce member (its output is already written).
   static void OnDone(void* user_data, const terse_error* error,
                      const terse_allgather_result*) {
-    static_cast<GroupPending*>(user_data)->Arrive(ToCollectiveStatus(error));
+    static_cast<Member*>(user_data)->group->Arrive(ToCollectiveStatus(error));
+  }
+
+  // terse_done_fn of an allgather or reducescatter member: its result into
+  // output i.
+  static void OnResult(void* user_data, const terse_error* error,
+                       const terse_allgather_result* result) {
+    auto* m = static_cast<Member*>(user_data);
+    tensorflow::Status status = ToCollectiveStatus(error);
+    if (status.ok()) status = m->group->CopyOut(m->index, result);
+    m->group->Arrive(status);
   }
 
   // A member (or the kernel's own count) is done, with `status`.
   void Arrive(const tensorflow::Status& status) {
-    bool last = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!status.ok() && error_.ok()) error_ = status;
-      last = --remaining_ == 0;
+      if (--remaining_ > 0) return;
     }
-    if (!last) return;
     if (!error_.ok()) context_->SetStatus(error_);
     AsyncOpKernel::DoneCallback done = std::move(done_);
     delete this;
@@ -56,31 +90,66 @@ class GroupPending {
   }
 
  private:
+  struct Member {
+    GroupPending* group;
+    int index;
+  };
+
+  tensorflow::Status CopyOut(int index, const terse_allgather_result* result) {
+    const int ndim = terse_allgather_result_ndim(result);
+    const int64_t* dims = terse_allgather_result_shape(result);
+    TensorShape shape;
+    for (int d = 0; d < ndim; ++d) {
+      TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[d]));
+    }
+    Tensor* output = nullptr;
+    TF_RETURN_IF_ERROR(context_->allocate_output(index, shape, &output));
+    const int64_t bytes = terse_allgather_result_nbytes(result);
+    if (bytes != static_cast<int64_t>(output->TotalBytes())) {
+      return absl::InternalError(absl::StrCat(
+          "terse grouped op member ", index, " returned ", bytes,
+          " bytes for shape ", shape.DebugString()));
+    }
+    if (bytes > 0) {
+      std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
+    }
+    return tensorflow::OkStatus();
+  }
+
   OpKernelContext* const context_;
   AsyncOpKernel::DoneCallback done_;
+  std::vector<Member> members_;
   // std::mutex: this library links TensorFlow's abseil headers only.
   std::mutex mu_;
-  int remaining_;              // Guarded by mu_.
-  tensorflow::Status error_;   // Guarded by mu_.
+  int remaining_;             // Guarded by mu_.
+  tensorflow::Status error_;  // Guarded by mu_.
 };
 
-class TerseGroupedAllreduceOp : public AsyncOpKernel {
+template <Kind kKind>
+class TerseGroupedOp : public AsyncOpKernel {
  public:
-  explicit TerseGroupedAllreduceOp(OpKernelConstruction* c)
-      : AsyncOpKernel(c) {
+  explicit TerseGroupedOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("group_name", &group_name_));
     OP_REQUIRES_OK(c, c->GetAttr("tensor_names", &names_));
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_ops", &reduce_ops_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factors", &prescales_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factors", &postscales_));
-    OP_REQUIRES_OK(c, c->GetAttr("compression", &compression_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
     const size_t n = static_cast<size_t>(c->num_inputs());
+    if (kKind != Kind::kAllgather) {
+      OP_REQUIRES_OK(c, c->GetAttr("reduce_ops", &reduce_ops_));
+      OP_REQUIRES_OK(c, c->GetAttr("prescale_factors", &prescales_));
+      OP_REQUIRES_OK(c, c->GetAttr("postscale_factors", &postscales_));
+    } else {
+      reduce_ops_.assign(n, TERSE_OP_SUM);
+      prescales_.assign(n, 1.0f);
+      postscales_.assign(n, 1.0f);
+    }
+    if (kKind == Kind::kAllreduce) {
+      OP_REQUIRES_OK(c, c->GetAttr("compression", &compression_));
+    }
     OP_REQUIRES(c,
                 names_.size() == n && reduce_ops_.size() == n &&
                     prescales_.size() == n && postscales_.size() == n,
                 absl::InvalidArgumentError(absl::StrCat(
-                    "terse grouped allreduce '", group_name_, "': ", n,
+                    "terse ", KindName(kKind), " '", group_name_, "': ", n,
                     " tensors but ", names_.size(), " names, ",
                     reduce_ops_.size(), " reduce ops, ", prescales_.size(),
                     " prescale and ", postscales_.size(),
@@ -89,18 +158,27 @@ class TerseGroupedAllreduceOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const int n = context->num_inputs();
-    // Every input's dtype and output before the group opens, so a bad input
-    // fails the op without enqueueing a part of the group.
+    // Every input's checks (and an allreduce's outputs) before the group
+    // opens, so a bad input fails the op without enqueueing a part of it.
     std::vector<int> dtypes(n);
     std::vector<Tensor*> outputs(n, nullptr);
     for (int i = 0; i < n; ++i) {
       const Tensor& input = context->input(i);
       OP_REQUIRES_OK_ASYNC(context, TerseDType(input.dtype(), &dtypes[i]),
                            done);
-      OP_REQUIRES_OK_ASYNC(context,
-                           context->forward_input_or_allocate_output(
-                               {i}, i, input.shape(), &outputs[i]),
-                           done);
+      if (kKind == Kind::kAllreduce) {
+        OP_REQUIRES_OK_ASYNC(context,
+                             context->forward_input_or_allocate_output(
+                                 {i}, i, input.shape(), &outputs[i]),
+                             done);
+      } else {
+        OP_REQUIRES_ASYNC(
+            context, input.dims() >= 1,
+            absl::InvalidArgumentError(absl::StrCat(
+                "terse ", KindName(kKind), " of '", names_[i],
+                "' needs tensors of rank >= 1, got a scalar")),
+            done);
+      }
     }
     auto* group = new GroupPending(context, std::move(done), n);
     terse_error* error = terse_group_start(group_name_.c_str());
@@ -110,14 +188,7 @@ class TerseGroupedAllreduceOp : public AsyncOpKernel {
       return;
     }
     for (int i = 0; i < n; ++i) {
-      const Tensor& input = context->input(i);
-      const std::vector<int64_t> dims = Dims(input.shape());
-      error = terse_allreduce_set_async(
-          names_[i].c_str(), input.data(), outputs[i]->data(),
-          input.NumElements(), dtypes[i], TERSE_DEVICE_CPU, dims.data(),
-          static_cast<int>(dims.size()), reduce_ops_[i], prescales_[i],
-          postscales_[i], compression_.c_str(), process_set_,
-          /*stream=*/nullptr, &GroupPending::OnDone, group, nullptr);
+      error = Enqueue(context->input(i), outputs[i], dtypes[i], i, group);
       // Refused at enqueue: not held, so no callback will come for it.
       if (error != nullptr) group->Arrive(TakeStatus(error));
     }
@@ -128,6 +199,34 @@ class TerseGroupedAllreduceOp : public AsyncOpKernel {
   }
 
  private:
+  terse_error* Enqueue(const Tensor& input, Tensor* output, int dtype, int i,
+                       GroupPending* group) {
+    const std::vector<int64_t> dims = Dims(input.shape());
+    const int ndim = static_cast<int>(dims.size());
+    switch (kKind) {
+      case Kind::kAllreduce:
+        return terse_allreduce_set_async(
+            names_[i].c_str(), input.data(), output->data(),
+            input.NumElements(), dtype, TERSE_DEVICE_CPU, dims.data(), ndim,
+            reduce_ops_[i], prescales_[i], postscales_[i],
+            compression_.c_str(), process_set_, /*stream=*/nullptr,
+            &GroupPending::OnDone, group->member(i), nullptr);
+      case Kind::kAllgather:
+        return terse_allgather_set_async(
+            names_[i].c_str(), input.data(), input.NumElements(), dtype,
+            TERSE_DEVICE_CPU, dims.data(), ndim, process_set_,
+            /*stream=*/nullptr, &GroupPending::OnResult, group->member(i),
+            nullptr);
+      case Kind::kReducescatter:
+        return terse_reducescatter_set_async(
+            names_[i].c_str(), input.data(), input.NumElements(), dtype,
+            TERSE_DEVICE_CPU, dims.data(), ndim, reduce_ops_[i],
+            prescales_[i], postscales_[i], process_set_,
+            &GroupPending::OnResult, group->member(i), nullptr);
+    }
+    return nullptr;
+  }
+
   std::string group_name_;
   std::vector<std::string> names_;
   std::vector<int> reduce_ops_;
@@ -139,7 +238,13 @@ class TerseGroupedAllreduceOp : public AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(
     Name("TerseGroupedAllreduce").Device(tensorflow::DEVICE_CPU),
-    TerseGroupedAllreduceOp);
+    TerseGroupedOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(
+    Name("TerseGroupedAllgather").Device(tensorflow::DEVICE_CPU),
+    TerseGroupedOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(
+    Name("TerseGroupedReducescatter").Device(tensorflow::DEVICE_CPU),
+    TerseGroupedOp<Kind::kReducescatter>);
 
 }  // namespace
 }  // namespace tf

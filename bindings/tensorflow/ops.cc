@@ -1,6 +1,7 @@
 // The op definitions of terse's TensorFlow op library: TerseAllreduce,
 // TerseAllgather, TerseBroadcast, TerseAlltoall, TerseReducescatter,
-// TerseGroupedAllreduce and TerseProcessInfo. Their kernels (kernels.cc,
+// TerseGroupedAllreduce, TerseGroupedAllgather, TerseGroupedReducescatter
+// and TerseProcessInfo. Their kernels (kernels.cc,
 // grouped_kernels.cc) enqueue into the process's one engine (libterse.so)
 // and finish asynchronously, so they
 // work eagerly and inside tf.function graphs, where independent ops are in
@@ -167,6 +168,55 @@ and fails them all, on every rank, if one fails. Tensor i is named
 tensor_names[i] and reduced with reduce_ops[i], prescale_factors[i] and
 postscale_factors[i] (as TerseAllreduce's attributes); group_name names the
 group, the same on every rank.
+)doc");
+
+// Every output i: input i's shape with an unknown first dimension.
+::tensorflow::Status EachRowsUnknown(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    ShapeHandle input;
+    TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &input));
+    ShapeHandle rest;
+    TF_RETURN_IF_ERROR(c->Subshape(input, 1, &rest));
+    ShapeHandle output;
+    TF_RETURN_IF_ERROR(
+        c->Concatenate(c->Vector(c->UnknownDim()), rest, &output));
+    c->set_output(i, output);
+  }
+  return ::tensorflow::OkStatus();
+}
+
+REGISTER_OP("TerseGroupedAllgather")
+    .Attr(
+        "T: list({half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8, bool})")
+    .Attr("group_name: string")
+    .Attr("tensor_names: list(string)")
+    .Attr("process_set: int = 0")
+    .Input("tensors: T")
+    .Output("gathered: T")
+    .SetShapeFn(EachRowsUnknown)
+    .Doc(R"doc(
+Allgathers every tensor of `tensors` (as TerseAllgather, tensor i named
+tensor_names[i]) as one engine group, like TerseGroupedAllreduce.
+)doc");
+
+REGISTER_OP("TerseGroupedReducescatter")
+    .Attr(
+        "T: list({half, bfloat16, float, double, int8, int16, int32, int64, "
+        "uint8})")
+    .Attr("group_name: string")
+    .Attr("tensor_names: list(string)")
+    .Attr("reduce_ops: list(int)")
+    .Attr("prescale_factors: list(float)")
+    .Attr("postscale_factors: list(float)")
+    .Attr("process_set: int = 0")
+    .Input("tensors: T")
+    .Output("scattered: T")
+    .SetShapeFn(EachRowsUnknown)
+    .Doc(R"doc(
+Reducescatters every tensor of `tensors` (as TerseReducescatter, tensor i
+named tensor_names[i] with reduce_ops[i] and its factors) as one engine
+group, like TerseGroupedAllreduce.
 )doc");
 
 // Stateful: read when the op runs, never folded into a constant while a

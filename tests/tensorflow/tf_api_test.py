@@ -328,6 +328,26 @@ def test_gradients_of_composed_ops(_):
         close(gb, (1.0 + 2.0 * b.numpy()) * size,
               f"{how} grouped grads through allreduce and allgather")
 
+    # Grouped reducescatter and allgather (one output unused: its gradient
+    # is zeros, and its collective still runs on every rank). Each rank's
+    # loss is sum(r0) + 3 sum(r1) + sum(g0): the reducescatter gradients
+    # gather every rank's ones (1, and 3 * 2 through r1's input 2a), the
+    # allgather's sums every rank's ones over this rank's rows (size).
+    def grouped_exchange_grad(c):
+        with tf.GradientTape() as tape:
+            tape.watch(c)
+            r0, r1 = terse.grouped_reducescatter([c, 2.0 * c], op=terse.Sum,
+                                                 name="grs.grad")
+            g0, _ = terse.grouped_allgather([c, c], name="gag2.grad")
+            loss = (tf.reduce_sum(r0) + 3.0 * tf.reduce_sum(r1) +
+                    tf.reduce_sum(g0))
+        return tape.gradient(loss, c)
+
+    c = tf.constant(np.arange(2 * size, dtype=np.float32) + rank)
+    for how, fn in modes(grouped_exchange_grad):
+        close(fn(c), np.full(2 * size, 1.0 + 6.0 + size),
+              f"{how} grouped reducescatter and allgather grads")
+
 
 def setup():
     terse.init()

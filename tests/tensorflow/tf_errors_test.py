@@ -114,6 +114,14 @@ def test_composed_ops_mismatch(_):
           lambda how, x: terse.grouped_allreduce(
               [x, tf.cast(x, odd_one(rank, tf.float32, tf.float64))],
               name=f"grouped.one.{how}")[0], tf.ones([2]))
+    check("grouped.ag", ["its group", "dimensions after the first"],
+          lambda how, x: terse.grouped_allgather(
+              [x, tf.ones([2, odd_one(rank, 3, 4)])],
+              name=f"grouped.ag.{how}")[0], tf.ones([2, 2]))
+    check("grouped.rs", ["its group", "shape"],
+          lambda how, x: terse.grouped_reducescatter(
+              [x, tf.ones([odd_one(rank, 4, 6)])], op=terse.Sum,
+              name=f"grouped.rs.{how}")[0], tf.ones([4]))
 
 
 def test_alltoall_bad_splits_fail_everywhere(_):

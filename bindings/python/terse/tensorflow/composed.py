@@ -117,14 +117,41 @@ def grouped_reducescatter(tensors, device_dense="", compression=None,
                           op=ops.Average, process_set=None,
                           prescale_factor=1.0, postscale_factor=1.0,
                           name=None):
-    """reducescatter of every tensor of `tensors`; returns the list."""
+    """reducescatter of every tensor of `tensors`; returns the list. Without
+    an engine compressor: one TerseGroupedReducescatter op, one engine group
+    (negotiated in one cycle, failing as one on every rank), with
+    reducescatter()'s casts and integer scaling for each tensor. With one:
+    each tensor's composed reducescatter."""
     tensors = list(tensors)
     base = name or ops._names.default("grouped_reducescatter", None)
-    return [reducescatter(t, compression=compression, op=op,
-                          name=f"{base}.{i}", process_set=process_set,
-                          prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor)
-            for i, t in enumerate(tensors)]
+    wire, spec = ops._compression_plan(compression)
+    if spec or not tensors:
+        return [reducescatter(t, compression=compression, op=op,
+                              name=f"{base}.{i}", process_set=process_set,
+                              prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor)
+                for i, t in enumerate(tensors)]
+    ps_id = ops.check_process_set(process_set, "grouped_reducescatter()")
+    if op not in (ops.Sum, ops.Average):
+        raise NotImplementedError(
+            "reducescatter supports Sum and Average only, not "
+            f"{ops._OP_NAMES.get(op, op)}")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise ValueError("terse reducescatter needs a tensor of rank >= "
+                             "1, got a scalar")
+        ops._check_dtype(t, "reducescatter")
+    group = ops._names.unique_in_graph(base)
+    plans = [ops._AllreducePlan(t, op, prescale_factor, postscale_factor,
+                                wire, ps_id) for t in tensors]
+    out = ops._ops().terse_grouped_reducescatter(
+        [ops._opaque(p.wire) for p in plans], group_name=group,
+        tensor_names=[f"{group}.{i}" for i in range(len(plans))],
+        reduce_ops=[p.op for p in plans],
+        prescale_factors=[p.prescale for p in plans],
+        postscale_factors=[p.postscale for p in plans], process_set=ps_id)
+    return [p.finish(o) for p, o in zip(plans, out)]
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
@@ -194,6 +221,14 @@ def _reducescatter_grad(op, grad):
     if scale != 1.0:
         grad = grad * tf.cast(scale, grad.dtype)
     return grad
+
+
+@tf.RegisterGradient("TerseGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    """Each member's gradient, as a single reducescatter's."""
+    return [_reducescatter_grad(ops._Member(op, i),
+                                ops._grad_or_zeros(op, i, g))
+            for i, g in enumerate(grads)]
 
 
 @tf.RegisterGradient("TerseAlltoall")

@@ -129,11 +129,25 @@ def grouped_allreduce(tensors, average=None, device_dense="",
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False,
                       process_set=None):
-    """allgather of every tensor of `tensors`; returns the list."""
-    tensors = list(tensors)
-    names = _group_names("grouped_allgather", tensors, name)
-    return [ops.allgather(t, name=n, process_set=process_set)
-            for t, n in zip(tensors, names)]
+    """allgather of every tensor of `tensors`; returns the list. One
+    TerseGroupedAllgather op, one engine group: negotiated in one cycle,
+    failing as one on every rank."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    ps_id = ops.check_process_set(process_set, "grouped_allgather()")
+    for t in tensors:
+        ops._check_dtype(t, "allgather", ops.MOVED_DTYPES)
+        if t.shape.rank == 0:
+            raise ValueError("terse allgather needs a tensor of rank >= 1, "
+                             "got a scalar")
+    group = ops._names.unique_in_graph(
+        _group_names("grouped_allgather", tensors, name)[0][:-len(".0")])
+    gathered = ops._ops().terse_grouped_allgather(
+        [ops._opaque(ops._to_engine(t)) for t in tensors], group_name=group,
+        tensor_names=[f"{group}.{i}" for i in range(len(tensors))],
+        process_set=ps_id)
+    return [ops._from_engine(g, t.dtype) for g, t in zip(gathered, tensors)]
 
 
 def _in_session(session):

@@ -458,12 +458,45 @@ def _grouped_allreduce_grad(op, *grads):
                                    ".grad")
     names = [f"{group}.{i}" for i in range(len(grads))]
     return _ops().terse_grouped_allreduce(
-        [_opaque(_dense(g)) for g in grads], group_name=group,
+        [_opaque(_dense(_grad_or_zeros(op, i, g)))
+         for i, g in enumerate(grads)], group_name=group,
         tensor_names=names, reduce_ops=reduce_ops,
         prescale_factors=op.get_attr("prescale_factors"),
         postscale_factors=op.get_attr("postscale_factors"),
         compression=op.get_attr("compression").decode(),
         process_set=op.get_attr("process_set"))
+
+
+class _Member:
+    """Member i of a grouped op (TerseGrouped*), seen as the single op it
+    groups, so that the single op's gradient can be reused for it."""
+
+    _LISTS = {"tensor_name": "tensor_names", "reduce_op": "reduce_ops",
+              "prescale_factor": "prescale_factors",
+              "postscale_factor": "postscale_factors"}
+
+    def __init__(self, op, i):
+        self._op, self._i = op, i
+        self.inputs = [op.inputs[i]]
+        self.outputs = [op.outputs[i]]
+
+    def get_attr(self, name):
+        if name in self._LISTS:
+            return self._op.get_attr(self._LISTS[name])[self._i]
+        return self._op.get_attr(name)
+
+
+def _grad_or_zeros(op, i, grad):
+    """The upstream gradient of output i, zeros where none flows back (every
+    rank must still take part in the gradient's collective)."""
+    return tf.zeros_like(op.outputs[i]) if grad is None else grad
+
+
+@tf.RegisterGradient("TerseGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    """Each member's gradient, as a single allgather's (_allgather_grad)."""
+    return [_allgather_grad(_Member(op, i), _grad_or_zeros(op, i, g))
+            for i, g in enumerate(grads)]
 
 
 def _dense(grad):
