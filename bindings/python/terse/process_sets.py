@@ -63,7 +63,8 @@ def not_supported_error():
         return _error[0]
 
 
-def _is_mpi4py_object(obj):
+def is_mpi4py_object(obj):
+    """Whether obj's type comes from mpi4py (tells without importing it)."""
     return type(obj).__module__.split(".")[0] == "mpi4py"
 
 
@@ -119,7 +120,7 @@ class ProcessSet:
     def __init__(self, ranks_or_comm=None):
         self.mpi_comm = None
         self.process_set_id = None
-        if _is_mpi4py_object(ranks_or_comm):
+        if is_mpi4py_object(ranks_or_comm):
             self.ranks = _comm_world_ranks(ranks_or_comm)
             self.mpi_comm = ranks_or_comm
             return
