@@ -26,7 +26,9 @@ in list position order and, within a position, in order of the lowest world
 rank that passed them; a ProcessSet whose ranks are registered already gets
 that set's id, one of every rank is the global set (id 0). Without mpi4py,
 ProcessSet(comm) raises ProcessSetsNotSupportedError naming what is
-missing. As in Horovod, add_process_set() takes rank lists only.
+missing. As in Horovod, add_process_set() takes rank lists only. With
+init(comm=...), set ranks are ranks of the world comm= makes, so
+ProcessSet(comm) there raises ProcessSetsNotSupportedError.
 """
 
 import sys
