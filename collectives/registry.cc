@@ -66,17 +66,23 @@ std::vector<std::string> BackendTable::Names() const {
   return names;
 }
 
-BackendTable BuiltinBackends() {
+BackendTable BuiltinBackends(const WorldOptions& world) {
+  // The handle is read now, so the factory holds no pointer into the
+  // application's memory.
+  MpiOptions mpi;
+  if (world.mpi_comm != nullptr) {
+    mpi.parent = *static_cast<const MPI_Comm*>(world.mpi_comm);
+  }
+  mpi.ranks = world.ranks;
   BackendTable table;
   table
-      .Register(
-          "mpi", Device::Kind::kCpu,
-          [](Device,
-             Communicator*) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-            TERSE_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> c,
-                                   MpiCommunicator::Create());
-            return std::unique_ptr<Communicator>(std::move(c));
-          })
+      .Register("mpi", Device::Kind::kCpu,
+                [mpi](Device, Communicator*)
+                    -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<MpiCommunicator> c,
+                                         MpiCommunicator::Create(mpi));
+                  return std::unique_ptr<Communicator>(std::move(c));
+                })
       .IgnoreError();  // Fresh table: the names cannot clash.
   table
       .Register("nccl", Device::Kind::kCuda,
@@ -102,8 +108,8 @@ CommunicatorRegistry::~CommunicatorRegistry() {
 }
 
 absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>
-CommunicatorRegistry::Create(const Config& config) {
-  return Create(config, BuiltinBackends());
+CommunicatorRegistry::Create(const Config& config, const WorldOptions& world) {
+  return Create(config, BuiltinBackends(world));
 }
 
 absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>

@@ -75,14 +75,32 @@ class BackendTable {
   std::vector<Entry> entries_;
 };
 
-// "mpi" (MpiCommunicator, CPU) and "nccl" (NcclCommunicator, CUDA).
-BackendTable BuiltinBackends();
+// Which processes terse runs on (Horovod's init(comm=...)); the default is
+// every process of MPI_COMM_WORLD. Only the built-in "mpi" backend reads it;
+// the CUDA backends bootstrap from the control communicator, so they span
+// the same processes.
+struct WorldOptions {
+  // The address of the application's MPI_Comm to duplicate (an `MPI_Comm*`,
+  // opaque so that this header needs no mpi.h); null: MPI_COMM_WORLD. Read
+  // by BuiltinBackends() only; the application keeps the communicator and
+  // may free it once the registry is created.
+  const void* mpi_comm = nullptr;
+  // Ranks of that communicator to run on (MpiOptions::ranks: any order, rank
+  // i of terse is ranks[i]; a process not listed fails to create the
+  // registry); empty: all of them.
+  std::vector<int> ranks;
+};
+
+// "mpi" (MpiCommunicator, CPU, over `world`) and "nccl" (NcclCommunicator,
+// CUDA).
+BackendTable BuiltinBackends(const WorldOptions& world = WorldOptions());
 
 class CommunicatorRegistry {
  public:
-  // With the built-in backends.
+  // With the built-in backends over `world`. Collective over the processes
+  // of that world (MpiCommunicator::Create).
   static absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> Create(
-      const Config& config);
+      const Config& config, const WorldOptions& world = WorldOptions());
   // With caller-chosen backends (tests: a loopback rank via
   // BorrowCommunicator). InvalidArgument when config.backend is neither
   // "auto" nor a registered name; FailedPrecondition when no CPU backend is

@@ -42,7 +42,8 @@ absl::StatusOr<std::shared_ptr<Engine>> Current() {
 }  // namespace
 
 absl::Status Init(const Config& config,
-                  const std::vector<std::vector<int>>& process_sets) {
+                  const std::vector<std::vector<int>>& process_sets,
+                  const WorldOptions& world) {
   Instance& instance = TheInstance();
   absl::MutexLock lock(&instance.mu);
   if (instance.engine != nullptr) {
@@ -51,7 +52,7 @@ absl::Status Init(const Config& config,
   absl::StatusOr<LogLevel> level = ParseLogLevel(config.log_level);
   if (level.ok()) SetLogLevel(*level);
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> registry,
-                         CommunicatorRegistry::Create(config));
+                         CommunicatorRegistry::Create(config, world));
   SetLogRank(registry->control()->rank());
   EngineOptions options;
   options.process_sets = process_sets;

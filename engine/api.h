@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"  // terse::ReduceOp.
+#include "collectives/registry.h"      // WorldOptions.
 #include "common/config.h"
 #include "common/tensor_view.h"
 #include "device/runtime.h"             // Event.
@@ -34,8 +35,13 @@ namespace terse {
 // engine's error otherwise (e.g. a bad TERSE_BACKEND, an unwritable
 // TERSE_TIMELINE, bad static process sets). `process_sets`: Horovod's
 // static sets (EngineOptions::process_sets), ids 1, 2, ... in this order.
+// `world`: the processes to run on (Horovod's init(comm=...)); blocks until
+// every one of them called Init, and Rank(), Size(), LocalRank(),
+// LocalSize() and process set ranks are then those of that world. A process
+// outside its rank list gets InvalidArgument naming it.
 absl::Status Init(const Config& config,
-                  const std::vector<std::vector<int>>& process_sets = {});
+                  const std::vector<std::vector<int>>& process_sets = {},
+                  const WorldOptions& world = WorldOptions());
 // Init(Config::FromEnvironment()): the error names the bad TERSE_* variable.
 absl::Status InitFromEnvironment();
 // Fails pending handles with "terse was shut down" (or the root-cause error

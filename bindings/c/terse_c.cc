@@ -236,15 +236,31 @@ terse_error* Enqueue(const EnqueueFn& enqueue, bool is_allgather,
   return nullptr;
 }
 
+// The configuration of terse_init's `count` TERSE_* names and values.
+absl::StatusOr<Config> ConfigFrom(const char* const* names,
+                                  const char* const* values, size_t count) {
+  std::map<std::string, std::string> variables;
+  for (size_t i = 0; i < count; ++i) {
+    if (names == nullptr || values == nullptr || names[i] == nullptr ||
+        values[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("configuration entry ", i, " is NULL"));
+    }
+    variables[names[i]] = values[i];
+  }
+  return Config::FromMap(variables);
+}
+
 absl::Status InitWith(const Config& config,
-                      const std::vector<std::vector<int>>& process_sets = {}) {
+                      const std::vector<std::vector<int>>& process_sets = {},
+                      const WorldOptions& world = WorldOptions()) {
   CState& state = TheState();
   absl::MutexLock serial(&state.serial);
   absl::MutexLock lock(&state.lifecycle);
   if (state.completions != nullptr || IsInitialized()) {
     return absl::FailedPreconditionError("terse is already initialised");
   }
-  TERSE_RETURN_IF_ERROR(Init(config, process_sets));
+  TERSE_RETURN_IF_ERROR(Init(config, process_sets, world));
   state.completions = std::make_shared<CompletionThread>();
   return absl::OkStatus();
 }
@@ -350,16 +366,8 @@ void terse_allgather_result_free(terse_allgather_result* r) { delete r; }
 
 terse_error* terse_init(const char* const* names, const char* const* values,
                         size_t count) {
-  std::map<std::string, std::string> variables;
-  for (size_t i = 0; i < count; ++i) {
-    if (names == nullptr || values == nullptr || names[i] == nullptr ||
-        values[i] == nullptr) {
-      return terse::ToError(absl::InvalidArgumentError(
-          absl::StrCat("configuration entry ", i, " is NULL")));
-    }
-    variables[names[i]] = values[i];
-  }
-  absl::StatusOr<terse::Config> config = terse::Config::FromMap(variables);
+  absl::StatusOr<terse::Config> config =
+      terse::ConfigFrom(names, values, count);
   if (!config.ok()) return terse::ToError(config.status());
   return terse::ToError(terse::InitWith(*config));
 }
@@ -551,15 +559,15 @@ terse_error* terse_init_with_process_sets(const char* const* names,
                                           const char* const* values,
                                           size_t count, const int* ranks,
                                           const int* set_sizes, int num_sets) {
-  std::map<std::string, std::string> variables;
-  for (size_t i = 0; i < count; ++i) {
-    if (names == nullptr || values == nullptr || names[i] == nullptr ||
-        values[i] == nullptr) {
-      return terse::ToError(absl::InvalidArgumentError(
-          absl::StrCat("configuration entry ", i, " is NULL")));
-    }
-    variables[names[i]] = values[i];
-  }
+  return terse_init_with_comm(names, values, count, ranks, set_sizes, num_sets,
+                              nullptr, 0, nullptr);
+}
+
+terse_error* terse_init_with_comm(const char* const* names,
+                                  const char* const* values, size_t count,
+                                  const int* ranks, const int* set_sizes,
+                                  int num_sets, const int* world_ranks,
+                                  int num_world_ranks, const void* mpi_comm) {
   if (num_sets < 0 || (num_sets > 0 && set_sizes == nullptr)) {
     return terse::ToError(
         absl::InvalidArgumentError("process sets: bad set_sizes"));
@@ -574,9 +582,18 @@ terse_error* terse_init_with_process_sets(const char* const* names,
     sets.emplace_back(ranks + offset, ranks + offset + set_sizes[i]);
     offset += set_sizes[i];
   }
-  absl::StatusOr<terse::Config> config = terse::Config::FromMap(variables);
+  if (num_world_ranks < 0 || (num_world_ranks > 0 && world_ranks == nullptr)) {
+    return terse::ToError(absl::InvalidArgumentError(absl::StrCat(
+        "init: num_world_ranks is ", num_world_ranks,
+        "; pass a count >= 0, and world_ranks non-NULL when it is > 0")));
+  }
+  terse::WorldOptions world;
+  world.mpi_comm = mpi_comm;
+  world.ranks.assign(world_ranks, world_ranks + num_world_ranks);
+  absl::StatusOr<terse::Config> config =
+      terse::ConfigFrom(names, values, count);
   if (!config.ok()) return terse::ToError(config.status());
-  return terse::ToError(terse::InitWith(*config, sets));
+  return terse::ToError(terse::InitWith(*config, sets, world));
 }
 
 terse_error* terse_add_process_set(const int* ranks, int n, int* id) {

@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature or a code below changes. */
-#define TERSE_C_ABI_VERSION 3
+#define TERSE_C_ABI_VERSION 4
 int terse_abi_version(void);
 
 /* Element types: the values of terse::DataType. */
@@ -190,6 +190,28 @@ terse_error* terse_init_with_process_sets(const char* const* names,
                                           const char* const* values,
                                           size_t count, const int* ranks,
                                           const int* set_sizes, int num_sets);
+/* terse_init_with_process_sets on other processes than MPI_COMM_WORLD's
+ * (Horovod's init(comm=...)):
+ *   mpi_comm: NULL for MPI_COMM_WORLD, or the address of an MPI_Comm (an
+ *     `MPI_Comm*`; mpi4py: MPI._addressof(comm)) that terse duplicates. The
+ *     handle is read during the call only; the caller keeps the
+ *     communicator and may free it afterwards. Not MPI_COMM_NULL, not an
+ *     intercommunicator (InvalidArgument).
+ *   world_ranks: NULL with num_world_ranks 0 for every process of that
+ *     communicator, or num_world_ranks distinct ranks of it to run on, in
+ *     any order: terse rank i is world_ranks[i]. A rank out of range or
+ *     listed twice is InvalidArgument on every caller; a process not in the
+ *     list gets InvalidArgument naming its rank and the list, having sent
+ *     nothing (the listed processes go on without it). Every listed process
+ *     must pass the same list.
+ * Blocks until every process of the new world has called it. terse_rank,
+ * terse_size, terse_local_rank, terse_local_size and the process sets'
+ * ranks are then those of the new world. */
+terse_error* terse_init_with_comm(const char* const* names,
+                                  const char* const* values, size_t count,
+                                  const int* ranks, const int* set_sizes,
+                                  int num_sets, const int* world_ranks,
+                                  int num_world_ranks, const void* mpi_comm);
 /* Collective over EVERY rank, in the same order everywhere: registers the
  * set of `n` sorted ranks; *id receives its id. AlreadyExists when a set of
  * these ranks exists; InvalidArgument when ranks differ between callers. */

@@ -1,8 +1,9 @@
 // The C ABI (libterse.so, linked dynamically) under mpirun with 2 and 4
 // ranks: callback-mode and handle-mode operations, allgather, alltoall and
 // reducescatter results,
-// errors delivered through callbacks, callbacks that enqueue, and shutdown
-// with operations pending. Every rank runs the same tests in the same order.
+// errors delivered through callbacks, callbacks that enqueue, shutdown
+// with operations pending, and terse_init_with_comm's rank lists. Every rank
+// runs the same tests in the same order.
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -531,6 +532,90 @@ TEST(TerseCMpiShutdownTest, PendingCallbackRunsBeforeShutdownReturns) {
   ASSERT_NE(late, nullptr);
   EXPECT_THAT(terse_error_message(late), HasSubstr("call init() first"));
   terse_error_free(late);
+}
+
+// terse_init_with_comm over a rank list: the world reversed (terse rank i
+// is world rank size-1-i), with a static set of the new rank 0; then every
+// rank but the last (which must be refused, naming itself); then bad lists.
+TEST(TerseCMpiCommTest, RankListsMakeTheWorld) {
+  const char* names[] = {"TERSE_CYCLE_TIME_MS"};
+  const char* values[] = {"1"};
+  int world_rank = -1;
+  int world_size = 0;
+  ASSERT_TRUE(Ok(terse_init(names, values, 1)));
+  ASSERT_TRUE(Ok(terse_rank(&world_rank)));
+  ASSERT_TRUE(Ok(terse_size(&world_size)));
+  ASSERT_TRUE(Ok(terse_shutdown()));
+
+  std::vector<int> reversed;
+  for (int r = world_size - 1; r >= 0; --r) reversed.push_back(r);
+  const int set_ranks[] = {0};
+  const int set_sizes[] = {1};
+  ASSERT_TRUE(Ok(terse_init_with_comm(names, values, 1, set_ranks, set_sizes, 1,
+                                      reversed.data(), world_size, nullptr)));
+  int rank = -1;
+  int size = 0;
+  ASSERT_TRUE(Ok(terse_rank(&rank)));
+  ASSERT_TRUE(Ok(terse_size(&size)));
+  EXPECT_EQ(rank, world_size - 1 - world_rank);
+  EXPECT_EQ(size, world_size);
+  // Oracle: sum over terse ranks i of (world rank of i + 1) * (i + 1).
+  int64_t product = static_cast<int64_t>(world_rank + 1) * (rank + 1);
+  int64_t want = 0;
+  for (int i = 0; i < world_size; ++i) {
+    want += static_cast<int64_t>(reversed[i] + 1) * (i + 1);
+  }
+  const int64_t one[] = {1};
+  int64_t handle = 0;
+  ASSERT_TRUE(Ok(terse_allreduce_async(
+      "placed", &product, &product, 1, TERSE_INT64, TERSE_DEVICE_CPU, one, 1,
+      TERSE_OP_SUM, 1.0, 1.0, nullptr, nullptr, &handle)));
+  ASSERT_TRUE(Ok(terse_wait(handle)));
+  EXPECT_EQ(product, want);
+  int set_rank = -1;
+  ASSERT_TRUE(Ok(terse_process_set_ranks(1, &set_rank, 1)));
+  EXPECT_EQ(set_rank, 0);  // A rank of the new world, as given.
+  ASSERT_TRUE(Ok(terse_shutdown()));
+
+  std::vector<int> all_but_last(reversed.rbegin(), reversed.rend() - 1);
+  terse_error* error = terse_init_with_comm(
+      names, values, 1, nullptr, nullptr, 0, all_but_last.data(),
+      static_cast<int>(all_but_last.size()), nullptr);
+  if (world_rank == world_size - 1) {
+    ASSERT_NE(error, nullptr);
+    EXPECT_EQ(terse_error_code(error), 3);  // InvalidArgument.
+    EXPECT_THAT(terse_error_message(error),
+                HasSubstr("rank " + std::to_string(world_rank) +
+                          " of MPI_COMM_WORLD) is not in the rank list"));
+    terse_error_free(error);
+    EXPECT_EQ(terse_is_initialized(), 0);
+  } else {
+    ASSERT_TRUE(Ok(error));
+    ASSERT_TRUE(Ok(terse_size(&size)));
+    EXPECT_EQ(size, world_size - 1);
+    EXPECT_TRUE(Ok(terse_barrier()));
+    ASSERT_TRUE(Ok(terse_shutdown()));
+  }
+
+  const int twice[] = {0, 0};
+  const int outside[] = {world_size};
+  struct Bad {
+    const int* ranks;
+    int n;
+    const char* says;
+  } bad[] = {{twice, 2, "rank 0 is listed twice in the rank list [0, 0]"},
+             {outside, 1, "is outside [0, "},
+             {nullptr, 2, "world_ranks non-NULL"},
+             {twice, -1, "num_world_ranks is -1"}};
+  for (const Bad& b : bad) {
+    error = terse_init_with_comm(names, values, 1, nullptr, nullptr, 0, b.ranks,
+                                 b.n, nullptr);
+    ASSERT_NE(error, nullptr) << b.says;
+    EXPECT_EQ(terse_error_code(error), 3) << terse_error_message(error);
+    EXPECT_THAT(terse_error_message(error), HasSubstr(b.says));
+    terse_error_free(error);
+  }
+  EXPECT_EQ(terse_is_initialized(), 0);
 }
 
 }  // namespace

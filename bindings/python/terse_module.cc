@@ -163,8 +163,12 @@ absl::StatusOr<Config> ConfigFromMap(
   return Config::FromMap(variables);
 }
 
+// world_ranks and mpi_comm: terse_init_with_comm's (mpi_comm is the
+// address of an MPI_Comm handle, mpi4py's MPI._addressof; 0 for
+// MPI_COMM_WORLD).
 void Init(const std::map<std::string, std::string>& variables,
-          const std::vector<std::vector<int>>& process_sets) {
+          const std::vector<std::vector<int>>& process_sets,
+          const std::vector<int>& world_ranks, uintptr_t mpi_comm) {
   // Parsed here too, so a bad value fails before anything starts.
   ValueOrThrow(ConfigFromMap(variables));
   std::vector<const char*> names;
@@ -180,9 +184,11 @@ void Init(const std::map<std::string, std::string>& variables,
     ranks.insert(ranks.end(), set.begin(), set.end());
     sizes.push_back(static_cast<int>(set.size()));
   }
-  ThrowIfError(terse_init_with_process_sets(
+  ThrowIfError(terse_init_with_comm(
       names.data(), values.data(), names.size(), ranks.data(), sizes.data(),
-      static_cast<int>(sizes.size())));
+      static_cast<int>(sizes.size()), world_ranks.data(),
+      static_cast<int>(world_ranks.size()),
+      reinterpret_cast<const void*>(mpi_comm)));
 }
 
 // The world ranks of registered process set `id` (0: every rank).
@@ -287,9 +293,14 @@ PYBIND11_MODULE(_terse, m) {
 
   m.def("init", &terse::Init, Release(), py::arg("variables"),
         py::arg("process_sets") = std::vector<std::vector<int>>(),
+        py::arg("world_ranks") = std::vector<int>(),
+        py::arg("mpi_comm") = uintptr_t{0},
         "Starts the engine with the configuration parsed from `variables` "
         "(TERSE_* name -> value, e.g. the environment's) and the static "
-        "process sets (sorted rank lists; ids 1, 2, ...).");
+        "process sets (sorted rank lists; ids 1, 2, ...), on the processes "
+        "`world_ranks` lists (ranks of the communicator; empty: all) of "
+        "the communicator whose MPI_Comm handle lies at address `mpi_comm` "
+        "(mpi4py's MPI._addressof(comm); 0: MPI_COMM_WORLD).");
   m.def(
       "shutdown", [] { ThrowIfError(terse_shutdown()); }, Release(),
       "Stops the engine; pending handles fail. Idempotent.");

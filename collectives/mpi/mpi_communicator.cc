@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/mpi/mpi_members.h"
 #include "collectives/reduce.h"
 #include "common/status.h"
 
@@ -171,8 +172,16 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
           "MPI_Init, or let terse initialise MPI"));
     }
   }
+  MPI_Comm members = MPI_COMM_NULL;
+  TERSE_RETURN_IF_ERROR(CommunicatorToDuplicate(options, &members));
   std::unique_ptr<MpiCommunicator> comm(new MpiCommunicator(options));
-  TERSE_RETURN_IF_ERROR(comm->Init(MPI_COMM_WORLD));
+  absl::Status status = comm->Init(members);
+  if (members != options.parent) MPI_Comm_free(&members);
+  TERSE_RETURN_IF_ERROR(status);
+  if (!options.ranks.empty()) {
+    TERSE_RETURN_IF_ERROR(
+        VerifySameRanks(comm->comm_, options.ranks, comm->rank_, comm->size_));
+  }
   return comm;
 }
 

@@ -10,10 +10,17 @@
 // application obtained must be at least MPI_THREAD_SERIALIZED or Create()
 // fails with FailedPrecondition saying how to initialise.
 //
-// Every communicator duplicates MPI_COMM_WORLD, so terse's traffic never
-// matches the application's messages, and sets MPI_ERRORS_RETURN on the
-// duplicate: an MPI failure becomes a Status carrying MPI's error string
-// (argument errors InvalidArgument, the rest Internal) instead of an abort.
+// Every communicator duplicates its parent (MPI_COMM_WORLD unless
+// MpiOptions says otherwise), so terse's traffic never matches the
+// application's messages, and sets MPI_ERRORS_RETURN on the duplicate: an
+// MPI failure becomes a Status carrying MPI's error string (argument errors
+// InvalidArgument, the rest Internal) instead of an abort.
+//
+// Horovod's init(comm=...): MpiOptions::parent duplicates an application
+// communicator instead of MPI_COMM_WORLD, and MpiOptions::ranks runs on a
+// subset of the parent's ranks (MPI_Comm_create_group, collective over the
+// listed processes only). rank(), size(), local_rank() and local_size() are
+// then those of the new communicator.
 //
 // Reductions: f32 sum calls MPI_Allreduce(MPI_IN_PLACE, ...) directly, with
 // no copy and no extra message. f16/bf16 use user-defined ops
@@ -63,6 +70,18 @@ struct MpiOptions {
   // Largest element count handed to one MPI call (tests lower it to exercise
   // the chunking); clamped to [1, INT_MAX].
   int64_t max_elements_per_call = 2147483647;
+  // The communicator to duplicate. The caller keeps ownership and may free
+  // it once Create() returned. Not MPI_COMM_NULL, not an intercommunicator.
+  MPI_Comm parent = MPI_COMM_WORLD;
+  // Ranks of `parent` to run on; empty: all of them. Any order, as
+  // MPI_Group_incl: rank i of the new communicator is parent rank ranks[i].
+  // Distinct and in [0, parent size), else every caller gets
+  // InvalidArgument. Every listed process must pass the same list (a
+  // different list that does not hang in MPI_Comm_create_group is
+  // InvalidArgument on every member); a process not in it gets
+  // InvalidArgument naming its parent rank and the list, having sent
+  // nothing.
+  std::vector<int> ranks;
 };
 
 // An MPI return code as a Status: OK for MPI_SUCCESS; InvalidArgument for
@@ -72,9 +91,12 @@ absl::Status MpiStatus(int rc, absl::string_view call, int rank, int size);
 
 class MpiCommunicator : public Communicator {
  public:
-  // Initialises MPI if needed (see above), duplicates MPI_COMM_WORLD and
-  // creates the half-precision ops. FailedPrecondition when MPI was already
-  // finalised or the thread level is too low; Internal for MPI failures.
+  // Initialises MPI if needed (see above), duplicates options.parent (or
+  // the communicator of options.ranks, see MpiOptions) and creates the
+  // half-precision ops. Blocks until every process of the new communicator
+  // called it. FailedPrecondition when MPI was already finalised or the
+  // thread level is too low; InvalidArgument for a bad parent or rank list;
+  // Internal for MPI failures.
   static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(
       const MpiOptions& options = MpiOptions());
 
@@ -129,8 +151,9 @@ class MpiCommunicator : public Communicator {
   using Signature = std::array<int64_t, kSignatureFields>;
 
   explicit MpiCommunicator(const MpiOptions& options);
-  // Duplicates `parent` (MPI_COMM_WORLD, or a split of terse's) and
-  // creates the datatypes and ops.
+  // Duplicates `parent` (MpiOptions::parent, the communicator of
+  // MpiOptions::ranks, or a split of terse's) and creates the datatypes and
+  // ops.
   absl::Status Init(MPI_Comm parent);
 
   // Allgathers `mine` and fails on every rank if any rank's differs.

@@ -8,6 +8,7 @@ init() with a message that names init().
 
 import array
 import atexit
+import operator
 import os
 import threading
 import warnings
@@ -21,6 +22,9 @@ _lock = threading.Lock()
 _engine_variables = None
 # The static process sets' ranks and the dynamic flag init() was given.
 _engine_sets = None
+# What init(comm=...) runs on: None (MPI_COMM_WORLD), ("ranks", tuple) or
+# ("mpi", the communicator's handle).
+_engine_world = None
 # Every rank's (local_rank, local_size), gathered once per init() (None: not
 # yet). Written only under _lock.
 _host_layout = None
@@ -40,25 +44,82 @@ def _collect_variables(compression=None, config=None):
     return variables
 
 
+def _world(comm):
+    """init(comm=...): (world ranks, mpi4py communicator or None, key that
+    tells two comm= values apart: None for MPI_COMM_WORLD)."""
+    from terse import process_sets as _process_sets
+    if comm is None:
+        return [], None, None
+    if isinstance(comm, (list, tuple, range)):
+        try:
+            ranks = [operator.index(r) for r in comm]
+        except TypeError:
+            raise TypeError(
+                f"init(comm={comm!r}): a rank list holds ints (ranks of "
+                "MPI_COMM_WORLD)") from None
+        if not ranks:
+            raise ValueError(
+                "init(comm=[]): the rank list is empty; list the "
+                "MPI_COMM_WORLD ranks to run on, or pass comm=None for all")
+        return ranks, None, ("ranks", tuple(ranks))
+    if _process_sets.is_mpi4py_object(comm):
+        from mpi4py import MPI
+        if isinstance(comm, MPI.Comm):
+            if comm == MPI.COMM_NULL:
+                raise ValueError(
+                    "init(comm=MPI.COMM_NULL): this process is in no such "
+                    "communicator; pass the one it is in")
+            handle = MPI._handleof(comm)
+            if handle == MPI._handleof(MPI.COMM_WORLD):
+                return [], None, None  # What comm=None runs on.
+            return [], comm, ("mpi", handle)
+    raise TypeError(
+        "init(comm=...) takes None, a list of MPI_COMM_WORLD ranks or an "
+        f"mpi4py communicator (mpi4py.MPI.Comm), not {type(comm).__name__}")
+
+
+def _comm_address(mpi_comm):
+    """The address of mpi4py communicator `mpi_comm`'s MPI_Comm handle (0:
+    MPI_COMM_WORLD), valid while the object lives."""
+    if mpi_comm is None:
+        return 0
+    from mpi4py import MPI
+    return MPI._addressof(mpi_comm)
+
+
 def init(compression=None, config=None, comm=None, process_sets=None):
     """Starts terse: MPI (unless the application did), the background thread.
 
     compression: a Compressor or name for the whole process; overrides
         TERSE_COMPRESSION (and TERSE_CF when it carries a CF).
     config: {"TERSE_...": value} overrides of the environment.
-    comm: Horovod's; terse runs on MPI_COMM_WORLD, so it must be None.
+    comm: Horovod's: None for MPI_COMM_WORLD; a list of MPI_COMM_WORLD
+        ranks to run on (any order: rank i is comm[i]; every listed process
+        passes the same list, a process not in it gets TerseError naming its
+        rank); or an mpi4py communicator, which terse duplicates. Collective
+        over those processes only; rank(), size(), local_rank(),
+        local_size(), cross_*() and process set ranks are then those of
+        that world. Anything else raises TypeError.
     process_sets: Horovod's static process sets (a list of ProcessSet, ids
         1, 2, ... in order) or "dynamic" (add_process_set/remove_process_set
         allowed, as with TERSE_DYNAMIC_PROCESS_SETS=1); terse.process_sets.
+        With comm, their ranks are ranks of that world, so ProcessSet(an
+        mpi4py communicator), whose ranks are MPI_COMM_WORLD's, raises
+        ProcessSetsNotSupportedError.
     A second call with the same settings does nothing; with different ones it
     raises TerseError. A bad TERSE_* value raises TerseError naming it.
     """
-    global _engine_variables, _engine_sets
+    global _engine_variables, _engine_sets, _engine_world
     from terse import process_sets as _process_sets
-    if comm is not None:
-        raise lib().TerseError(
-            "init(comm=...): terse runs on MPI_COMM_WORLD only; a "
-            "communicator or rank list is not supported (pass comm=None)")
+    world_ranks, mpi_comm, world = _world(comm)
+    if world is not None and isinstance(process_sets, (list, tuple)) and any(
+            isinstance(ps, _process_sets.ProcessSet) and ps.mpi_comm is not None
+            for ps in process_sets):
+        raise _process_sets.not_supported_error()(
+            "init(comm=..., process_sets=[ProcessSet(communicator), ...]): "
+            "a communicator's ranks are MPI_COMM_WORLD's, not those of the "
+            "world comm= makes; pass ProcessSet(list of ranks of that "
+            "world)")
     static, dynamic = _process_sets.static_sets(process_sets)
     variables = _collect_variables(compression, config)
     # The engine's config table validates the value (a bad one fails init
@@ -66,23 +127,27 @@ def init(compression=None, config=None, comm=None, process_sets=None):
     if variables.get("TERSE_DYNAMIC_PROCESS_SETS", "off") in ("on", "true",
                                                               "1"):
         dynamic = True
-    settings = (variables, ([ps.ranks for ps in static], dynamic))
+    settings = (variables, ([ps.ranks for ps in static], dynamic), world)
     with _lock:
         if lib().is_initialized():
-            if (_engine_variables, _engine_sets) == settings:
+            if (_engine_variables, _engine_sets, _engine_world) == settings:
                 return
             raise lib().TerseError(
                 "terse is already initialised with other settings; call "
                 "shutdown() before init() with new ones")
-        lib().init(variables, [ps.ranks for ps in static])
+        lib().init(variables, [ps.ranks for ps in static], world_ranks,
+                   _comm_address(mpi_comm))
         _process_sets.on_init(static, dynamic)
-        _engine_variables, _engine_sets = settings
-        _last_init[:] = [variables, static, dynamic]
+        _engine_variables, _engine_sets, _engine_world = settings
+        _last_init[:] = [variables, static, dynamic, world_ranks, mpi_comm,
+                         world]
         _gather_host_layout_locked()
     _register_exit_hook()
 
 
-# The last successful init's (variables, static ProcessSets, dynamic).
+# The last successful init's (variables, static ProcessSets, dynamic, world
+# ranks, mpi4py communicator, world key); holding the communicator keeps its
+# handle alive for reinit().
 _last_init = []
 
 
@@ -99,23 +164,27 @@ def reinit():
     it again with the last init's settings; its static process sets are
     registered again with the same ids, so ProcessSet objects held by the
     application work again (sets added by add_process_set are not).
-    Collective over every rank. TerseError if terse was never initialised.
+    Collective over every rank of that init's world (comm=...): the same
+    ranks, or the same communicator (TerseError if the application freed
+    it). TerseError if terse was never initialised.
     """
-    global _engine_variables, _engine_sets
+    global _engine_variables, _engine_sets, _engine_world
     from terse import process_sets as _process_sets
     with _lock:
         if not _last_init:
             raise lib().TerseError("reinit(): terse was never initialised")
-        variables, static, dynamic = _last_init
+        variables, static, dynamic, world_ranks, mpi_comm, world = _last_init
     try:
         shutdown()
     except lib().TerseError:
         pass  # The root cause the engine stopped with, raised already.
     with _lock:
-        lib().init(variables, [ps.ranks for ps in static])
+        lib().init(variables, [ps.ranks for ps in static], world_ranks,
+                   _comm_address(mpi_comm))
         _process_sets.on_init(static, dynamic, again=True)
         _engine_variables = variables
         _engine_sets = ([ps.ranks for ps in static], dynamic)
+        _engine_world = world
         _gather_host_layout_locked()
 
 

@@ -26,7 +26,9 @@ in list position order and, within a position, in order of the lowest world
 rank that passed them; a ProcessSet whose ranks are registered already gets
 that set's id, one of every rank is the global set (id 0). Without mpi4py,
 ProcessSet(comm) raises ProcessSetsNotSupportedError naming what is
-missing. As in Horovod, add_process_set() takes rank lists only.
+missing. As in Horovod, add_process_set() takes rank lists only. With
+init(comm=...), set ranks are ranks of the world comm= makes, so
+ProcessSet(comm) there raises ProcessSetsNotSupportedError.
 """
 
 import sys
@@ -63,7 +65,8 @@ def not_supported_error():
         return _error[0]
 
 
-def _is_mpi4py_object(obj):
+def is_mpi4py_object(obj):
+    """Whether obj's type comes from mpi4py (tells without importing it)."""
     return type(obj).__module__.split(".")[0] == "mpi4py"
 
 
@@ -119,7 +122,7 @@ class ProcessSet:
     def __init__(self, ranks_or_comm=None):
         self.mpi_comm = None
         self.process_set_id = None
-        if _is_mpi4py_object(ranks_or_comm):
+        if is_mpi4py_object(ranks_or_comm):
             self.ranks = _comm_world_ranks(ranks_or_comm)
             self.mpi_comm = ranks_or_comm
             return
