@@ -54,6 +54,27 @@ def test_introspection(_):
     expect(rank == hvd.global_process_set.rank(), "global set rank")
 
 
+def test_check_extension(_):
+    # Horovod's own call, as horovod/torch/__init__.py makes it: the
+    # extension loads, so nothing is raised.
+    expect(hvd.check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH",
+                               __file__, "mpi_lib_v2") is None,
+           "check_extension of a loaded extension")
+    # One that does not load: ImportError naming the extension.
+    import terse.basics as basics
+
+    def missing():
+        raise ImportError("no _terse here")
+    loaded, basics.lib = basics.lib, missing
+    try:
+        expect_raises(ImportError, ["Extension horovod.torch has not been "
+                                    "built", "no _terse here"],
+                      hvd.check_extension, "horovod.torch",
+                      "HOROVOD_WITH_PYTORCH", __file__)
+    finally:
+        basics.lib = loaded
+
+
 def test_timeline_starts_and_stops_at_runtime(_):
     rank = hvd.rank()
     directory = tempfile.mkdtemp(prefix=f"terse_tl_{rank}_")

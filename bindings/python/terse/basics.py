@@ -500,6 +500,24 @@ def compression_spec(choice):
     return Compression.get(choice).spec()
 
 
+def check_extension(ext_name, ext_env_var, pkg_path, *args):
+    """Horovod's build check (`check_extension('horovod.torch',
+    'HOROVOD_WITH_PYTORCH', __file__, 'mpi_lib_v2')`): raises ImportError
+    when terse's native engine module (`_terse`, the one every framework
+    binding uses) cannot be loaded. `ext_name` and `ext_env_var` name the
+    extension in the error; `pkg_path` and the rest locate Horovod's
+    per-framework libraries, which terse does not have (its one module is
+    found as terse/_native.py says), so they are not used."""
+    try:
+        lib()
+    except ImportError as e:
+        raise ImportError(
+            f"Extension {ext_name} has not been built: terse's native "
+            f"module _terse does not load ({e}). Build it with "
+            "tools/setup.sh (or `bazel build //bindings/python:_terse.so`); "
+            f"{ext_env_var} plays no part in terse's build") from e
+
+
 def build_info(variables=None):
     """What terse_info prints for this build and configuration."""
     if variables is None:
@@ -513,7 +531,7 @@ __all__ = ["init", "shutdown", "is_initialized", "check_initialized", "rank",
            "save_compression_state", "load_compression_state",
            "momentum_correction",
            "engine_compression", "compression_arg", "compression_spec",
-           "build_info",
+           "build_info", "check_extension",
            "cross_rank", "cross_size", "is_homogeneous",
            "mpi_threads_supported", "mpi_enabled", "mpi_built",
            "gloo_enabled", "gloo_built", "nccl_built", "cuda_built",

@@ -17,7 +17,7 @@ terse's.
 
 from terse import basics as _basics
 from terse.basics import (barrier, bucket_reports, build_info, bytes_sent,
-                          init, is_initialized, join, load_compression_state,
+                          check_extension, init, is_initialized, join, load_compression_state,
                           local_rank, local_size, notify_learning_rate_drop,
                           rank, save_compression_state, shutdown, size)
 from terse.tensorflow.composed import (alltoall, grouped_reducescatter,
@@ -82,7 +82,8 @@ def __getattr__(name):
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
-    "local_size", "barrier", "join", "build_info", "bucket_reports",
+    "local_size", "barrier", "join", "build_info", "check_extension",
+    "bucket_reports",
     "bytes_sent", "notify_learning_rate_drop", "save_compression_state",
     "load_compression_state", "Compression", "Compressor", "TerseError",
     "Sum", "Average", "Min", "Max", "Product", "Adasum", "SUPPORTED_DTYPES",

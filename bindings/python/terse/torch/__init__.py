@@ -18,7 +18,7 @@ composed from other operations, and what is not supported yet.
 """
 
 from terse.basics import (bucket_reports, build_info, bytes_sent,
-                          ccl_built, cross_rank, cross_size, cuda_built,
+                          ccl_built, check_extension, cross_rank, cross_size, cuda_built,
                           ddl_built, engine_compression, gloo_built,
                           gloo_enabled, init, is_homogeneous, is_initialized,
                           load_compression_state, local_rank, local_size,
@@ -57,7 +57,7 @@ __all__ = [
     "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
     "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
     "ccl_built", "start_timeline", "stop_timeline",
-    "barrier", "join", "build_info",
+    "barrier", "join", "build_info", "check_extension",
     "bucket_reports", "bytes_sent", "notify_learning_rate_drop",
     "save_compression_state", "load_compression_state", "engine_compression",
     "momentum_correction",
