@@ -28,6 +28,12 @@ Modes, each one step = every tensor of the workload reduced (Sum) in place:
                             afresh for each workload and runs
                             --autotune-steps untimed steps (the search)
                             before its warm-up and timed steps
+  terse:grouped / horovod:grouped
+                            one grouped_allreduce_async_(tensors, name,
+                            op=Sum) of the whole workload per step, then
+                            synchronize(): a group (terse: one engine
+                            group, negotiated in one cycle and never from
+                            the response cache; Horovod: its group table)
   terse:unpipelined         terse:none with TERSE_PIPELINE_CHUNK=0: large fused
                             buckets copied in, reduced and copied out whole
                             (the engine before session 10)
@@ -113,8 +119,9 @@ class _Terse:
         self.tt = tt
         tt.init()
         self.rank, self.size = tt.rank(), tt.size()
+        self.grouped = compression == "grouped"
         self.compression = (None if compression in ("none", "autotune",
-                                                    "unpipelined")
+                                                    "unpipelined", "grouped")
                             else compression)
 
     def barrier(self):
@@ -122,6 +129,12 @@ class _Terse:
 
     def step(self, tensors, names):
         tt = self.tt
+        if self.grouped:
+            handle = tt.grouped_allreduce_async_(tensors, name="step",
+                                                 op=tt.Sum)
+            enqueued = time.perf_counter()
+            tt.synchronize(handle)
+            return enqueued
         handles = [tt.allreduce_async_(t, name=n, op=tt.Sum,
                                        compression=self.compression)
                    for t, n in zip(tensors, names)]
@@ -142,15 +155,22 @@ class _Horovod:
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
         self.fp16 = compression == "fp16"
-        if compression not in ("none", "fp16"):
-            raise SystemExit(f"horovod mode takes none or fp16, not "
-                             f"{compression!r}")
+        self.grouped = compression == "grouped"
+        if compression not in ("none", "fp16", "grouped"):
+            raise SystemExit(f"horovod mode takes none, fp16 or grouped, "
+                             f"not {compression!r}")
 
     def barrier(self):
         self.hvd.barrier()
 
     def step(self, tensors, names):
         hvd = self.hvd
+        if self.grouped:
+            handle = hvd.grouped_allreduce_async_(tensors, name="step",
+                                                  op=hvd.Sum)
+            enqueued = time.perf_counter()
+            hvd.synchronize(handle)
+            return enqueued
         if not self.fp16:
             handles = [hvd.allreduce_async_(t, name=n, op=hvd.Sum)
                        for t, n in zip(tensors, names)]
@@ -309,12 +329,12 @@ def driver(args):
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     for m in modes:
         library, _, variant = m.partition(":")
-        ok = {"terse": None, "horovod": ("none", "fp16"),
+        ok = {"terse": None, "horovod": ("none", "fp16", "grouped"),
               "mpi": ("per_tensor", "flat")}
         if library not in ok or not variant or (
                 ok[library] and variant not in ok[library]):
             raise SystemExit(f"unknown mode {m!r}: terse:<compressor>, "
-                             "horovod:none|fp16, mpi:per_tensor|flat")
+                             "horovod:none|fp16|grouped, mpi:per_tensor|flat")
         if library == "horovod":
             mpi_launch.horovod_python()
     for w in workloads:
