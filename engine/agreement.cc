@@ -192,9 +192,9 @@ proto::Response BuildResponse(
   };
   check("op", [](const proto::Request& r) { return OpName(r.op()); });
   check("group", [](const proto::Request& r) {
-    return r.group().empty() ? std::string("none")
-                             : absl::StrCat("'", r.group(), "' of ",
-                                            r.group_size(), " ops");
+    return r.group().empty()
+               ? std::string("none")
+               : absl::StrCat("'", r.group(), "' of ", r.group_size(), " ops");
   });
   if (problems.empty()) {
     check("dtype", [](const proto::Request& r) {

@@ -190,10 +190,12 @@ TEST(CoordinatorTest, ARefusedOpFailsOnEveryRankWithTheReason) {
   for (int r = 0; r < 3; ++r) {
     proto::RequestList list = List(r, {"a2a"}, proto::ALLTOALL);
     if (r == 1) {
-      list.mutable_requests(0)->set_refused("splits sum to 3, the first "
-                                            "dimension of the tensor is 4");
+      list.mutable_requests(0)->set_refused(
+          "splits sum to 3, the first "
+          "dimension of the tensor is 4");
     } else {
-      for (int j = 0; j < 3; ++j) list.mutable_requests(0)->add_splits(j < 2 ? 2 : 0);
+      for (int j = 0; j < 3; ++j)
+        list.mutable_requests(0)->add_splits(j < 2 ? 2 : 0);
     }
     ASSERT_TRUE(c.Add(r, list, now).ok());
   }

@@ -31,9 +31,8 @@ absl::StatusOr<bool> Engine::HoldInGroup(TensorEntry& entry) {
   if (it == open_groups_.end()) return false;
   OpenGroup& group = it->second;
   if (entry.op == proto::JOIN || entry.op == proto::BARRIER) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group '", group.name, "': join and barrier cannot be ",
-                     "grouped"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", group.name, "': join and barrier cannot be ", "grouped"));
   }
   if (!group.entries.empty() &&
       group.entries[0].process_set != entry.process_set) {

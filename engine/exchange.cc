@@ -85,8 +85,9 @@ absl::Status CheckExchange(TensorEntry& e, int size) {
     sum += s;
   }
   if (sum != rows) {
-    return refuse(absl::StrCat(
-        "splits sum to ", sum, ", the first dimension of the tensor is ", rows));
+    return refuse(absl::StrCat("splits sum to ", sum,
+                               ", the first dimension of the tensor is ",
+                               rows));
   }
   return absl::OkStatus();
 }

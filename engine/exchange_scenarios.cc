@@ -301,14 +301,13 @@ absl::Status ExchangeBadSplits(int rank, Engine& engine) {
                           absl::StrCat("tensor '", name, "': rank ", bad_rank,
                                        " refused it: ", reason));
   };
-  TERSE_RETURN_IF_ERROR(run(
-      "odd", size + 1, {},
-      absl::StrCat("the first dimension ", size + 1,
-                   " is not divisible by the number of ranks ", size)));
   TERSE_RETURN_IF_ERROR(
-      run("short", size + 1, {size + 1},
-          absl::StrCat("splits has 1 entries, one per rank needed (", size,
-                       ")")));
+      run("odd", size + 1, {},
+          absl::StrCat("the first dimension ", size + 1,
+                       " is not divisible by the number of ranks ", size)));
+  TERSE_RETURN_IF_ERROR(run(
+      "short", size + 1, {size + 1},
+      absl::StrCat("splits has 1 entries, one per rank needed (", size, ")")));
   TERSE_RETURN_IF_ERROR(
       run("sum", size + 1, std::vector<int64_t>(size, 0),
           absl::StrCat("splits sum to 0, the first dimension of the tensor is ",

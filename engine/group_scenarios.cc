@@ -54,8 +54,8 @@ absl::Status GroupedAllreduce(int rank, Engine& engine) {
     std::vector<Handle> handles;
     TensorView lone(data[n].data(), n + 1, DataType::kFloat32);
     TERSE_ASSIGN_OR_RETURN(
-        Handle h, engine.AllreduceAsync("lone", lone, lone, {n + 1},
-                                        ReduceOp::kSum));
+        Handle h,
+        engine.AllreduceAsync("lone", lone, lone, {n + 1}, ReduceOp::kSum));
     handles.push_back(h);
     TERSE_RETURN_IF_ERROR(engine.GroupStart("g"));
     for (int t = 0; t < n; ++t) {
@@ -72,9 +72,9 @@ absl::Status GroupedAllreduce(int rank, Engine& engine) {
       for (int64_t i = 0; i <= t; ++i) {
         const double want = size * (size + 1) / 2.0 * (t + i % 3 + 1);
         if (data[t][i] != want) {
-          return absl::InternalError(absl::StrCat(
-              "step ", step, " tensor ", t, "[", i, "] = ", data[t][i],
-              ", want ", want));
+          return absl::InternalError(absl::StrCat("step ", step, " tensor ", t,
+                                                  "[", i, "] = ", data[t][i],
+                                                  ", want ", want));
         }
       }
     }
@@ -82,10 +82,10 @@ absl::Status GroupedAllreduce(int rank, Engine& engine) {
     TERSE_RETURN_IF_ERROR(
         Expect(static_cast<int>(log.cycles.size()) == n, "every callback"));
     for (int64_t c : log.cycles) {
-      TERSE_RETURN_IF_ERROR(Expect(
-          c == log.cycles[0],
-          absl::StrCat("step ", step, ": the group completed in cycles ",
-                       log.cycles[0], " and ", c)));
+      TERSE_RETURN_IF_ERROR(
+          Expect(c == log.cycles[0],
+                 absl::StrCat("step ", step, ": the group completed in cycles ",
+                              log.cycles[0], " and ", c)));
     }
   }
   for (const BucketReport& b : engine.BucketReports()) {
@@ -161,10 +161,10 @@ absl::Status GroupFailsAsOne(int rank, Engine& engine) {
   TERSE_RETURN_IF_ERROR(engine.GroupEnd());
   for (int t = 0; t < 3; ++t) {
     const absl::Status s = engine.Wait(handles[t]);
-    TERSE_RETURN_IF_ERROR(ExpectContains(
-        s, absl::StrCat("tensor 'bad.1': shape [4] on ",
-                        RanksPhrase(AllBut(size, odd)), " but [5] on ",
-                        RanksPhrase({odd}))));
+    TERSE_RETURN_IF_ERROR(
+        ExpectContains(s, absl::StrCat("tensor 'bad.1': shape [4] on ",
+                                       RanksPhrase(AllBut(size, odd)),
+                                       " but [5] on ", RanksPhrase({odd}))));
     if (t != 1) TERSE_RETURN_IF_ERROR(ExpectContains(s, "its group 'bad'"));
   }
 
@@ -172,16 +172,15 @@ absl::Status GroupFailsAsOne(int rank, Engine& engine) {
   // an allreduce.
   TERSE_RETURN_IF_ERROR(engine.GroupStart("refused"));
   TensorView v(x.data(), 4, DataType::kFloat32);
-  TERSE_ASSIGN_OR_RETURN(
-      Handle r, engine.AllreduceAsync("refused.sum", v, v, {4},
-                                      ReduceOp::kSum));
+  TERSE_ASSIGN_OR_RETURN(Handle r, engine.AllreduceAsync("refused.sum", v, v,
+                                                         {4}, ReduceOp::kSum));
   std::vector<float> rows(size, 0.0f);
   std::vector<int64_t> splits(rank == 0 ? 1 : size, rank == 0 ? size : 1);
   TERSE_ASSIGN_OR_RETURN(
-      Handle a, engine.AlltoallAsync(
-                    "refused.a2a", TensorView(rows.data(), size,
-                                              DataType::kFloat32),
-                    {size}, splits));
+      Handle a,
+      engine.AlltoallAsync("refused.a2a",
+                           TensorView(rows.data(), size, DataType::kFloat32),
+                           {size}, splits));
   TERSE_RETURN_IF_ERROR(engine.GroupEnd());
   for (Handle h : {r, a}) {
     TERSE_RETURN_IF_ERROR(ExpectContains(
@@ -190,8 +189,8 @@ absl::Status GroupFailsAsOne(int rank, Engine& engine) {
   // The engine goes on, with the same names ungrouped.
   std::vector<float> after(4, rank + 1.0f);
   TensorView w(after.data(), 4, DataType::kFloat32);
-  TERSE_ASSIGN_OR_RETURN(Handle ok, engine.AllreduceAsync("bad.0", w, w, {4},
-                                                          ReduceOp::kSum));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle ok, engine.AllreduceAsync("bad.0", w, w, {4}, ReduceOp::kSum));
   TERSE_RETURN_IF_ERROR(engine.Wait(ok));
   return Expect(after[0] == size * (size + 1) / 2.0f, "sum after the group");
 }
@@ -201,9 +200,9 @@ absl::Status GroupMisuse(int rank, Engine& engine) {
   absl::Status end = engine.GroupEnd();
   TERSE_RETURN_IF_ERROR(Expect(
       end.code() == absl::StatusCode::kFailedPrecondition, "end, no group"));
-  TERSE_RETURN_IF_ERROR(Expect(
-      engine.GroupStart("").code() == absl::StatusCode::kInvalidArgument,
-      "empty name"));
+  TERSE_RETURN_IF_ERROR(
+      Expect(engine.GroupStart("").code() == absl::StatusCode::kInvalidArgument,
+             "empty name"));
   TERSE_RETURN_IF_ERROR(engine.GroupStart("outer"));
   TERSE_RETURN_IF_ERROR(ExpectContains(engine.GroupStart("inner"),
                                        "this thread has group 'outer' open"));

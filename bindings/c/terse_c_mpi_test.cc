@@ -307,9 +307,9 @@ TEST_F(TerseCMpiTest, AGroupFailsOnEveryRankWhenOneRankRefusesItsSplits) {
       if (attempt == 0) {
         ASSERT_NE(e, nullptr) << "op " << t;
         EXPECT_THAT(terse_error_message(e),
-                    ::testing::HasSubstr(
-                        "tensor 'cg.a2a': rank " + std::to_string(size_ - 1) +
-                        " refused it: splits has 1 entries"));
+                    ::testing::HasSubstr("tensor 'cg.a2a': rank " +
+                                         std::to_string(size_ - 1) +
+                                         " refused it: splits has 1 entries"));
         terse_error_free(e);
       } else {
         ASSERT_TRUE(Ok(e)) << "op " << t;

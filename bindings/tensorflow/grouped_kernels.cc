@@ -106,9 +106,9 @@ class GroupPending {
     TF_RETURN_IF_ERROR(context_->allocate_output(index, shape, &output));
     const int64_t bytes = terse_allgather_result_nbytes(result);
     if (bytes != static_cast<int64_t>(output->TotalBytes())) {
-      return absl::InternalError(absl::StrCat(
-          "terse grouped op member ", index, " returned ", bytes,
-          " bytes for shape ", shape.DebugString()));
+      return absl::InternalError(
+          absl::StrCat("terse grouped op member ", index, " returned ", bytes,
+                       " bytes for shape ", shape.DebugString()));
     }
     if (bytes > 0) {
       std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
@@ -145,15 +145,15 @@ class TerseGroupedOp : public AsyncOpKernel {
     if (kKind == Kind::kAllreduce) {
       OP_REQUIRES_OK(c, c->GetAttr("compression", &compression_));
     }
-    OP_REQUIRES(c,
-                names_.size() == n && reduce_ops_.size() == n &&
-                    prescales_.size() == n && postscales_.size() == n,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "terse ", KindName(kKind), " '", group_name_, "': ", n,
-                    " tensors but ", names_.size(), " names, ",
-                    reduce_ops_.size(), " reduce ops, ", prescales_.size(),
-                    " prescale and ", postscales_.size(),
-                    " postscale factors")));
+    OP_REQUIRES(
+        c,
+        names_.size() == n && reduce_ops_.size() == n &&
+            prescales_.size() == n && postscales_.size() == n,
+        absl::InvalidArgumentError(absl::StrCat(
+            "terse ", KindName(kKind), " '", group_name_, "': ", n,
+            " tensors but ", names_.size(), " names, ", reduce_ops_.size(),
+            " reduce ops, ", prescales_.size(), " prescale and ",
+            postscales_.size(), " postscale factors")));
   }
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
@@ -172,12 +172,11 @@ class TerseGroupedOp : public AsyncOpKernel {
                                  {i}, i, input.shape(), &outputs[i]),
                              done);
       } else {
-        OP_REQUIRES_ASYNC(
-            context, input.dims() >= 1,
-            absl::InvalidArgumentError(absl::StrCat(
-                "terse ", KindName(kKind), " of '", names_[i],
-                "' needs tensors of rank >= 1, got a scalar")),
-            done);
+        OP_REQUIRES_ASYNC(context, input.dims() >= 1,
+                          absl::InvalidArgumentError(absl::StrCat(
+                              "terse ", KindName(kKind), " of '", names_[i],
+                              "' needs tensors of rank >= 1, got a scalar")),
+                          done);
       }
     }
     auto* group = new GroupPending(context, std::move(done), n);
@@ -208,9 +207,9 @@ class TerseGroupedOp : public AsyncOpKernel {
         return terse_allreduce_set_async(
             names_[i].c_str(), input.data(), output->data(),
             input.NumElements(), dtype, TERSE_DEVICE_CPU, dims.data(), ndim,
-            reduce_ops_[i], prescales_[i], postscales_[i],
-            compression_.c_str(), process_set_, /*stream=*/nullptr,
-            &GroupPending::OnDone, group->member(i), nullptr);
+            reduce_ops_[i], prescales_[i], postscales_[i], compression_.c_str(),
+            process_set_, /*stream=*/nullptr, &GroupPending::OnDone,
+            group->member(i), nullptr);
       case Kind::kAllgather:
         return terse_allgather_set_async(
             names_[i].c_str(), input.data(), input.NumElements(), dtype,
@@ -220,9 +219,9 @@ class TerseGroupedOp : public AsyncOpKernel {
       case Kind::kReducescatter:
         return terse_reducescatter_set_async(
             names_[i].c_str(), input.data(), input.NumElements(), dtype,
-            TERSE_DEVICE_CPU, dims.data(), ndim, reduce_ops_[i],
-            prescales_[i], postscales_[i], process_set_,
-            &GroupPending::OnResult, group->member(i), nullptr);
+            TERSE_DEVICE_CPU, dims.data(), ndim, reduce_ops_[i], prescales_[i],
+            postscales_[i], process_set_, &GroupPending::OnResult,
+            group->member(i), nullptr);
     }
     return nullptr;
   }
