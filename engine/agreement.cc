@@ -178,13 +178,15 @@ proto::Response BuildResponse(
           absl::StrCat("rank ", r, " refused it: ", requests[r]->refused()));
     }
   }
-  if (!problems.empty()) {
+  // An ERROR response naming every problem found.
+  auto failed = [&] {
     response.set_kind(proto::Response::ERROR);
     response.set_op(first->op());
     response.set_error(
         absl::StrCat("tensor '", name, "': ", absl::StrJoin(problems, "; ")));
     return response;
-  }
+  };
+  if (!problems.empty()) return failed();
   auto check = [&](const std::string& what,
                    const std::function<std::string(const proto::Request&)>& f) {
     std::string d = Disagreement(requests, what, f);
@@ -245,13 +247,7 @@ proto::Response BuildResponse(
         break;
     }
   }
-  if (!problems.empty()) {
-    response.set_kind(proto::Response::ERROR);
-    response.set_op(first->op());
-    response.set_error(
-        absl::StrCat("tensor '", name, "': ", absl::StrJoin(problems, "; ")));
-    return response;
-  }
+  if (!problems.empty()) return failed();
   response.set_kind(proto::Response::EXECUTE);
   response.set_op(first->op());
   response.set_dtype(first->dtype());
