@@ -1,8 +1,11 @@
 #include "bindings/tensorflow/c_bridge.h"
 
+#include <cstring>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
 
 namespace terse {
@@ -73,6 +76,29 @@ tensorflow::Status TakeStatus(terse_error* error) {
   tensorflow::Status status = ToStatus(error);
   terse_error_free(error);
   return status;
+}
+
+tensorflow::Status CopyResultToOutput(tensorflow::OpKernelContext* context,
+                                      int index,
+                                      const terse_allgather_result* result) {
+  const int ndim = terse_allgather_result_ndim(result);
+  const int64_t* dims = terse_allgather_result_shape(result);
+  tensorflow::TensorShape shape;
+  for (int d = 0; d < ndim; ++d) {
+    TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[d]));
+  }
+  tensorflow::Tensor* output = nullptr;
+  TF_RETURN_IF_ERROR(context->allocate_output(index, shape, &output));
+  const int64_t bytes = terse_allgather_result_nbytes(result);
+  if (bytes != static_cast<int64_t>(output->TotalBytes())) {
+    return absl::InternalError(absl::StrCat("terse returned ", bytes,
+                                            " bytes for output ", index,
+                                            " of shape ", shape.DebugString()));
+  }
+  if (bytes > 0) {
+    std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
+  }
+  return tensorflow::OkStatus();
 }
 
 }  // namespace tf

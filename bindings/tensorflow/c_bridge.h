@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings/c/terse_c.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.pb.h"
 #include "tensorflow/core/platform/status.h"
@@ -34,6 +35,13 @@ tensorflow::Status ToStatus(const terse_error* error);
 tensorflow::Status ToCollectiveStatus(const terse_error* error);
 // ToStatus, and frees `error`.
 tensorflow::Status TakeStatus(terse_error* error);
+
+// Allocates output `index` of `context` with the shape of `result` (an
+// allgather, alltoall or reducescatter result) and copies its bytes in.
+// Internal if the byte counts disagree.
+tensorflow::Status CopyResultToOutput(tensorflow::OpKernelContext* context,
+                                      int index,
+                                      const terse_allgather_result* result);
 
 }  // namespace tf
 }  // namespace terse

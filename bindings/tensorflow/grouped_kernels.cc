@@ -5,7 +5,6 @@
 // as one), and calls `done` when the last of them has completed. The group
 // is opened and closed on the thread that runs ComputeAsync, which is what
 // the C ABI keys a group by.
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -16,7 +15,6 @@
 #include "bindings/tensorflow/c_bridge.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tensorflow/core/framework/tensor_shape.h"
 
 namespace terse {
 namespace tf {
@@ -26,7 +24,6 @@ using ::tensorflow::AsyncOpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
 
 enum class Kind { kAllreduce, kAllgather, kReducescatter };
 
@@ -96,24 +93,7 @@ class GroupPending {
   };
 
   tensorflow::Status CopyOut(int index, const terse_allgather_result* result) {
-    const int ndim = terse_allgather_result_ndim(result);
-    const int64_t* dims = terse_allgather_result_shape(result);
-    TensorShape shape;
-    for (int d = 0; d < ndim; ++d) {
-      TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[d]));
-    }
-    Tensor* output = nullptr;
-    TF_RETURN_IF_ERROR(context_->allocate_output(index, shape, &output));
-    const int64_t bytes = terse_allgather_result_nbytes(result);
-    if (bytes != static_cast<int64_t>(output->TotalBytes())) {
-      return absl::InternalError(
-          absl::StrCat("terse grouped op member ", index, " returned ", bytes,
-                       " bytes for shape ", shape.DebugString()));
-    }
-    if (bytes > 0) {
-      std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
-    }
-    return tensorflow::OkStatus();
+    return CopyResultToOutput(context_, index, result);
   }
 
   OpKernelContext* const context_;

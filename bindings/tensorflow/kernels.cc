@@ -71,24 +71,7 @@ class Pending {
 
  private:
   tensorflow::Status CopyOut(const terse_allgather_result* result) {
-    const int ndim = terse_allgather_result_ndim(result);
-    const int64_t* dims = terse_allgather_result_shape(result);
-    TensorShape shape;
-    for (int d = 0; d < ndim; ++d) {
-      TF_RETURN_IF_ERROR(shape.AddDimWithStatus(dims[d]));
-    }
-    Tensor* output = nullptr;
-    TF_RETURN_IF_ERROR(context_->allocate_output(0, shape, &output));
-    const int64_t bytes = terse_allgather_result_nbytes(result);
-    if (bytes != static_cast<int64_t>(output->TotalBytes())) {
-      return absl::InternalError("terse allgather returned " +
-                                 std::to_string(bytes) + " bytes for shape " +
-                                 shape.DebugString());
-    }
-    if (bytes > 0) {
-      std::memcpy(output->data(), terse_allgather_result_data(result), bytes);
-    }
-    return tensorflow::OkStatus();
+    return CopyResultToOutput(context_, 0, result);
   }
 
   tensorflow::Status CopySplits(const terse_allgather_result* result) {
