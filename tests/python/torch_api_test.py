@@ -54,6 +54,61 @@ def test_introspection(_):
     expect(rank == hvd.global_process_set.rank(), "global set rank")
 
 
+# Every public name of horovod.torch 0.28.1 (dir() of the package, taken
+# from the Horovod 0.28.1 that bench/peers/horovod.sh builds), except
+# mpi_lib_v2, Horovod's own extension module.
+HOROVOD_TORCH_NAMES = [
+    "Adasum", "Average", "Compression", "DistributedOptimizer",
+    "HorovodInternalError", "Max", "Min", "ProcessSet", "Product", "Sum",
+    "SyncBatchNorm", "add_process_set", "allgather", "allgather_async",
+    "allgather_object", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "alltoall", "alltoall_async", "barrier", "broadcast",
+    "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
+    "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",
+    "check_extension", "compression", "cross_rank", "cross_size",
+    "cuda_built", "ddl_built", "elastic", "functions", "global_process_set",
+    "gloo_built", "gloo_enabled", "grouped_allgather",
+    "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_",
+    "grouped_reducescatter", "grouped_reducescatter_async", "init",
+    "is_initialized", "join", "local_rank", "local_size", "mpi_built",
+    "mpi_enabled", "mpi_ops", "mpi_threads_supported", "nccl_built",
+    "optimizer", "poll", "rank", "reducescatter", "reducescatter_async",
+    "remove_process_set", "rocm_built", "shutdown", "size",
+    "sparse_allreduce_async", "start_timeline", "stop_timeline",
+    "sync_batch_norm", "synchronize"
+]
+
+
+def test_every_horovod_torch_name_exists(_):
+    missing = [n for n in HOROVOD_TORCH_NAMES if not hasattr(hvd, n)]
+    expect(not missing, f"horovod.torch names missing in terse.torch: "
+           f"{missing}")
+    # The module forms Horovod's users import from.
+    from terse.torch import mpi_ops
+    from terse.torch.compression import (Compression, Compressor,
+                                         FP16Compressor, NoneCompressor)
+    expect(mpi_ops.allreduce_async_ is hvd.allreduce_async_ and
+           mpi_ops.grouped_allreduce is hvd.grouped_allreduce and
+           mpi_ops.Sum == hvd.Sum, "mpi_ops names are terse.torch's")
+    expect(Compression is hvd.Compression and
+           isinstance(Compression.fp16, FP16Compressor) and
+           isinstance(Compression.none, NoneCompressor) and
+           issubclass(FP16Compressor, Compressor), "compression module")
+    expect([mpi_ops.num_rank_is_power_2(n) for n in (0, 1, 2, 6, 8)] ==
+           [False, True, True, False, True], "num_rank_is_power_2")
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        op = mpi_ops.handle_average_backwards_compatibility(None, False)
+    expect(op == hvd.Sum and any(issubclass(w.category, DeprecationWarning)
+                                 for w in caught),
+           "average=False is Sum, with Horovod's deprecation warning")
+    expect(mpi_ops.handle_average_backwards_compatibility(None, None) ==
+           hvd.Average, "neither: Average")
+    expect(isinstance(mpi_ops.gpu_available("torch"), bool), "gpu_available")
+
+
 def test_check_extension(_):
     # Horovod's own call, as horovod/torch/__init__.py makes it: the
     # extension loads, so nothing is raised.

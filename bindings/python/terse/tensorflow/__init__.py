@@ -32,8 +32,8 @@ from terse.tensorflow.legacy import (BroadcastGlobalVariablesHook,
                                      DistributedOptimizer)
 from terse.tensorflow.gradient_tape import (DistributedGradientTape,
                                             PartialDistributedGradientTape)
-from terse.tensorflow.helpers import (check_num_rank_power_of_2,
-                                     handle_average_backwards_compatibility)
+from terse.helpers import (check_num_rank_power_of_2,
+                           handle_average_backwards_compatibility)
 from terse.tensorflow.ops import (FLOAT_DTYPES, INT_DTYPES, MOVED_DTYPES,
                                   SUPPORTED_DTYPES, Adasum, Average, Max, Min,
                                   Product, Sum, allgather, allreduce,

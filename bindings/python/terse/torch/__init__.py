@@ -50,6 +50,7 @@ from terse.torch.ops import (Adasum, Average, HorovodInternalError, Max, Min,
 from terse.torch.optimizer import DistributedOptimizer
 from terse.torch.sync_batch_norm import SyncBatchNorm
 from terse.torch import elastic  # noqa: E402 (needs the names above)
+from terse.torch import compression, mpi_ops  # noqa: E402 (Horovod's modules)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
@@ -76,5 +77,6 @@ __all__ = [
     "poll", "synchronize",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object",
-    "DistributedOptimizer", "SyncBatchNorm", "elastic",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic", "compression",
+    "mpi_ops",
 ]

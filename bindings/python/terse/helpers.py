@@ -1,5 +1,6 @@
-"""Two small helpers horovod.tensorflow exports by name (from its
-mpi_ops), for code that calls them directly."""
+"""Small helpers Horovod exports by name from its frameworks' mpi_ops
+modules (horovod.tensorflow and horovod.torch.mpi_ops), for code that calls
+them directly. Framework-neutral."""
 
 from terse.basics import resolve_average
 
@@ -15,3 +16,7 @@ def check_num_rank_power_of_2(num_rank):
     """True when num_rank is a power of two (1, 2, 4, ...), as Horovod's
     Adasum requires of the ranks."""
     return num_rank != 0 and (num_rank & (num_rank - 1)) == 0
+
+
+# horovod.torch.mpi_ops's name for the same check.
+num_rank_is_power_2 = check_num_rank_power_of_2
