@@ -195,6 +195,136 @@ absl::Status GroupFailsAsOne(int rank, Engine& engine) {
   return Expect(after[0] == size * (size + 1) / 2.0f, "sum after the group");
 }
 
+// A group on a process set of ranks 1..size-1 while every rank runs a
+// global group: each sums over its own ranks only.
+absl::Status GroupOnProcessSet(int rank, Engine& engine) {
+  const int size = engine.size();
+  std::vector<int> members;
+  for (int r = 1; r < size; ++r) members.push_back(r);
+  TERSE_ASSIGN_OR_RETURN(int32_t set, engine.AddProcessSet(members));
+  std::vector<std::vector<float>> global(2, std::vector<float>(3, rank + 1.0f));
+  std::vector<std::vector<float>> local(2, std::vector<float>(5, rank + 1.0f));
+  std::vector<Handle> handles;
+  TERSE_RETURN_IF_ERROR(engine.GroupStart("global"));
+  for (int t = 0; t < 2; ++t) {
+    TensorView v(global[t].data(), 3, DataType::kFloat32);
+    TERSE_ASSIGN_OR_RETURN(
+        Handle h, engine.AllreduceAsync(absl::StrCat("gs.", t), v, v, {3},
+                                        ReduceOp::kSum));
+    handles.push_back(h);
+  }
+  TERSE_RETURN_IF_ERROR(engine.GroupEnd());
+  if (rank != 0) {
+    TERSE_RETURN_IF_ERROR(engine.GroupStart("on_set"));
+    for (int t = 0; t < 2; ++t) {
+      TensorView v(local[t].data(), 5, DataType::kFloat32);
+      TERSE_ASSIGN_OR_RETURN(
+          Handle h, engine.AllreduceAsync(absl::StrCat("gs.", t), v, v, {5},
+                                          ReduceOp::kSum, 1.0, 1.0, nullptr, "",
+                                          nullptr, set));
+      handles.push_back(h);
+    }
+    // A member on another set than the group's is refused at enqueue.
+    std::vector<float> x(1, 0.0f);
+    TensorView xv(x.data(), 1, DataType::kFloat32);
+    TERSE_RETURN_IF_ERROR(ExpectContains(
+        engine.AllreduceAsync("gs.other", xv, xv, {1}, ReduceOp::kSum).status(),
+        "is on process set 0, the group's ops on process set"));
+    TERSE_RETURN_IF_ERROR(engine.GroupEnd());
+  }
+  for (Handle h : handles) TERSE_RETURN_IF_ERROR(engine.Wait(h));
+  const float all = size * (size + 1) / 2.0f;
+  const float set_sum = all - 1.0f;  // Without rank 0's 1.
+  for (int t = 0; t < 2; ++t) {
+    TERSE_RETURN_IF_ERROR(Expect(global[t][2] == all, "global group sum"));
+    if (rank != 0) {
+      TERSE_RETURN_IF_ERROR(Expect(local[t][4] == set_sum, "set group sum"));
+    }
+  }
+  return engine.RemoveProcessSet(set);
+}
+
+// The last rank joins at once; the others run a grouped allreduce for
+// three steps (it contributes zeros), then join.
+absl::Status GroupWhileARankHasJoined(int rank, Engine& engine) {
+  const int last = engine.size() - 1;
+  if (rank != last) {
+    float want = 0;
+    for (int r = 0; r < last; ++r) want += r + 1.0f;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::vector<float>> x(3, std::vector<float>(4, rank + 1.0f));
+      std::vector<Handle> handles;
+      TERSE_RETURN_IF_ERROR(engine.GroupStart("joined"));
+      for (int t = 0; t < 3; ++t) {
+        TensorView v(x[t].data(), 4, DataType::kFloat32);
+        TERSE_ASSIGN_OR_RETURN(
+            Handle h, engine.AllreduceAsync(absl::StrCat("j.", t), v, v, {4},
+                                            ReduceOp::kSum));
+        handles.push_back(h);
+      }
+      TERSE_RETURN_IF_ERROR(engine.GroupEnd());
+      for (Handle h : handles) TERSE_RETURN_IF_ERROR(engine.Wait(h));
+      for (int t = 0; t < 3; ++t) {
+        TERSE_RETURN_IF_ERROR(Expect(
+            x[t][3] == want, absl::StrCat("step ", step, ": ", x[t][3])));
+      }
+    }
+  }
+  TERSE_ASSIGN_OR_RETURN(int joined_last, engine.Join());
+  return Expect(joined_last >= 0 && joined_last < engine.size(),
+                absl::StrCat("last joined ", joined_last));
+}
+
+// A group with a per-call compression (fp16: exact on these small
+// integers) beside ungrouped tensors of the same spec: the sums are exact,
+// and the group's bucket holds the group's members only.
+absl::Status GroupWithCompression(int rank, Engine& engine) {
+  const int size = engine.size();
+  const int n = 3;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::vector<float>> grouped(n, std::vector<float>(64, 0.0f));
+    std::vector<float> alone(64, rank + 1.0f);
+    for (int t = 0; t < n; ++t) {
+      for (int i = 0; i < 64; ++i) grouped[t][i] = Element(rank, t, i);
+    }
+    std::vector<Handle> handles;
+    TensorView a(alone.data(), 64, DataType::kFloat32);
+    TERSE_ASSIGN_OR_RETURN(
+        Handle h, engine.AllreduceAsync("c.alone", a, a, {64}, ReduceOp::kSum,
+                                        1.0, 1.0, nullptr, "fp16"));
+    handles.push_back(h);
+    TERSE_RETURN_IF_ERROR(engine.GroupStart("compressed"));
+    for (int t = 0; t < n; ++t) {
+      TensorView v(grouped[t].data(), 64, DataType::kFloat32);
+      TERSE_ASSIGN_OR_RETURN(
+          Handle g,
+          engine.AllreduceAsync(absl::StrCat("c.", t), v, v, {64},
+                                ReduceOp::kSum, 1.0, 1.0, nullptr, "fp16"));
+      handles.push_back(g);
+    }
+    TERSE_RETURN_IF_ERROR(engine.GroupEnd());
+    for (Handle g : handles) TERSE_RETURN_IF_ERROR(engine.Wait(g));
+    for (int t = 0; t < n; ++t) {
+      for (int i = 0; i < 64; ++i) {
+        const double want = size * (size + 1) / 2.0 * (t + i % 3 + 1);
+        if (grouped[t][i] != want) {
+          return absl::InternalError(absl::StrCat("fp16 group tensor ", t, "[",
+                                                  i, "] = ", grouped[t][i]));
+        }
+      }
+    }
+    TERSE_RETURN_IF_ERROR(
+        Expect(alone[0] == size * (size + 1) / 2.0f, "fp16 alone"));
+  }
+  bool found = false;
+  for (const BucketReport& b : engine.BucketReports()) {
+    TERSE_RETURN_IF_ERROR(
+        Expect(b.tensors != n + 1, "a bucket holds the group and 'c.alone'"));
+    if (b.tensors == n) found = true;
+  }
+  return Expect(found, "the fp16 group's bucket of its 3 members");
+}
+
 // Misuse is refused on the calling thread and changes nothing.
 absl::Status GroupMisuse(int rank, Engine& engine) {
   absl::Status end = engine.GroupEnd();
@@ -240,6 +370,9 @@ std::vector<Scenario> GroupScenarios() {
       {"GroupedAllreduce", nullptr, GroupedAllreduce},
       {"GroupedMixedOps", nullptr, GroupedMixedOps},
       {"GroupFailsAsOne", nullptr, GroupFailsAsOne},
+      {"GroupOnProcessSet", nullptr, GroupOnProcessSet},
+      {"GroupWhileARankHasJoined", nullptr, GroupWhileARankHasJoined},
+      {"GroupWithCompression", nullptr, GroupWithCompression},
       {"GroupMisuse", nullptr, GroupMisuse},
   };
 }
