@@ -13,3 +13,5 @@ for i in 4 5; do bench/engine/run_autotune.sh --steps 10 > autotune_run$i.log; d
 /usr/bin/python3 bench/py_allreduce_bench.py \
   --modes terse:none,horovod:none,terse:grouped,horovod:grouped \
   --rounds 5 --steps 5 --warmup 1 > py_grouped.log
+/usr/bin/python3 bench/torch_step_bench.py --transport shm \
+  --modes terse:none,horovod:none,terse:fp16,horovod:fp16 --rounds 5 > torch_step.log
