@@ -256,6 +256,63 @@ absl::Status ZeroSize(int rank, Engine& engine) {
   return Expect(std::equal(want.begin(), want.end(), f), "allgather data");
 }
 
+// Allgathers of rank-dependent first dimensions, repeated: from the second
+// step on every rank's request hits the response cache (nothing goes
+// through the coordinator); a step where one rank's first dimension
+// changes misses it and still gathers right, and the next step hits again.
+absl::Status CachedAllgathers(int rank, Engine& engine) {
+  auto rows_of = [](int q, int step) {
+    return (step == 3 && q == 0) ? 5 : q + 1;  // Step 3: rank 0 sends 5.
+  };
+  int64_t last_sent = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<Handle> handles;
+    std::vector<std::vector<int32_t>> mine(3);
+    for (int t = 0; t < 3; ++t) {
+      mine[t].assign(2 * rows_of(rank, step), rank * 10 + t);
+      TERSE_ASSIGN_OR_RETURN(
+          Handle h,
+          engine.AllgatherAsync(
+              absl::StrCat("cached_gather.", t),
+              TensorView(mine[t].data(), static_cast<int64_t>(mine[t].size()),
+                         DataType::kInt32),
+              {rows_of(rank, step), 2}));
+      handles.push_back(h);
+    }
+    for (int t = 0; t < 3; ++t) {
+      TERSE_RETURN_IF_ERROR(engine.Wait(handles[t]));
+      TERSE_ASSIGN_OR_RETURN(AllgatherResult r,
+                             engine.TakeAllgatherResult(handles[t]));
+      std::vector<int32_t> want;
+      std::vector<int64_t> dims;
+      for (int q = 0; q < engine.size(); ++q) {
+        dims.push_back(rows_of(q, step));
+        want.insert(want.end(), 2 * rows_of(q, step), q * 10 + t);
+      }
+      const int32_t* got = reinterpret_cast<const int32_t*>(r.data.data());
+      TERSE_RETURN_IF_ERROR(
+          Expect(r.first_dims == dims && r.data.size() == want.size() * 4 &&
+                     std::equal(want.begin(), want.end(), got),
+                 absl::StrCat("step ", step, " tensor ", t)));
+    }
+    const int64_t sent = engine.stats().requests_sent;
+    if (step == 1 || step == 2 || step == 5) {
+      TERSE_RETURN_IF_ERROR(
+          Expect(sent == last_sent,
+                 absl::StrCat("step ", step, ": ", sent - last_sent,
+                              " requests through the coordinator, want none")));
+    }
+    if (step == 3 || step == 4) {
+      // Rank 0's first dimension changed (step 3) and changed back (step
+      // 4): its request misses, every rank drops the slot and resends.
+      TERSE_RETURN_IF_ERROR(Expect(
+          sent > last_sent, absl::StrCat("step ", step, " hit the cache")));
+    }
+    last_sent = sent;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BroadcastRoots(int rank, Engine& engine) {
   for (int step = 0; step < 3; ++step) {
     for (int root = 0; root < engine.size(); ++root) {
@@ -319,6 +376,7 @@ std::vector<Scenario> CorrectnessScenarios() {
       {"Scaling", nullptr, Scaling},
       {"ZeroSize", nullptr, ZeroSize},
       {"BroadcastRoots", nullptr, BroadcastRoots},
+      {"CachedAllgathers", nullptr, CachedAllgathers},
       {"CallbacksAndPoll", nullptr, CallbacksAndPoll},
       {"CacheDisabled", [](Config* c) { c->cache_capacity = 0; },
        FewTensorsManySteps},

@@ -20,7 +20,8 @@ constexpr double kInspectionSeconds = 0.1;
 // Grouped ops always go to the coordinator, which answers a group as one.
 bool Cacheable(const proto::Request& request) {
   return (request.op() == proto::ALLREDUCE ||
-          request.op() == proto::BROADCAST) &&
+          request.op() == proto::BROADCAST ||
+          request.op() == proto::ALLGATHER) &&
          request.group().empty();
 }
 

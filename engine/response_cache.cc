@@ -10,10 +10,21 @@ ResponseCache::ResponseCache(int64_t capacity)
 }
 
 bool ResponseCache::Cacheable(const proto::Response& response) {
-  return response.kind() == proto::Response::EXECUTE &&
-         response.names_size() == 1 && response.group().empty() &&
-         (response.op() == proto::ALLREDUCE ||
-          response.op() == proto::BROADCAST);
+  if (response.kind() != proto::Response::EXECUTE ||
+      response.names_size() != 1 || !response.group().empty()) {
+    return false;
+  }
+  switch (response.op()) {
+    case proto::ALLREDUCE:
+    case proto::BROADCAST:
+      return true;
+    case proto::ALLGATHER:
+      // Only with the gathered shape and every rank's first dimension
+      // (Matches compares a request against its rank's).
+      return response.shape_size() >= 1 && response.tensor_sizes_size() >= 1;
+    default:
+      return false;
+  }
 }
 
 int64_t ResponseCache::Find(const std::string& name) const {
@@ -40,8 +51,16 @@ bool ResponseCache::Matches(int64_t slot, const proto::Request& request) const {
       r.device_kind() != request.device_kind()) {
     return false;
   }
-  for (int i = 0; i < r.shape_size(); ++i) {
+  // An allgather's response holds the gathered shape: its first dimension
+  // is the sum of every rank's, each rank's in tensor_sizes.
+  const bool gather = r.op() == proto::ALLGATHER;
+  for (int i = gather ? 1 : 0; i < r.shape_size(); ++i) {
     if (r.shape(i) != request.shape(i)) return false;
+  }
+  if (gather) {
+    const int rank = request.rank();
+    return r.shape_size() >= 1 && rank >= 0 && rank < r.tensor_sizes_size() &&
+           r.tensor_sizes(rank) == request.shape(0);
   }
   if (r.op() == proto::ALLREDUCE) {
     return r.reduce_op() == request.reduce_op() &&

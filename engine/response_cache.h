@@ -30,10 +30,10 @@ class ResponseCache {
   int64_t capacity() const { return capacity_; }
   int64_t size() const { return static_cast<int64_t>(by_name_.size()); }
 
-  // Whether a response of this kind may be cached: executed allreduces and
-  // broadcasts (allgather sizes change from call to call; join and barrier
-  // are rare), not grouped ones (only the coordinator answers a group as
-  // one).
+  // Whether a response of this kind may be cached: executed allreduces,
+  // broadcasts and allgathers (join and barrier are rare; alltoall and
+  // reducescatter carry per-call splits), not grouped ones (only the
+  // coordinator answers a group as one).
   static bool Cacheable(const proto::Response& response);
 
   // The slot holding `name`, or -1.
@@ -44,7 +44,10 @@ class ResponseCache {
 
   // True when `request` asks for exactly what the slot's response executed
   // (op, dtype, shape, reduce op, compression, root, scales, device
-  // kind).
+  // kind). An allgather matches when the dimensions after the first agree
+  // and the request's first dimension is the one its rank gave
+  // (tensor_sizes[request.rank()]): when every rank's matches, the gathered
+  // layout is the cached one.
   bool Matches(int64_t slot, const proto::Request& request) const;
 
   // Caches a single-name Cacheable response, replacing an entry of the same

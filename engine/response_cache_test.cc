@@ -67,16 +67,61 @@ TEST(ResponseCacheTest, PutFindMatch) {
   EXPECT_FALSE(cache.Matches(f, q));
 }
 
-TEST(ResponseCacheTest, OnlyExecutedAllreduceAndBroadcastAreCacheable) {
+TEST(ResponseCacheTest, OnlyExecutedUngroupedAllreduceBroadcastAllgather) {
   proto::Response r = Allreduce("a", 1);
   EXPECT_TRUE(ResponseCache::Cacheable(r));
   r.set_op(proto::BROADCAST);
   EXPECT_TRUE(ResponseCache::Cacheable(r));
   r.set_op(proto::ALLGATHER);
-  EXPECT_FALSE(ResponseCache::Cacheable(r));
+  EXPECT_FALSE(ResponseCache::Cacheable(r));  // Without every rank's rows.
+  r.add_tensor_sizes(1);
+  EXPECT_TRUE(ResponseCache::Cacheable(r));
+  for (proto::OpType op :
+       {proto::ALLTOALL, proto::REDUCESCATTER, proto::BARRIER, proto::JOIN}) {
+    r.set_op(op);
+    EXPECT_FALSE(ResponseCache::Cacheable(r)) << op;
+  }
   r.set_op(proto::ALLREDUCE);
+  r.set_group("g");
+  EXPECT_FALSE(ResponseCache::Cacheable(r));
+  r.clear_group();
   r.set_kind(proto::Response::ERROR);
   EXPECT_FALSE(ResponseCache::Cacheable(r));
+}
+
+// An allgather of [2, 3] on rank 0, [1, 3] on rank 1 and [4, 3] on rank 2:
+// the response holds the gathered [7, 3] and every rank's first dimension.
+TEST(ResponseCacheTest, AnAllgatherMatchesEachRankByItsOwnFirstDimension) {
+  proto::Response r;
+  r.set_kind(proto::Response::EXECUTE);
+  r.set_op(proto::ALLGATHER);
+  r.add_names("g");
+  r.set_dtype(0);
+  r.set_device(-1);
+  r.add_shape(7);
+  r.add_shape(3);
+  for (int64_t d : {2, 1, 4}) r.add_tensor_sizes(d);
+  r.set_prescale(1);
+  r.set_postscale(1);
+  ResponseCache cache(2);
+  int64_t evicted;
+  const int64_t slot = cache.Put(r, &evicted);
+  const int64_t rows[] = {2, 1, 4};
+  for (int rank = 0; rank < 3; ++rank) {
+    proto::Request q = RequestFor(r);
+    q.set_rank(rank);
+    q.set_shape(0, rows[rank]);
+    EXPECT_TRUE(cache.Matches(slot, q)) << rank;
+    q.set_shape(0, rows[rank] + 1);  // A different first dimension.
+    EXPECT_FALSE(cache.Matches(slot, q)) << rank;
+    q.set_shape(0, rows[rank]);
+    q.set_shape(1, 4);  // Different trailing dimensions.
+    EXPECT_FALSE(cache.Matches(slot, q)) << rank;
+  }
+  proto::Request outside = RequestFor(r);
+  outside.set_rank(3);  // No such rank in the response.
+  outside.set_shape(0, 2);
+  EXPECT_FALSE(cache.Matches(slot, outside));
 }
 
 TEST(ResponseCacheTest, EvictsLeastRecentlyUsedAndReusesTheLowestSlot) {

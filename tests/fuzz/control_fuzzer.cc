@@ -137,7 +137,8 @@ void CoordinatorView(int size, InputReader* in) {
   }
 }
 
-// The request whose cached response is `r` (what Matches compares).
+// A request whose cached response is `r` (what Matches compares); for an
+// allgather, rank 0's.
 proto::Request RequestFor(const proto::Response& r) {
   proto::Request q;
   q.set_name(r.names(0));
@@ -151,6 +152,12 @@ proto::Request RequestFor(const proto::Response& r) {
   q.set_prescale(r.prescale());
   q.set_postscale(r.postscale());
   q.set_compression(r.compression());
+  if (r.op() == proto::ALLGATHER && r.tensor_sizes_size() > 0 &&
+      r.shape_size() > 0) {
+    // Rank 0's request: its own first dimension, not the gathered one.
+    q.set_rank(0);
+    q.set_shape(0, r.tensor_sizes(0));
+  }
   return q;
 }
 
