@@ -65,7 +65,6 @@ void Coordinator::Complete(proto::ResponseList* out) {
   };
   std::vector<Ready> ready;
   absl::flat_hash_map<std::string, int> group_ready;
-  absl::flat_hash_map<std::string, int> group_size;
   for (const auto& [seq, name] : order_) {
     const Op& op = table_.at(name);
     std::vector<int> needed_joined;

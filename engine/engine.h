@@ -227,11 +227,11 @@ class Engine : private ProcessSetHost {
   // share one process set (InvalidArgument at enqueue otherwise). An op
   // refused at enqueue is not held (its error is returned as always).
   // Errors: GroupStart while this thread has a group open, or GroupEnd
-  // without one: FailedPrecondition; an empty name: InvalidArgument. If a
-  // held op cannot be queued at GroupEnd (its name is in flight, the engine
-  // stopped), its handle completes with that error and GroupEnd returns the
-  // first such error; the others are queued. Thread-safe; a group belongs
-  // to the thread that opened it.
+  // without one: FailedPrecondition; an empty name: InvalidArgument. The
+  // held ops are queued all at once or not at all: if one cannot be (its
+  // name is in flight or given twice, the engine stopped), none is, every
+  // one's handle completes with that error, and GroupEnd returns it.
+  // Thread-safe; a group belongs to the thread that opened it.
   absl::Status GroupStart(const std::string& name);
   absl::Status GroupEnd();
 

@@ -32,7 +32,7 @@ absl::StatusOr<bool> Engine::HoldInGroup(TensorEntry& entry) {
   OpenGroup& group = it->second;
   if (entry.op == proto::JOIN || entry.op == proto::BARRIER) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "group '", group.name, "': join and barrier cannot be ", "grouped"));
+        "group '", group.name, "': join and barrier cannot be grouped"));
   }
   if (!group.entries.empty() &&
       group.entries[0].process_set != entry.process_set) {
@@ -59,20 +59,24 @@ absl::Status Engine::GroupEnd() {
     num_open_groups_.fetch_sub(1, std::memory_order_release);
   }
   const int32_t size = static_cast<int32_t>(group.entries.size());
-  absl::Status first_error;
   for (TensorEntry& entry : group.entries) {
     entry.group = group.name;
     entry.group_size = size;
-    absl::Status pushed = queue_.Push(entry);
-    if (pushed.ok()) continue;
-    // Push leaves a refused entry as it was.
-    absl::Status failed(pushed.code(), absl::StrCat("group '", group.name,
-                                                    "': ", pushed.message()));
-    if (entry.callback) entry.callback(failed);
-    handles_.Complete(entry.handle, failed);
-    if (first_error.ok()) first_error = failed;
   }
-  return first_error;
+  absl::Status pushed = queue_.PushAll(group.entries);
+  if (pushed.ok()) return absl::OkStatus();
+  // Nothing was queued: every op of the group fails here, at once (a group
+  // with a member missing would wait for it on every rank).
+  const absl::Status failed(
+      pushed.code(),
+      absl::StrCat("group '", group.name, "': ", pushed.message()));
+  std::vector<Handle> handles;
+  for (TensorEntry& entry : group.entries) {
+    if (entry.callback) entry.callback(failed);
+    handles.push_back(entry.handle);
+  }
+  handles_.CompleteAll(handles, failed);
+  return failed;
 }
 
 }  // namespace terse

@@ -339,6 +339,21 @@ absl::Status GroupMisuse(int rank, Engine& engine) {
   TERSE_RETURN_IF_ERROR(
       ExpectContains(engine.Barrier(), "join and barrier cannot be grouped"));
   TERSE_RETURN_IF_ERROR(engine.GroupEnd());  // Empty: nothing queued.
+  // A name given twice in one group: nothing of the group is queued, and
+  // both ops fail here (on every rank alike, as every rank does the same).
+  {
+    std::vector<float> y(2, 1.0f);
+    TensorView yv(y.data(), 2, DataType::kFloat32);
+    TERSE_RETURN_IF_ERROR(engine.GroupStart("twice"));
+    TERSE_ASSIGN_OR_RETURN(
+        Handle a, engine.AllreduceAsync("dup", yv, yv, {2}, ReduceOp::kSum));
+    TERSE_ASSIGN_OR_RETURN(
+        Handle b, engine.AllreduceAsync("dup", yv, yv, {2}, ReduceOp::kSum));
+    TERSE_RETURN_IF_ERROR(ExpectContains(
+        engine.GroupEnd(), "group 'twice': an operation named 'dup'"));
+    TERSE_RETURN_IF_ERROR(ExpectContains(engine.Wait(a), "group 'twice'"));
+    TERSE_RETURN_IF_ERROR(ExpectContains(engine.Wait(b), "group 'twice'"));
+  }
   // Another thread's group does not take this thread's ops.
   std::vector<float> x(2, rank + 1.0f);
   TensorView v(x.data(), 2, DataType::kFloat32);

@@ -10,13 +10,41 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return Detached(closed_);
   if (!in_flight_.insert({entry.process_set, entry.name}).second) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an operation named '", entry.name, "' is already in flight",
-        entry.process_set == 0
-            ? std::string()
-            : absl::StrCat(" on process set ", entry.process_set),
-        "; names must be unique among pending ops"));
+    return InFlightError(entry);
   }
+  Enqueued(entry);
+  if (ShouldWake()) wake_.Signal();
+  return absl::OkStatus();
+}
+
+absl::Status TensorQueue::PushAll(std::vector<TensorEntry>& entries) {
+  absl::MutexLock lock(&mu_);
+  if (!closed_.ok()) return Detached(closed_);
+  absl::flat_hash_set<std::pair<int32_t, std::string>> names;
+  for (const TensorEntry& e : entries) {
+    std::pair<int32_t, std::string> key(e.process_set, e.name);
+    if (in_flight_.contains(key) || !names.insert(std::move(key)).second) {
+      return InFlightError(e);
+    }
+  }
+  for (TensorEntry& e : entries) {
+    in_flight_.insert({e.process_set, e.name});
+    Enqueued(e);
+  }
+  if (ShouldWake()) wake_.Signal();
+  return absl::OkStatus();
+}
+
+absl::Status TensorQueue::InFlightError(const TensorEntry& entry) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("an operation named '", entry.name, "' is already in flight",
+                   entry.process_set == 0
+                       ? std::string()
+                       : absl::StrCat(" on process set ", entry.process_set),
+                   "; names must be unique among pending ops"));
+}
+
+void TensorQueue::Enqueued(TensorEntry& entry) {
   std::pair<int32_t, std::string> key(entry.process_set, entry.name);
   if (!awaited_.empty() && awaited_.erase(key) > 0 && awaited_.empty()) {
     awaited_arrived_ = true;
@@ -27,8 +55,6 @@ absl::Status TensorQueue::Push(TensorEntry& entry) {
     ++queued_new_;
   }
   queued_.push_back(std::move(entry));
-  if (ShouldWake()) wake_.Signal();
-  return absl::OkStatus();
 }
 
 bool TensorQueue::ShouldWake() const {

@@ -32,6 +32,11 @@ class TensorQueue {
   // on the same process set;
   // the closing status once closed. On error `entry` is left untouched.
   absl::Status Push(TensorEntry& entry);
+  // Queues every entry of `entries` at once (a group, Engine::GroupEnd), or
+  // none: InvalidArgument naming the first whose name is in flight on its
+  // set or given twice; the closing status once closed. On error `entries`
+  // are left untouched.
+  absl::Status PushAll(std::vector<TensorEntry>& entries);
 
   // The engine's wait between cycles (background thread). Returns true
   // (start a cycle now) once the queue is closed or shutdown is requested,
@@ -89,6 +94,10 @@ class TensorQueue {
   absl::CondVar wake_;
   // Whether WaitForPush may return now.
   bool ShouldWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::Status InFlightError(const TensorEntry& entry);
+  // Push's bookkeeping once `entry`'s name is in flight: awaited and seen
+  // names, then the queue (moves `entry`).
+  void Enqueued(TensorEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::flat_hash_set<std::pair<int32_t, std::string>> awaited_
       ABSL_GUARDED_BY(mu_);
   bool awaited_arrived_ ABSL_GUARDED_BY(mu_) = false;

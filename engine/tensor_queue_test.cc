@@ -33,6 +33,29 @@ TEST(TensorQueueTest, NamesAreUniqueWhileInFlight) {
   EXPECT_TRUE(q.Push(still).ok());
 }
 
+TEST(TensorQueueTest, PushAllQueuesAGroupWholeOrNotAtAll) {
+  TensorQueue q;
+  TensorEntry busy = Entry("busy");
+  ASSERT_TRUE(q.Push(busy).ok());
+  // A name in flight, or one given twice: nothing of the group is queued.
+  std::vector<TensorEntry> clash = {Entry("g.0"), Entry("busy")};
+  EXPECT_EQ(q.PushAll(clash).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<TensorEntry> twice = {Entry("g.0"), Entry("g.0")};
+  EXPECT_EQ(q.PushAll(twice).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(twice[1].name, "g.0");  // Left untouched on error.
+  EXPECT_EQ(q.InFlightNames(), std::vector<std::string>{"busy"});
+  std::vector<TensorEntry> group = {Entry("g.0"), Entry("g.1")};
+  ASSERT_TRUE(q.PushAll(group).ok());
+  std::vector<TensorEntry> drained;
+  q.Drain(&drained);
+  ASSERT_EQ(drained.size(), 3u);  // In push order, the group together.
+  EXPECT_EQ(drained[1].name, "g.0");
+  EXPECT_EQ(drained[2].name, "g.1");
+  q.Close(absl::CancelledError("closed"));
+  std::vector<TensorEntry> late = {Entry("late")};
+  EXPECT_EQ(q.PushAll(late).code(), absl::StatusCode::kCancelled);
+}
+
 TEST(TensorQueueTest, InFlightNamesAreThosePushedAndNotReleased) {
   TensorQueue q;
   for (const char* name : {"b", "a", "c"}) {
@@ -78,7 +101,6 @@ TEST(TensorQueueTest, ClosedQueueRefusesWithTheFirstCause) {
   q.RequestShutdown();
   EXPECT_TRUE(q.shutdown_requested());
 }
-
 
 TEST(TensorQueueTest, WaitForPushWakesOnWorkCloseOrDeadline) {
   TensorQueue q;
