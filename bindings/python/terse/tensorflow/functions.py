@@ -89,9 +89,9 @@ def broadcast_global_variables(root_rank):
                                prefix="broadcast.global")
 
 
-def _group_names(kind, tensors, name):
-    base = name or ops._names.default(kind, None)
-    return [f"{base}.{i}" for i in range(len(tensors))]
+def _group_base(kind, name):
+    """A group's name (its members are '<name>.<index>')."""
+    return name or ops._names.default(kind, None)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="",
@@ -106,21 +106,21 @@ def grouped_allreduce(tensors, average=None, device_dense="",
     gathers them too)."""
     op = basics.resolve_average(op, average)  # One warning, for the call.
     tensors = list(tensors)
-    names = _group_names("grouped_allreduce", tensors, name)
     if not tensors:
         return []
+    base = _group_base("grouped_allreduce", name)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [ops.allreduce(t, compression=compression,
                               op=op, prescale_factor=prescale_factor,
-                              postscale_factor=postscale_factor, name=n,
-                              process_set=process_set)
-                for t, n in zip(tensors, names)]
+                              postscale_factor=postscale_factor,
+                              name=f"{base}.{i}", process_set=process_set)
+                for i, t in enumerate(tensors)]
     if op not in ops._OP_NAMES:
         raise ValueError("op must be terse.tensorflow.Sum, Average, Min, "
                          f"Max, Product or Adasum, not {op!r}")
     ps_id = ops.check_process_set(process_set, "grouped_allreduce()")
     # One name per group in a graph (a tf.function may hold several).
-    group = ops._names.unique_in_graph(names[0][:-len(".0")])
+    group = ops._names.unique_in_graph(base)
     names = [f"{group}.{i}" for i in range(len(tensors))]
     return ops.grouped_allreduce_dense(tensors, op, names, group,
                                        prescale_factor, postscale_factor,
@@ -141,8 +141,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
         if t.shape.rank == 0:
             raise ValueError("terse allgather needs a tensor of rank >= 1, "
                              "got a scalar")
-    group = ops._names.unique_in_graph(
-        _group_names("grouped_allgather", tensors, name)[0][:-len(".0")])
+    group = ops._names.unique_in_graph(_group_base("grouped_allgather", name))
     gathered = ops._ops().terse_grouped_allgather(
         [ops._opaque(ops._to_engine(t)) for t in tensors], group_name=group,
         tensor_names=[f"{group}.{i}" for i in range(len(tensors))],
