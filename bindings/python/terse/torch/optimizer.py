@@ -218,13 +218,10 @@ class _DistributedOptimizer:
         if all(q in self._terse_ready for q in members):
             # One engine group (as Horovod's grouped_allreduce): negotiated
             # in one cycle, fused only among themselves.
-            ops._native.group_start(f"grad.group.{group}")
-            try:
+            with composed._EngineGroup(f"grad.group.{group}"):
                 for q in members:
                     self._terse_ready.discard(q)
                     self._terse_handles[q] = self._terse_reduce_async(q)
-            finally:
-                ops._native.group_end()
 
     def _terse_check_learning_rate(self):
         """Tells the engine when a group's learning rate fell by >= 10%.
