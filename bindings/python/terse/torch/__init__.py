@@ -18,39 +18,21 @@ composed from other operations, and what is not supported yet.
 """
 
 from terse.basics import (bucket_reports, build_info, bytes_sent,
-                          ccl_built, check_extension, cross_rank, cross_size, cuda_built,
-                          ddl_built, engine_compression, gloo_built,
-                          gloo_enabled, init, is_homogeneous, is_initialized,
-                          load_compression_state, local_rank, local_size,
-                          momentum_correction, mpi_built, mpi_enabled,
-                          mpi_threads_supported, nccl_built,
-                          notify_learning_rate_drop, rank, rocm_built,
-                          save_compression_state, shutdown, size,
-                          start_timeline, stop_timeline)
-from terse.compression import Compression, Compressor
-from terse.process_sets import (ProcessSet, add_process_set,
-                                global_process_set, remove_process_set)
-from terse.torch.composed import (alltoall, alltoall_async,
-                                  grouped_allgather, grouped_allgather_async,
-                                  grouped_allreduce, grouped_allreduce_,
-                                  grouped_allreduce_async,
-                                  grouped_allreduce_async_,
-                                  grouped_reducescatter,
-                                  grouped_reducescatter_async, reducescatter,
-                                  reducescatter_async, sparse_allreduce_async)
+                          check_extension, engine_compression,
+                          load_compression_state, momentum_correction,
+                          notify_learning_rate_drop, save_compression_state)
+from terse.compression import Compressor
+# Horovod's op, reduction, process-set and introspection names: one list,
+# terse.torch.mpi_ops's (as horovod.torch takes them from its mpi_ops).
+from terse.torch.mpi_ops import *  # noqa: F401,F403
 from terse.torch.functions import (allgather_object, broadcast_object,
                                    broadcast_optimizer_state,
                                    broadcast_parameters)
-from terse.torch.ops import (Adasum, Average, HorovodInternalError, Max, Min,
-                             Product, Sum, TerseError, allgather,
-                             allgather_async, allreduce, allreduce_,
-                             allreduce_async, allreduce_async_, barrier,
-                             broadcast, broadcast_, broadcast_async,
-                             broadcast_async_, join, poll, synchronize)
+from terse.torch.ops import TerseError
 from terse.torch.optimizer import DistributedOptimizer
 from terse.torch.sync_batch_norm import SyncBatchNorm
 from terse.torch import elastic  # noqa: E402 (needs the names above)
-from terse.torch import compression, mpi_ops  # noqa: E402 (Horovod's modules)
+from terse.torch import compression, mpi_ops  # noqa: E402 Horovod's modules
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank",

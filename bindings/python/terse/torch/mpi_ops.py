@@ -38,6 +38,28 @@ from terse.torch.ops import (Adasum, Average, HorovodInternalError, Max, Min,
                              synchronize)
 
 
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "rank", "local_rank",
+    "local_size", "cross_rank", "cross_size", "is_homogeneous",
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
+    "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
+    "ccl_built", "start_timeline", "stop_timeline", "gpu_available",
+    "handle_average_backwards_compatibility", "num_rank_is_power_2",
+    "Compression", "HorovodInternalError", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set",
+    "Sum", "Average", "Min", "Max", "Product", "Adasum",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "sparse_allreduce_async",
+    "allgather", "allgather_async", "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async",
+    "join", "barrier", "poll", "synchronize",
+]
+
+
 def gpu_available(ext_base_name, verbose=False):
     """Horovod's check that its `ext_base_name` extension was built with
     GPU support: whether terse's one extension can reach a CUDA runtime
