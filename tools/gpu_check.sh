@@ -140,7 +140,7 @@ int main() {
 CU
 HOST_SEES_GPU=0
 if timeout "$(left 150)" nvcc -std=c++17 -O2 -t 0 $ARCH -I. \
-    compressors/kernels/topk_cuda.cu "$TMPD/topk_bench.cu" \
+    compressors/kernels/topk_cuda.cu compressors/kernels/topk_filter_cuda.cu "$TMPD/topk_bench.cu" \
     -o "$TMPD/topk_bench" >"$OUT/topk_bench.log" 2>&1; then
   timeout "$(left 120)" "$TMPD/topk_bench" >>"$OUT/topk_bench.log" 2>&1
   rc=$?

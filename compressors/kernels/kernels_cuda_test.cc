@@ -16,6 +16,7 @@
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk.h"
 #include "compressors/kernels/topk_cuda.h"
+#include "compressors/kernels/topk_filter_cuda.h"
 #include "gtest/gtest.h"
 
 namespace terse {
@@ -119,6 +120,59 @@ TEST_F(KernelsCudaTest, TopKMatchesCpuAtUnalignedStarts) {
       }
     }
   }
+}
+
+// Inputs for the sampled-threshold path (topk_filter_cuda.h), which must
+// equal the CPU whether its sample guides it (fast) or misleads it
+// (fallback): shape 0 normal (fast), 1 five values (ties: fallback), 2 any
+// bit pattern, 3 a quiet half then a loud one (the loud entries crowd a few
+// tiles), 4 ascending magnitudes, 5 all zeros, 6 sparse (99.6% zeros).
+std::vector<float> FilterInputs(int64_t d, int shape, uint32_t seed) {
+  if (shape <= 2) return Inputs(d, shape, seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(d, 0.0f);
+  for (int64_t i = 0; i < d; ++i) {
+    if (shape == 3) x[i] = normal(rng) * (i < d / 2 ? 1e-6f : 1.0f);
+    if (shape == 4) x[i] = static_cast<float>(i) * ((i & 1) ? -1.0f : 1.0f);
+    if (shape == 6 && rng() % 256 == 0) x[i] = normal(rng);
+  }
+  return x;
+}
+
+TEST_F(KernelsCudaTest, TopKFilterPathMatchesCpu) {
+  DeviceArray<int32_t> fallback(size_t{1});
+  for (int shape = 0; shape < 7; ++shape) {
+    for (int64_t d :
+         {(int64_t{1} << 18) + 5, int64_t{1} << 20, (int64_t{3} << 20) + 1}) {
+      const std::vector<float> x = FilterInputs(d, shape, 7 + shape);
+      DeviceArray<float> dx(x);
+      for (int64_t k : {int64_t{1}, d / 1000, d / 100, d / 32}) {
+        ASSERT_TRUE(cuda::FilterTopKApplies(d, k)) << d << " " << k;
+        std::vector<uint32_t> cpu(k);
+        TopK(x.data(), d, k, cpu.data(), 2);
+        DeviceArray<uint32_t> dout(static_cast<size_t>(k));
+        ASSERT_EQ(cuda::TopKByFilter(dx.get(), d, k, dout.get(), nullptr,
+                                     fallback.get()),
+                  cudaSuccess);
+        ASSERT_EQ(dout.ToHost(), cpu)
+            << "shape=" << shape << " d=" << d << " k=" << k;
+        const int32_t took_fallback = fallback.ToHost()[0];
+        // Normal data at k = 1% must take the one-pass path (the speed
+        // claim rests on it); ties and all-zero inputs cannot.
+        if (shape == 0 && k == d / 100) EXPECT_EQ(took_fallback, 0) << d;
+        if (shape == 1 || shape == 5) EXPECT_EQ(took_fallback, 1) << d;
+        // The public entry point takes the same path.
+        DeviceArray<uint32_t> dpub(static_cast<size_t>(k));
+        ASSERT_EQ(cuda::TopK(dx.get(), d, k, dpub.get(), nullptr), 0);
+        ASSERT_EQ(dpub.ToHost(), cpu) << "TopK shape=" << shape;
+      }
+    }
+  }
+  // Outside its range it refuses without enqueuing anything.
+  EXPECT_FALSE(cuda::FilterTopKApplies(int64_t{1} << 17, 100));
+  EXPECT_FALSE(
+      cuda::FilterTopKApplies(int64_t{1} << 20, (int64_t{1} << 20) / 16));
 }
 
 TEST_F(KernelsCudaTest, SelectAtLeastMatchesCpu) {

@@ -1,4 +1,5 @@
-// CUDA radix select, the same algorithm as topk.cc: three histogram levels
+// CUDA radix select for the inputs the sampled-threshold path
+// (topk_filter_cuda.cu) does not take, the same algorithm as topk.cc: three histogram levels
 // (11, 10, 10 bits of the 31-bit magnitude key) with the bin choice made on
 // the device, then a tiled collection pass that keeps index order: per-tile
 // counts, a scan that hands the tie budget to tiles in index order, and a
@@ -17,6 +18,8 @@
 #include <cstdint>
 
 #include "compressors/kernels/topk_cuda.h"
+#include "compressors/kernels/topk_cuda_common.h"
+#include "compressors/kernels/topk_filter_cuda.h"
 
 namespace terse {
 namespace kernels {
@@ -29,7 +32,6 @@ constexpr int64_t kTile = 8192;
 constexpr int kMaxBins = 2048;
 constexpr int kLevels = 3;
 constexpr int64_t kAllTies = INT64_MAX;
-constexpr uint32_t kFullMask = 0xffffffffu;
 // Histogram grid: enough blocks to fill every SM (kHistBlocksPerSm blocks of
 // kThreads each), but no more than gives each thread kHistMinPerThread
 // float4s: every block zeroes and flushes a full shared histogram, which
@@ -44,8 +46,6 @@ constexpr int kScanItems = 8;
 // (4 bytes each) out of x and levels 1 and 2 read those instead of x: a
 // pass over x in place of two. (topk.cc has the same cut-off.)
 constexpr int64_t kCandidateDivisor = 8;
-// A bin number no histogram has: lanes without an entry to count.
-constexpr uint32_t kNoBin = 0xffffffffu;
 
 struct SelectState {
   uint32_t prefix;  // (key >> shift) == prefix: "equal"; > prefix: taken.
@@ -62,65 +62,12 @@ __host__ __device__ inline int LevelBits(int level) {
   return level == 0 ? 11 : 10;
 }
 
-__device__ __forceinline__ uint32_t KeyAt(const float* x, int64_t i) {
-  return __float_as_uint(x[i]) & 0x7fffffffu;
-}
-__device__ __forceinline__ uint32_t KeyOf(float v) {
-  return __float_as_uint(v) & 0x7fffffffu;
-}
-
-// Exclusive prefix sum over a block of kBlock threads (a multiple of 32, at
-// most 1024); *total receives the block's sum. Every thread of the block must
-// call it (it holds __syncthreads). `warp_sums` is shared, kBlock / 32 long,
-// and may be reused as soon as this returns (it ends on a barrier).
-template <int kBlock>
-__device__ uint64_t BlockExclusiveScan(uint64_t v, uint64_t* warp_sums,
-                                       uint64_t* total) {
-  static_assert(kBlock % 32 == 0 && kBlock <= 1024, "block size");
-  constexpr int kNumWarps = kBlock / 32;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  uint64_t incl = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t up = __shfl_up_sync(kFullMask, incl, o);
-    if (lane >= o) incl += up;
-  }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    // Lane w reads and then overwrites only warp_sums[w].
-    uint64_t w_incl = lane < kNumWarps ? warp_sums[lane] : 0;
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint64_t up = __shfl_up_sync(kFullMask, w_incl, o);
-      if (lane >= o) w_incl += up;
-    }
-    if (lane < kNumWarps) warp_sums[lane] = w_incl;
-  }
-  __syncthreads();
-  const uint64_t before = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - v;
-  *total = warp_sums[kNumWarps - 1];
-  __syncthreads();  // Everyone has read warp_sums: the caller may reuse it.
-  return before;
-}
-
 __global__ void InitStateKernel(SelectState* st, uint32_t prefix, int shift,
                                 int done, int64_t need) {
   st->prefix = prefix;
   st->shift = shift;
   st->done = done;
   st->need = need;
-}
-
-// Adds the lanes' entries to a shared histogram, one atomic per distinct bin
-// in the warp: level 0 bins are exponent bits, so real data crowds a few
-// bins and plain per-lane atomics would serialise on them. The whole warp
-// must call it (converged); `hit` says whether this lane has an entry.
-__device__ __forceinline__ void WarpAddToBin(uint32_t* local, bool hit,
-                                             uint32_t bin, int lane) {
-  if (!__any_sync(kFullMask, hit)) return;  // Warp-uniform: common above L0.
-  // Lanes without an entry all carry kNoBin, which no hit lane has.
-  const uint32_t peers = __match_any_sync(kFullMask, hit ? bin : kNoBin);
-  if (hit && lane == __ffs(peers) - 1) atomicAdd(&local[bin], __popc(peers));
 }
 
 // Called by every thread of a block, after its last global write or atomic
@@ -658,6 +605,10 @@ int TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
   if (k >= d) {
     IotaKernel<<<GridFor(d), kThreads, 0, s>>>(d, indices);
     return static_cast<int>(cudaGetLastError());
+  }
+  if (FilterTopKApplies(d, k)) {  // Large inputs: one pass over x.
+    const cudaError_t err = TopKByFilter(x, d, k, indices, s, nullptr);
+    if (err != cudaErrorNotSupported) return static_cast<int>(err);
   }
   const int64_t tiles = (d + kTile - 1) / kTile;
   Workspace ws;

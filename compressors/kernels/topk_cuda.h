@@ -8,7 +8,10 @@
 //
 // TopK gives exactly the CPU TopK result (same keys, same ties: the lowest
 // indices among equal magnitudes, output ascending) and is asynchronous: it
-// only enqueues work on the stream. SelectAtLeast and CountAtLeast
+// only enqueues work on the stream. Inputs of 2^18 entries and more with k <= d / 32
+// take the sampled-threshold path (topk_filter_cuda.h: one cooperative launch,
+// one full pass over x); the rest, the multi-pass radix select of
+// topk_cuda.cu. SelectAtLeast and CountAtLeast
 // synchronise the stream because they return a count to the host.
 //
 // UNCHECKED: these trust that device pointers are device memory (a host

@@ -1,0 +1,465 @@
+// Sampled-threshold top-k in one cooperative launch (see topk_filter_cuda.h).
+//
+// Phases of FilterTopKKernel, separated by grid-wide barriers (grid.sync):
+//   1. sample: 2^16 keys at hashed positions into a level-0 histogram;
+//      every block then picks the same threshold t from it.
+//   2. filter: tile by tile (8,192 keys, one block), the entries with key >=
+//      t go to the candidate buffer in index order within the tile, at an
+//      offset reserved with one atomic per tile (the tile's segment); their
+//      level-0 histogram is counted on the way. This is the one full read of
+//      x.
+//   3. radix levels 0-2 (11, 10, 10 bits, as topk.cc) over the candidates
+//      (or over x, on the fallback): a histogram per level, then every block
+//      picks the same bin from it, so no block has to publish a choice.
+//   4. output: each block owns a contiguous run of tiles; it counts its
+//      "greater" and "equal" entries, and after a barrier sums the counts of
+//      the blocks before it, hands the tie budget out in index order, and
+//      writes its entries in index order (a block scan per 256 entries).
+// Every decision between phases (fast path or fallback, a level that
+// settles the selection) is read from the same global data by every block,
+// so all blocks take the same branch and meet at the same barriers.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "compressors/kernels/topk_cuda_common.h"
+#include "compressors/kernels/topk_filter_cuda.h"
+
+namespace terse {
+namespace kernels {
+namespace cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRounds = 32;  // Keys per lane and tile in the filter.
+constexpr int64_t kWarpSpan = 32 * kRounds;
+constexpr int64_t kTile = kWarps * kWarpSpan;  // 8,192 keys.
+constexpr int kBins = 2048;                    // Level 0: key bits 30..20.
+constexpr int kLevelBins = 1024;               // Levels 1, 2: 10 bits each.
+constexpr int kSamples = 1 << 16;
+// Blocks per SM, at most: enough loads in flight to stream x (8 KiB a warp
+// and tile), and few enough that the grid's barriers stay cheap.
+constexpr int kBlocksPerSm = 4;
+constexpr int64_t kMinD = int64_t{1} << 18;
+constexpr int64_t kMaxKDivisor = 32;  // k <= d / 32.
+constexpr int64_t kCapDivisor = 8;    // Room for d / 8 candidates.
+// The sample's threshold aims at 1.25 k candidates (plus a few samples):
+// at 2^16 samples and k = d / 100 the count's spread is about 4%, so fewer
+// than k candidates takes a six-sigma miss.
+constexpr double kSampleMargin = 1.25;
+constexpr uint32_t kSampleSlack = 16;
+constexpr uint64_t kLow = 0xffffffffull;
+
+// Histograms in the zeroed header: the sample's, the candidates' level 0,
+// levels 1 and 2, and level 0 over x (the fallback's).
+enum Histogram { kSampleHist, kCandHist, kLevel1Hist, kLevel2Hist, kXHist };
+constexpr int kHistograms = 5;
+
+struct Params {
+  const float* x;
+  int64_t d;
+  int64_t k;
+  int64_t tiles;
+  int64_t cap;
+  uint32_t sample_need;
+  uint32_t* cand_count;    // Zeroed.
+  uint32_t* hist;          // kHistograms * kBins, zeroed.
+  uint64_t* block_counts;  // gridDim.x: (greater << 32) | equal.
+  uint32_t* seg_start;     // tiles
+  uint32_t* seg_count;     // tiles
+  uint32_t* cand_idx;      // cap
+  uint32_t* cand_key;      // cap
+  uint32_t* out;           // k
+  int32_t* took_fallback;  // Device int or null.
+};
+
+struct Choice {
+  uint32_t bin;
+  int64_t above;  // Entries in the bins above `bin`.
+  int64_t count;  // Entries in `bin`.
+};
+
+// Called by every thread of the block; all get the same answer: the bin
+// holding the need-th largest entry of `hist` (`bins` bins, 1024 or 2048),
+// i.e. the highest bin whose count plus the counts above it reaches `need`
+// (bin 0 when none does). `hist` was written by other blocks' atomics before
+// a grid barrier: read through L2.
+__device__ Choice ChooseBin(const uint32_t* hist, int bins, int64_t need) {
+  constexpr int kMaxPer = kBins / kThreads;
+  __shared__ uint64_t warp_sums[kWarps];
+  __shared__ Choice chosen;
+  const int per = bins / kThreads;
+  const int top = bins - 1 - static_cast<int>(threadIdx.x) * per;
+  uint64_t counts[kMaxPer];
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxPer; ++j) {
+    counts[j] = j < per ? __ldcg(&hist[top - j]) : 0;
+    mine += counts[j];
+  }
+  uint64_t unused_total;
+  uint64_t above = BlockExclusiveScan<kThreads>(mine, warp_sums, &unused_total);
+  // Exactly one bin passes: above() only grows towards bin 0, need >= 1.
+#pragma unroll
+  for (int j = 0; j < kMaxPer; ++j) {
+    const int b = top - j;
+    const int64_t a = static_cast<int64_t>(above);
+    if (j < per && a < need &&
+        (b == 0 || a + static_cast<int64_t>(counts[j]) >= need)) {
+      chosen = {static_cast<uint32_t>(b), a, static_cast<int64_t>(counts[j])};
+    }
+    above += counts[j];
+  }
+  __syncthreads();
+  const Choice c = chosen;
+  __syncthreads();  // Read by all before the next call may rewrite it.
+  return c;
+}
+
+__device__ void ZeroShared(uint32_t* sh, int bins) {
+  __syncthreads();  // Earlier readers of sh are done.
+  for (int b = threadIdx.x; b < bins; b += kThreads) sh[b] = 0;
+  __syncthreads();
+}
+
+__device__ void FlushShared(const uint32_t* sh, int bins, uint32_t* global) {
+  __syncthreads();
+  for (int b = threadIdx.x; b < bins; b += kThreads) {
+    if (sh[b] != 0) atomicAdd(&global[b], sh[b]);
+  }
+}
+
+// A 32-bit mix (lowbias32): sample j's position is hash(j) * d / 2^32.
+__device__ __forceinline__ uint32_t Hash(uint32_t v) {
+  v ^= v >> 16;
+  v *= 0x7feb352du;
+  v ^= v >> 15;
+  v *= 0x846ca68bu;
+  v ^= v >> 16;
+  return v;
+}
+
+// f(key, valid) for every entry of the selection's source, by the whole
+// grid, with block-uniform rounds (warps stay converged for WarpAddToBin):
+// the candidates' keys on the fast path, x's on the fallback.
+template <typename F>
+__device__ __forceinline__ void ForEachSourceKey(const Params& p, bool fast,
+                                                 int64_t n, F f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads; base < n;
+       base += stride) {
+    const int64_t j = base + threadIdx.x;
+    const bool valid = j < n;
+    uint32_t key = 0;
+    if (valid) key = fast ? __ldcg(&p.cand_key[j]) : KeyAt(p.x, j);
+    f(key, valid);
+  }
+}
+
+// The entries of tile `tile` in index order: [*begin, *end) of the candidate
+// buffer on the fast path, of x on the fallback.
+__device__ __forceinline__ void TileRange(const Params& p, bool fast,
+                                          int64_t tile, int64_t* begin,
+                                          int64_t* end) {
+  if (fast) {
+    *begin = __ldcg(&p.seg_start[tile]);
+    *end = *begin + __ldcg(&p.seg_count[tile]);
+  } else {
+    *begin = tile * kTile;
+    *end = *begin + kTile < p.d ? *begin + kTile : p.d;
+  }
+}
+
+__device__ __forceinline__ void EntryAt(const Params& p, bool fast, int64_t j,
+                                        uint32_t* key, uint32_t* index) {
+  if (fast) {
+    *key = __ldcg(&p.cand_key[j]);
+    *index = __ldcg(&p.cand_idx[j]);
+  } else {
+    *key = KeyAt(p.x, j);
+    *index = static_cast<uint32_t>(j);
+  }
+}
+
+// Phase 2 for one tile: appends its entries with key >= t (and their
+// indices) to the candidate buffer, in index order, and counts them into the
+// shared level-0 histogram `sh`. Each warp owns a contiguous span of the
+// tile (index order is warp, then round, then lane order).
+__device__ void FilterTile(const Params& p, int64_t tile, uint32_t t,
+                           uint32_t* sh) {
+  __shared__ uint32_t warp_counts[kWarps];
+  __shared__ uint32_t tile_start;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  const int64_t wbase = tile * kTile + warp * kWarpSpan;
+  uint32_t keys[kRounds];
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {  // All loads in flight before any use.
+    const int64_t i = wbase + r * 32 + lane;
+    keys[r] = i < p.d ? KeyAt(p.x, i) : 0u;
+  }
+  uint32_t count = 0;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const bool hit = wbase + r * 32 + lane < p.d && keys[r] >= t;
+    count += __popc(__ballot_sync(kFullMask, hit));
+  }
+  if (lane == 0) warp_counts[warp] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t total = 0;
+    for (int w = 0; w < kWarps; ++w) total += warp_counts[w];
+    const uint32_t start = atomicAdd(p.cand_count, total);
+    p.seg_start[tile] = start;
+    p.seg_count[tile] = total;
+    tile_start = start;
+  }
+  __syncthreads();
+  int64_t at = tile_start;
+  for (int w = 0; w < warp; ++w) at += warp_counts[w];
+  if (count != 0) {  // Warp-uniform.
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int64_t i = wbase + r * 32 + lane;
+      const bool hit = i < p.d && keys[r] >= t;
+      const uint32_t mask = __ballot_sync(kFullMask, hit);
+      if (mask == 0) continue;  // Warp-uniform.
+      if (hit) {
+        const int64_t slot = at + __popc(mask & lanes_below);
+        if (slot < p.cap) {
+          p.cand_idx[slot] = static_cast<uint32_t>(i);
+          p.cand_key[slot] = keys[r];
+        }
+      }
+      WarpAddToBin(sh, hit, keys[r] >> 20, lane);
+      at += __popc(mask);
+    }
+  }
+  __syncthreads();  // warp_counts and tile_start are the next tile's.
+}
+
+// Phase 3 for levels 1 and 2: the histogram of the source entries whose key
+// bits above `shift + 10` equal `prefix`, binned by the 10 bits at `shift`.
+__device__ void LevelHistogram(const Params& p, bool fast, int64_t n,
+                               uint32_t prefix, int shift, uint32_t* sh,
+                               uint32_t* global) {
+  const int lane = threadIdx.x & 31;
+  ZeroShared(sh, kLevelBins);
+  ForEachSourceKey(p, fast, n, [&](uint32_t key, bool valid) {
+    const bool counted = valid && (key >> (shift + 10)) == prefix;
+    WarpAddToBin(sh, counted, (key >> shift) & (kLevelBins - 1), lane);
+  });
+  FlushShared(sh, kLevelBins, global);
+}
+
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    FilterTopKKernel(Params p) {
+  cg::grid_group grid = cg::this_grid();
+  __shared__ uint32_t sh[kBins];
+  __shared__ uint64_t warp_sums[kWarps];
+  const int lane = threadIdx.x & 31;
+  uint32_t* const hist = p.hist;
+
+  // 1. Sample, and the threshold every block derives from it.
+  ZeroShared(sh, kBins);
+  {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads;
+         base < kSamples; base += stride) {
+      const int64_t j = base + threadIdx.x;
+      const bool valid = j < kSamples;
+      uint32_t key = 0;
+      if (valid) {
+        const uint64_t h = Hash(static_cast<uint32_t>(j) + 0x9e3779b9u);
+        key = KeyAt(p.x, static_cast<int64_t>((h * p.d) >> 32));
+      }
+      WarpAddToBin(sh, valid, key >> 20, lane);
+    }
+  }
+  FlushShared(sh, kBins, hist + kSampleHist * kBins);
+  grid.sync();
+  const uint32_t t =
+      ChooseBin(hist + kSampleHist * kBins, kBins, p.sample_need).bin << 20;
+
+  // 2. Filter: the one full pass over x.
+  ZeroShared(sh, kBins);
+  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    FilterTile(p, tile, t, sh);
+  }
+  FlushShared(sh, kBins, hist + kCandHist * kBins);
+  grid.sync();
+  const int64_t c = __ldcg(p.cand_count);
+  const bool fast = c >= p.k && c <= p.cap;
+  const int64_t n = fast ? c : p.d;
+  if (p.took_fallback != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.took_fallback = fast ? 0 : 1;
+  }
+
+  // 3. Radix levels over the source.
+  if (!fast) {  // Level 0 over x: the filter's histogram saw candidates only.
+    ZeroShared(sh, kBins);
+    ForEachSourceKey(p, false, n, [&](uint32_t key, bool valid) {
+      WarpAddToBin(sh, valid, key >> 20, lane);
+    });
+    FlushShared(sh, kBins, hist + kXHist * kBins);
+    grid.sync();
+  }
+  Choice ch = ChooseBin(hist + (fast ? kCandHist : kXHist) * kBins, kBins, p.k);
+  uint32_t prefix = ch.bin;
+  int shift = 20;
+  int64_t need = p.k - ch.above;
+  bool done = ch.count == need;
+  for (int level = 1; level <= 2 && !done; ++level) {  // Uniform.
+    const int next = level == 1 ? 10 : 0;
+    uint32_t* level_hist =
+        hist + (level == 1 ? kLevel1Hist : kLevel2Hist) * kBins;
+    LevelHistogram(p, fast, n, prefix, next, sh, level_hist);
+    grid.sync();
+    ch = ChooseBin(level_hist, kLevelBins, need);
+    prefix = (prefix << 10) | ch.bin;
+    shift = next;
+    need -= ch.above;
+    done = ch.count == need;
+  }
+  // Selected: (key >> shift) > prefix, and the first `need` entries (in
+  // index order) with (key >> shift) == prefix.
+
+  // 4. Output. Block b owns tiles [lo, hi).
+  const int64_t per_block = (p.tiles + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * per_block;
+  const int64_t hi = lo + per_block < p.tiles ? lo + per_block : p.tiles;
+  uint64_t mine = 0;  // (greater << 32) | equal, this thread's share.
+  for (int64_t tile = lo; tile < hi; ++tile) {
+    int64_t begin, end;
+    TileRange(p, fast, tile, &begin, &end);
+    for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
+      uint32_t key, index;
+      EntryAt(p, fast, j, &key, &index);
+      const uint32_t high = key >> shift;
+      mine += high > prefix ? (uint64_t{1} << 32) : (high == prefix ? 1 : 0);
+    }
+  }
+  uint64_t block_total;
+  BlockExclusiveScan<kThreads>(mine, warp_sums, &block_total);
+  if (threadIdx.x == 0) p.block_counts[blockIdx.x] = block_total;
+  grid.sync();
+
+  uint64_t earlier = 0;  // Sum over the blocks before this one.
+  for (int64_t b = threadIdx.x; b < blockIdx.x; b += kThreads) {
+    earlier += __ldcg(&p.block_counts[b]);
+  }
+  uint64_t before_blocks;
+  BlockExclusiveScan<kThreads>(earlier, warp_sums, &before_blocks);
+  const int64_t gt_before = static_cast<int64_t>(before_blocks >> 32);
+  const int64_t eq_before = static_cast<int64_t>(before_blocks & kLow);
+  const int64_t eq_mine = static_cast<int64_t>(block_total & kLow);
+  const int64_t left = need - eq_before;
+  const int64_t budget = left <= 0 ? 0 : (left < eq_mine ? left : eq_mine);
+  if ((block_total >> 32) == 0 && budget == 0) return;  // Block-uniform.
+  uint32_t* const block_out =
+      p.out + gt_before + (need < eq_before ? need : eq_before);
+  uint64_t seen = 0;  // (greater << 32) | equal, earlier in this block.
+  for (int64_t tile = lo; tile < hi; ++tile) {
+    int64_t begin, end;
+    TileRange(p, fast, tile, &begin, &end);
+    for (int64_t base = begin; base < end; base += kThreads) {  // Uniform.
+      const int64_t j = base + threadIdx.x;
+      uint32_t key = 0, index = 0;
+      if (j < end) EntryAt(p, fast, j, &key, &index);
+      const uint32_t high = key >> shift;
+      const bool gt = j < end && high > prefix;
+      const bool eq = j < end && high == prefix;
+      const uint64_t flag = gt ? (uint64_t{1} << 32) : (eq ? 1 : 0);
+      uint64_t chunk_total;
+      const uint64_t at =
+          seen + BlockExclusiveScan<kThreads>(flag, warp_sums, &chunk_total);
+      const int64_t gt_at = static_cast<int64_t>(at >> 32);
+      const int64_t eq_at = static_cast<int64_t>(at & kLow);
+      if (gt || (eq && eq_at < budget)) {
+        block_out[gt_at + (budget < eq_at ? budget : eq_at)] = index;
+      }
+      seen += chunk_total;
+    }
+  }
+}
+
+}  // namespace
+
+bool FilterTopKApplies(int64_t d, int64_t k) {
+  return d >= kMinD && d < (int64_t{1} << 32) && k >= 1 &&
+         k <= d / kMaxKDivisor;
+}
+
+cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
+                         uint32_t* indices, cudaStream_t stream,
+                         int32_t* took_fallback) {
+  if (!FilterTopKApplies(d, k)) return cudaErrorNotSupported;
+  int device = 0, cooperative = 0, sms = 0, per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch,
+                                 device);
+  }
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  if (err == cudaSuccess) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, FilterTopKKernel, kThreads, 0);
+  }
+  if (err != cudaSuccess) return err;
+  if (cooperative == 0 || sms < 1 || per_sm < 1) return cudaErrorNotSupported;
+  const int64_t tiles = (d + kTile - 1) / kTile;
+  int64_t blocks = static_cast<int64_t>(sms) *
+                   (per_sm < kBlocksPerSm ? per_sm : kBlocksPerSm);
+  if (blocks > tiles) blocks = tiles;
+
+  Params p;
+  p.x = x;
+  p.d = d;
+  p.k = k;
+  p.tiles = tiles;
+  p.cap = d / kCapDivisor;
+  const double share =
+      std::ceil(kSampleMargin * kSamples * static_cast<double>(k) /
+                static_cast<double>(d));
+  p.sample_need = static_cast<uint32_t>(
+      share + kSampleSlack < kSamples ? share + kSampleSlack : kSamples);
+  // One allocation: the zeroed header (count, histograms), then the block
+  // counts, the tile segments and the candidates.
+  const size_t zeroed = 16 + sizeof(uint32_t) * kHistograms * kBins;
+  const size_t bytes = zeroed + sizeof(uint64_t) * blocks +
+                       2 * sizeof(uint32_t) * tiles +
+                       2 * sizeof(uint32_t) * p.cap;
+  char* base = nullptr;
+  err = cudaMallocAsync(reinterpret_cast<void**>(&base), bytes, stream);
+  if (err != cudaSuccess) return err;
+  p.cand_count = reinterpret_cast<uint32_t*>(base);
+  p.hist = reinterpret_cast<uint32_t*>(base + 16);
+  p.block_counts = reinterpret_cast<uint64_t*>(base + zeroed);  // 8-aligned.
+  p.seg_start = reinterpret_cast<uint32_t*>(p.block_counts + blocks);
+  p.seg_count = p.seg_start + tiles;
+  p.cand_idx = p.seg_count + tiles;
+  p.cand_key = p.cand_idx + p.cap;
+  p.out = indices;
+  p.took_fallback = took_fallback;
+  err = cudaMemsetAsync(base, 0, zeroed, stream);
+  if (err == cudaSuccess) {
+    void* args[] = {&p};
+    err = cudaLaunchCooperativeKernel(
+        reinterpret_cast<const void*>(FilterTopKKernel),
+        dim3(static_cast<unsigned>(blocks)), dim3(kThreads), args, 0, stream);
+  }
+  const cudaError_t free_err = cudaFreeAsync(base, stream);
+  return err != cudaSuccess ? err : free_err;
+}
+
+}  // namespace cuda
+}  // namespace kernels
+}  // namespace terse
