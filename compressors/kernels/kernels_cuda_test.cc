@@ -141,7 +141,7 @@ std::vector<float> FilterInputs(int64_t d, int shape, uint32_t seed) {
 }
 
 TEST_F(KernelsCudaTest, TopKFilterPathMatchesCpu) {
-  DeviceArray<int32_t> fallback(size_t{1});
+  DeviceArray<cuda::FilterTopKProbe> probe(size_t{1});
   for (int shape = 0; shape < 7; ++shape) {
     for (int64_t d :
          {(int64_t{1} << 18) + 5, int64_t{1} << 20, (int64_t{3} << 20) + 1}) {
@@ -153,11 +153,11 @@ TEST_F(KernelsCudaTest, TopKFilterPathMatchesCpu) {
         TopK(x.data(), d, k, cpu.data(), 2);
         DeviceArray<uint32_t> dout(static_cast<size_t>(k));
         ASSERT_EQ(cuda::TopKByFilter(dx.get(), d, k, dout.get(), nullptr,
-                                     fallback.get()),
+                                     nullptr, probe.get()),
                   cudaSuccess);
         ASSERT_EQ(dout.ToHost(), cpu)
             << "shape=" << shape << " d=" << d << " k=" << k;
-        const int32_t took_fallback = fallback.ToHost()[0];
+        const int32_t took_fallback = probe.ToHost()[0].took_fallback;
         // Normal data at k = 1% must take the one-pass path (the speed
         // claim rests on it); ties and all-zero inputs cannot.
         if (shape == 0 && k == d / 100) EXPECT_EQ(took_fallback, 0) << d;

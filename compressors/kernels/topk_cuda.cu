@@ -607,7 +607,7 @@ int TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
     return static_cast<int>(cudaGetLastError());
   }
   if (FilterTopKApplies(d, k)) {  // Large inputs: one pass over x.
-    const cudaError_t err = TopKByFilter(x, d, k, indices, s, nullptr);
+    const cudaError_t err = TopKByFilter(x, d, k, indices, s, nullptr, nullptr);
     if (err != cudaErrorNotSupported) return static_cast<int>(err);
   }
   const int64_t tiles = (d + kTile - 1) / kTile;

@@ -59,6 +59,7 @@ constexpr uint64_t kLow = 0xffffffffull;
 // levels 1 and 2, and level 0 over x (the fallback's).
 enum Histogram { kSampleHist, kCandHist, kLevel1Hist, kLevel2Hist, kXHist };
 constexpr int kHistograms = 5;
+constexpr size_t kZeroedBytes = 16 + sizeof(uint32_t) * kHistograms * kBins;
 
 struct Params {
   const float* x;
@@ -75,7 +76,7 @@ struct Params {
   uint32_t* cand_idx;      // cap
   uint32_t* cand_key;      // cap
   uint32_t* out;           // k
-  int32_t* took_fallback;  // Device int or null.
+  FilterTopKProbe* probe;  // Device memory or null.
 };
 
 struct Choice {
@@ -258,9 +259,18 @@ __device__ void LevelHistogram(const Params& p, bool fast, int64_t n,
   FlushShared(sh, kLevelBins, global);
 }
 
+// Block 0's clock at phase `phase`, for the probe.
+__device__ __forceinline__ void Mark(const Params& p, int phase) {
+  if (p.probe == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  p.probe->phase_ns[phase] = ns;
+}
+
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     FilterTopKKernel(Params p) {
   cg::grid_group grid = cg::this_grid();
+  Mark(p, 0);
   __shared__ uint32_t sh[kBins];
   __shared__ uint64_t warp_sums[kWarps];
   const int lane = threadIdx.x & 31;
@@ -286,6 +296,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   grid.sync();
   const uint32_t t =
       ChooseBin(hist + kSampleHist * kBins, kBins, p.sample_need).bin << 20;
+  Mark(p, 1);
 
   // 2. Filter: the one full pass over x.
   ZeroShared(sh, kBins);
@@ -297,9 +308,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int64_t c = __ldcg(p.cand_count);
   const bool fast = c >= p.k && c <= p.cap;
   const int64_t n = fast ? c : p.d;
-  if (p.took_fallback != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-    *p.took_fallback = fast ? 0 : 1;
+  if (p.probe != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    p.probe->took_fallback = fast ? 0 : 1;
   }
+  Mark(p, 2);
 
   // 3. Radix levels over the source.
   if (!fast) {  // Level 0 over x: the filter's histogram saw candidates only.
@@ -330,6 +342,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   // Selected: (key >> shift) > prefix, and the first `need` entries (in
   // index order) with (key >> shift) == prefix.
 
+  Mark(p, 3);
   // 4. Output. Block b owns tiles [lo, hi).
   const int64_t per_block = (p.tiles + gridDim.x - 1) / gridDim.x;
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * per_block;
@@ -349,6 +362,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   BlockExclusiveScan<kThreads>(mine, warp_sums, &block_total);
   if (threadIdx.x == 0) p.block_counts[blockIdx.x] = block_total;
   grid.sync();
+  Mark(p, 4);
 
   uint64_t earlier = 0;  // Sum over the blocks before this one.
   for (int64_t b = threadIdx.x; b < blockIdx.x; b += kThreads) {
@@ -361,7 +375,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int64_t eq_mine = static_cast<int64_t>(block_total & kLow);
   const int64_t left = need - eq_before;
   const int64_t budget = left <= 0 ? 0 : (left < eq_mine ? left : eq_mine);
-  if ((block_total >> 32) == 0 && budget == 0) return;  // Block-uniform.
+  if ((block_total >> 32) == 0 && budget == 0) {  // Block-uniform.
+    Mark(p, 5);
+    return;
+  }
   uint32_t* const block_out =
       p.out + gt_before + (need < eq_before ? need : eq_before);
   uint64_t seen = 0;  // (greater << 32) | equal, earlier in this block.
@@ -387,9 +404,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       seen += chunk_total;
     }
   }
+  Mark(p, 5);
 }
 
 }  // namespace
+
+size_t FilterTopKWorkspaceBytes(int64_t d) {
+  const int64_t tiles = (d + kTile - 1) / kTile;
+  return kZeroedBytes + sizeof(uint64_t) * tiles +
+         2 * sizeof(uint32_t) * tiles +
+         2 * sizeof(uint32_t) * (d / kCapDivisor);
+}
 
 bool FilterTopKApplies(int64_t d, int64_t k) {
   return d >= kMinD && d < (int64_t{1} << 32) && k >= 1 &&
@@ -398,7 +423,7 @@ bool FilterTopKApplies(int64_t d, int64_t k) {
 
 cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
                          uint32_t* indices, cudaStream_t stream,
-                         int32_t* took_fallback) {
+                         void* workspace, FilterTopKProbe* probe) {
   if (!FilterTopKApplies(d, k)) return cudaErrorNotSupported;
   int device = 0, cooperative = 0, sms = 0, per_sm = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -431,31 +456,32 @@ cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
                 static_cast<double>(d));
   p.sample_need = static_cast<uint32_t>(
       share + kSampleSlack < kSamples ? share + kSampleSlack : kSamples);
-  // One allocation: the zeroed header (count, histograms), then the block
-  // counts, the tile segments and the candidates.
-  const size_t zeroed = 16 + sizeof(uint32_t) * kHistograms * kBins;
-  const size_t bytes = zeroed + sizeof(uint64_t) * blocks +
-                       2 * sizeof(uint32_t) * tiles +
-                       2 * sizeof(uint32_t) * p.cap;
-  char* base = nullptr;
-  err = cudaMallocAsync(reinterpret_cast<void**>(&base), bytes, stream);
-  if (err != cudaSuccess) return err;
+  // One buffer: the zeroed header (count, histograms), then the block
+  // counts (room for one per tile, the most blocks there can be), the tile
+  // segments and the candidates.
+  const size_t bytes = FilterTopKWorkspaceBytes(d);
+  char* base = static_cast<char*>(workspace);
+  if (base == nullptr) {
+    err = cudaMallocAsync(reinterpret_cast<void**>(&base), bytes, stream);
+    if (err != cudaSuccess) return err;
+  }
   p.cand_count = reinterpret_cast<uint32_t*>(base);
   p.hist = reinterpret_cast<uint32_t*>(base + 16);
-  p.block_counts = reinterpret_cast<uint64_t*>(base + zeroed);  // 8-aligned.
-  p.seg_start = reinterpret_cast<uint32_t*>(p.block_counts + blocks);
+  p.block_counts = reinterpret_cast<uint64_t*>(base + kZeroedBytes);
+  p.seg_start = reinterpret_cast<uint32_t*>(p.block_counts + tiles);
   p.seg_count = p.seg_start + tiles;
   p.cand_idx = p.seg_count + tiles;
   p.cand_key = p.cand_idx + p.cap;
   p.out = indices;
-  p.took_fallback = took_fallback;
-  err = cudaMemsetAsync(base, 0, zeroed, stream);
+  p.probe = probe;
+  err = cudaMemsetAsync(base, 0, kZeroedBytes, stream);
   if (err == cudaSuccess) {
     void* args[] = {&p};
     err = cudaLaunchCooperativeKernel(
         reinterpret_cast<const void*>(FilterTopKKernel),
         dim3(static_cast<unsigned>(blocks)), dim3(kThreads), args, 0, stream);
   }
+  if (workspace != nullptr) return err;
   const cudaError_t free_err = cudaFreeAsync(base, stream);
   return err != cudaSuccess ? err : free_err;
 }

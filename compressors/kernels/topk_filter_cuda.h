@@ -31,15 +31,28 @@ namespace cuda {
 bool FilterTopKApplies(int64_t d, int64_t k);
 
 // Writes kernels::TopK(x, d, k) to `indices` (device, k entries), enqueued
-// on `stream` and asynchronous. Scratch of about d + 48 KiB bytes comes from
-// cudaMallocAsync on the stream. `took_fallback`, when not null, is a device
-// int set to 1 when the launch ran the select over x (the sample misled), 0
-// otherwise (tests). Returns cudaErrorNotSupported, having enqueued nothing,
-// when the device cannot launch cooperative kernels or FilterTopKApplies is
-// false; any other error comes from the runtime.
+// on `stream` and asynchronous, in about d + 16 d / 8192 + 40 KiB bytes of
+// scratch. `probe`, when not null, is device memory
+// that receives which branch ran and block 0's phase times (tests, benches).
+// Returns cudaErrorNotSupported, having enqueued nothing, when the device
+// cannot launch cooperative kernels or FilterTopKApplies is false; any other
+// error comes from the runtime.
+struct FilterTopKProbe {
+  int32_t took_fallback;  // 1: the select ran over x (the sample misled).
+  int32_t unused;
+  // %globaltimer (ns) in block 0 at the start, after the sample, the filter,
+  // the radix levels and the output counts, and at block 0's end.
+  uint64_t phase_ns[6];
+};
+// Scratch TopKByFilter needs for an input of d entries (any k it takes).
+size_t FilterTopKWorkspaceBytes(int64_t d);
+// `workspace`: device memory of at least FilterTopKWorkspaceBytes(d) bytes,
+// used by the enqueued work only (one call at a time per buffer, in stream
+// order), or null: then it comes from cudaMallocAsync on the stream and is
+// freed on it.
 cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
                          uint32_t* indices, cudaStream_t stream,
-                         int32_t* took_fallback);
+                         void* workspace, FilterTopKProbe* probe);
 
 }  // namespace cuda
 }  // namespace kernels
