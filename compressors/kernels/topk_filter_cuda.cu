@@ -3,22 +3,28 @@
 // Phases of FilterTopKKernel, separated by grid-wide barriers (grid.sync):
 //   1. sample: 2^16 keys at hashed positions into a level-0 histogram;
 //      every block then picks the same threshold t from it.
-//   2. filter: tile by tile (8,192 keys, one block), the entries with key >=
-//      t go to the candidate buffer in index order within the tile, at an
-//      offset reserved with one atomic per tile (the tile's segment); their
-//      level-0 histogram is counted on the way. This is the one full read of
-//      x.
+//   2. filter: tile by tile (4,096 keys), the entries with key >= t go to
+//      the candidate buffer in index order within the tile, at an offset
+//      reserved with one atomic per tile (the tile's segment); their level-0
+//      histogram is counted on the way. This is the one full read of x. Each
+//      block copies its next tile into shared memory (cp.async) while it
+//      filters the current one, so the copies keep DRAM busy without holding
+//      registers.
 //   3. radix levels 0-2 (11, 10, 10 bits, as topk.cc) over the candidates
 //      (or over x, on the fallback): a histogram per level, then every block
 //      picks the same bin from it, so no block has to publish a choice.
-//   4. output: each block owns a contiguous run of tiles; it counts its
-//      "greater" and "equal" entries, and after a barrier sums the counts of
-//      the blocks before it, hands the tie budget out in index order, and
-//      writes its entries in index order (a block scan per 256 entries).
+//   4. output: each block owns a contiguous run of tiles, whose segments it
+//      lays end to end in a shared table; it counts its "greater" and
+//      "equal" entries, and after a barrier sums the counts of the blocks
+//      before it, hands the tie budget out in index order, and writes its
+//      entries in index order (a block scan per kThreads * kItems entries).
 // Every decision between phases (fast path or fallback, a level that
 // settles the selection) is read from the same global data by every block,
-// so all blocks take the same branch and meet at the same barriers.
+// so all blocks take the same branch and meet at the same barriers. Loads
+// of the small phases are batched (kItems a thread before any is used): a
+// chain of dependent L2 round trips, not bandwidth, is what bounds them.
 #include <cooperative_groups.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -36,15 +42,19 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRounds = 32;  // Keys per lane and tile in the filter.
+constexpr int kRounds = 16;  // Keys per lane and tile in the filter.
 constexpr int64_t kWarpSpan = 32 * kRounds;
-constexpr int64_t kTile = kWarps * kWarpSpan;  // 8,192 keys.
-constexpr int kBins = 2048;                    // Level 0: key bits 30..20.
-constexpr int kLevelBins = 1024;               // Levels 1, 2: 10 bits each.
+constexpr int64_t kTile = kWarps * kWarpSpan;  // 4,096 keys, 16 KiB staged.
+constexpr int kItems = 8;    // Entries a thread loads at once in phases 3, 4.
+constexpr int kBins = 2048;  // Level 0: key bits 30..20.
+constexpr int kLevelBins = 1024;  // Levels 1, 2: 10 bits each.
 constexpr int kSamples = 1 << 16;
-// Blocks per SM, at most: enough loads in flight to stream x (8 KiB a warp
-// and tile), and few enough that the grid's barriers stay cheap.
+// Blocks per SM, at most: two staged tiles each keep DRAM busy, and few
+// blocks keep the grid's barriers cheap.
 constexpr int kBlocksPerSm = 4;
+// Phase 4's shared table (the staging buffers, reused) holds this many tiles
+// of a block: the host refuses grids that would give a block more.
+constexpr int64_t kMaxTilesPerBlock = kTile;
 constexpr int64_t kMinD = int64_t{1} << 18;
 constexpr int64_t kMaxKDivisor = 32;  // k <= d / 32.
 constexpr int64_t kCapDivisor = 8;    // Room for d / 8 candidates.
@@ -145,70 +155,47 @@ __device__ __forceinline__ uint32_t Hash(uint32_t v) {
   return v;
 }
 
-// f(key, valid) for every entry of the selection's source, by the whole
-// grid, with block-uniform rounds (warps stay converged for WarpAddToBin):
-// the candidates' keys on the fast path, x's on the fallback.
-template <typename F>
-__device__ __forceinline__ void ForEachSourceKey(const Params& p, bool fast,
-                                                 int64_t n, F f) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads; base < n;
-       base += stride) {
-    const int64_t j = base + threadIdx.x;
-    const bool valid = j < n;
-    uint32_t key = 0;
-    if (valid) key = fast ? __ldcg(&p.cand_key[j]) : KeyAt(p.x, j);
-    f(key, valid);
-  }
+// Block 0's clock at phase `phase`, for the probe.
+__device__ __forceinline__ void Mark(const Params& p, int phase) {
+  if (p.probe == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  p.probe->phase_ns[phase] = ns;
 }
 
-// The entries of tile `tile` in index order: [*begin, *end) of the candidate
-// buffer on the fast path, of x on the fallback.
-__device__ __forceinline__ void TileRange(const Params& p, bool fast,
-                                          int64_t tile, int64_t* begin,
-                                          int64_t* end) {
-  if (fast) {
-    *begin = __ldcg(&p.seg_start[tile]);
-    *end = *begin + __ldcg(&p.seg_count[tile]);
-  } else {
-    *begin = tile * kTile;
-    *end = *begin + kTile < p.d ? *begin + kTile : p.d;
+// Starts copying tile `tile` of x into `stage` (kTile words, shared) as
+// one cp.async batch; entries past d are left as they are.
+__device__ __forceinline__ void StageTile(const Params& p, int64_t tile,
+                                          uint32_t* stage) {
+  const int64_t base = tile * kTile;
+#pragma unroll
+  for (int r = 0; r < kTile / kThreads; ++r) {
+    const int e = r * kThreads + threadIdx.x;
+    if (base + e < p.d) __pipeline_memcpy_async(&stage[e], &p.x[base + e], 4);
   }
+  __pipeline_commit();
 }
 
-__device__ __forceinline__ void EntryAt(const Params& p, bool fast, int64_t j,
-                                        uint32_t* key, uint32_t* index) {
-  if (fast) {
-    *key = __ldcg(&p.cand_key[j]);
-    *index = __ldcg(&p.cand_idx[j]);
-  } else {
-    *key = KeyAt(p.x, j);
-    *index = static_cast<uint32_t>(j);
-  }
-}
-
-// Phase 2 for one tile: appends its entries with key >= t (and their
+// Phase 2 for one staged tile: appends its entries with key >= t (and their
 // indices) to the candidate buffer, in index order, and counts them into the
 // shared level-0 histogram `sh`. Each warp owns a contiguous span of the
-// tile (index order is warp, then round, then lane order).
+// tile (index order is warp, then round, then lane order). Ends on a
+// barrier: `stage` may then be refilled.
 __device__ void FilterTile(const Params& p, int64_t tile, uint32_t t,
-                           uint32_t* sh) {
+                           const uint32_t* stage, uint32_t* sh) {
   __shared__ uint32_t warp_counts[kWarps];
   __shared__ uint32_t tile_start;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const uint32_t lanes_below = (1u << lane) - 1u;
-  const int64_t wbase = tile * kTile + warp * kWarpSpan;
-  uint32_t keys[kRounds];
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {  // All loads in flight before any use.
-    const int64_t i = wbase + r * 32 + lane;
-    keys[r] = i < p.d ? KeyAt(p.x, i) : 0u;
-  }
+  const int64_t tile_base = tile * kTile;
+  const int span = warp * static_cast<int>(kWarpSpan);
+  const int64_t valid_end = p.d - tile_base;  // Entries e < this are real.
   uint32_t count = 0;
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
-    const bool hit = wbase + r * 32 + lane < p.d && keys[r] >= t;
+    const int e = span + r * 32 + lane;
+    const bool hit = e < valid_end && (stage[e] & 0x7fffffffu) >= t;
     count += __popc(__ballot_sync(kFullMask, hit));
   }
   if (lane == 0) warp_counts[warp] = count;
@@ -216,33 +203,58 @@ __device__ void FilterTile(const Params& p, int64_t tile, uint32_t t,
   if (threadIdx.x == 0) {
     uint32_t total = 0;
     for (int w = 0; w < kWarps; ++w) total += warp_counts[w];
-    const uint32_t start = atomicAdd(p.cand_count, total);
+    const uint32_t start = total == 0 ? 0 : atomicAdd(p.cand_count, total);
     p.seg_start[tile] = start;
     p.seg_count[tile] = total;
     tile_start = start;
   }
   __syncthreads();
-  int64_t at = tile_start;
-  for (int w = 0; w < warp; ++w) at += warp_counts[w];
   if (count != 0) {  // Warp-uniform.
+    int64_t at = tile_start;
+    for (int w = 0; w < warp; ++w) at += warp_counts[w];
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
-      const int64_t i = wbase + r * 32 + lane;
-      const bool hit = i < p.d && keys[r] >= t;
+      const int e = span + r * 32 + lane;
+      const uint32_t key = e < valid_end ? stage[e] & 0x7fffffffu : 0u;
+      const bool hit = e < valid_end && key >= t;
       const uint32_t mask = __ballot_sync(kFullMask, hit);
       if (mask == 0) continue;  // Warp-uniform.
       if (hit) {
         const int64_t slot = at + __popc(mask & lanes_below);
         if (slot < p.cap) {
-          p.cand_idx[slot] = static_cast<uint32_t>(i);
-          p.cand_key[slot] = keys[r];
+          p.cand_idx[slot] = static_cast<uint32_t>(tile_base + e);
+          p.cand_key[slot] = key;
         }
       }
-      WarpAddToBin(sh, hit, keys[r] >> 20, lane);
+      WarpAddToBin(sh, hit, key >> 20, lane);
       at += __popc(mask);
     }
   }
-  __syncthreads();  // warp_counts and tile_start are the next tile's.
+  __syncthreads();  // warp_counts, tile_start and the stage are reused.
+}
+
+// f(key, valid) for every entry of the selection's source, by the whole
+// grid, kItems loads a thread in flight at once, with block-uniform rounds
+// (warps stay converged for WarpAddToBin): the candidates' keys on the
+// fast path, x's on the fallback.
+template <typename F>
+__device__ __forceinline__ void ForEachSourceKey(const Params& p, bool fast,
+                                                 int64_t n, F f) {
+  const int64_t chunk = static_cast<int64_t>(kThreads) * kItems;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * chunk; base < n;
+       base += static_cast<int64_t>(gridDim.x) * chunk) {
+    uint32_t keys[kItems];
+#pragma unroll
+    for (int b = 0; b < kItems; ++b) {
+      const int64_t j = base + b * kThreads + threadIdx.x;
+      keys[b] = 0;
+      if (j < n) keys[b] = fast ? __ldcg(&p.cand_key[j]) : KeyAt(p.x, j);
+    }
+#pragma unroll
+    for (int b = 0; b < kItems; ++b) {
+      f(keys[b], base + b * kThreads + threadIdx.x < n);
+    }
+  }
 }
 
 // Phase 3 for levels 1 and 2: the histogram of the source entries whose key
@@ -259,18 +271,79 @@ __device__ void LevelHistogram(const Params& p, bool fast, int64_t n,
   FlushShared(sh, kLevelBins, global);
 }
 
-// Block 0's clock at phase `phase`, for the probe.
-__device__ __forceinline__ void Mark(const Params& p, int phase) {
-  if (p.probe == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
-  uint64_t ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  p.probe->phase_ns[phase] = ns;
+// Phase 4's view of a block's entries: its tiles' segments laid end to end.
+// Entry e of the block is entry e - first[t] of its tile t, the last tile
+// with first[t] <= e (an empty tile shares its first with the next one).
+struct BlockEntries {
+  const uint32_t* start;  // [tiles]: the segment's first source entry.
+  const uint32_t* first;  // [tiles]: entries of the block before the tile.
+  int tiles;
+  int64_t total;
+
+  __device__ __forceinline__ int64_t SourceOf(int64_t e) const {
+    int lo = 0, hi = tiles - 1;  // first[lo] <= e < E: some tile holds e.
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (first[mid] <= e) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return static_cast<int64_t>(start[lo]) + (e - first[lo]);
+  }
+};
+
+// Lays out the segments of tiles [lo, lo + tiles) in `table` (2 * tiles
+// words of shared memory). Every thread of the block calls it.
+__device__ BlockEntries LayOutBlock(const Params& p, bool fast, int64_t lo,
+                                    int tiles, uint32_t* table,
+                                    uint64_t* warp_sums) {
+  uint32_t* start = table;
+  uint32_t* first = table + kMaxTilesPerBlock;
+  uint64_t carry = 0;
+  for (int c = 0; c < tiles; c += kThreads) {  // Block-uniform.
+    const int t = c + threadIdx.x;
+    uint32_t begin = 0, count = 0;
+    if (t < tiles) {
+      if (fast) {
+        begin = __ldcg(&p.seg_start[lo + t]);
+        count = __ldcg(&p.seg_count[lo + t]);
+      } else {
+        const int64_t b = (lo + t) * kTile;
+        begin = static_cast<uint32_t>(b);
+        count = static_cast<uint32_t>(b + kTile < p.d ? kTile : p.d - b);
+      }
+    }
+    uint64_t chunk_total;
+    const uint64_t before =
+        BlockExclusiveScan<kThreads>(count, warp_sums, &chunk_total);
+    if (t < tiles) {
+      start[t] = begin;
+      first[t] = static_cast<uint32_t>(carry + before);
+    }
+    carry += chunk_total;
+  }
+  __syncthreads();
+  return {start, first, tiles, static_cast<int64_t>(carry)};
+}
+
+__device__ __forceinline__ void EntryAt(const Params& p, bool fast, int64_t j,
+                                        uint32_t* key, uint32_t* index) {
+  if (fast) {
+    *key = __ldcg(&p.cand_key[j]);
+    *index = __ldcg(&p.cand_idx[j]);
+  } else {
+    *key = KeyAt(p.x, j);
+    *index = static_cast<uint32_t>(j);
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     FilterTopKKernel(Params p) {
   cg::grid_group grid = cg::this_grid();
   Mark(p, 0);
+  __shared__ __align__(16) uint32_t stage[2 * kTile];
   __shared__ uint32_t sh[kBins];
   __shared__ uint64_t warp_sums[kWarps];
   const int lane = threadIdx.x & 31;
@@ -298,10 +371,23 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       ChooseBin(hist + kSampleHist * kBins, kBins, p.sample_need).bin << 20;
   Mark(p, 1);
 
-  // 2. Filter: the one full pass over x.
+  // 2. Filter: the one full pass over x, the next tile staged meanwhile.
   ZeroShared(sh, kBins);
-  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    FilterTile(p, tile, t, sh);
+  {
+    int buf = 0;
+    int64_t tile = blockIdx.x;
+    if (tile < p.tiles) StageTile(p, tile, stage);
+    for (; tile < p.tiles; tile += gridDim.x, buf ^= 1) {
+      const int64_t next = tile + gridDim.x;
+      if (next < p.tiles) {
+        StageTile(p, next, stage + (buf ^ 1) * kTile);
+        __pipeline_wait_prior(1);  // This thread's copies of `tile` landed.
+      } else {
+        __pipeline_wait_prior(0);
+      }
+      __syncthreads();  // Everyone's copies landed.
+      FilterTile(p, tile, t, stage + buf * kTile, sh);
+    }
   }
   FlushShared(sh, kBins, hist + kCandHist * kBins);
   grid.sync();
@@ -341,21 +427,38 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   // Selected: (key >> shift) > prefix, and the first `need` entries (in
   // index order) with (key >> shift) == prefix.
-
   Mark(p, 3);
-  // 4. Output. Block b owns tiles [lo, hi).
+
+  // 4. Output. Block b owns tiles [lo, lo + tiles); the stage is free.
   const int64_t per_block = (p.tiles + gridDim.x - 1) / gridDim.x;
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * per_block;
   const int64_t hi = lo + per_block < p.tiles ? lo + per_block : p.tiles;
+  const BlockEntries entries = LayOutBlock(
+      p, fast, lo, hi > lo ? static_cast<int>(hi - lo) : 0, stage, warp_sums);
+  const auto classify = [&](uint32_t key) -> uint64_t {
+    const uint32_t high = key >> shift;
+    return high > prefix ? (uint64_t{1} << 32) : (high == prefix ? 1 : 0);
+  };
   uint64_t mine = 0;  // (greater << 32) | equal, this thread's share.
-  for (int64_t tile = lo; tile < hi; ++tile) {
-    int64_t begin, end;
-    TileRange(p, fast, tile, &begin, &end);
-    for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
-      uint32_t key, index;
-      EntryAt(p, fast, j, &key, &index);
-      const uint32_t high = key >> shift;
-      mine += high > prefix ? (uint64_t{1} << 32) : (high == prefix ? 1 : 0);
+  {
+    const int64_t chunk = static_cast<int64_t>(kThreads) * kItems;
+    for (int64_t e0 = 0; e0 < entries.total; e0 += chunk) {
+      uint32_t keys[kItems];
+#pragma unroll
+      for (int b = 0; b < kItems; ++b) {
+        const int64_t e = e0 + b * kThreads + threadIdx.x;
+        uint32_t unused;
+        keys[b] = 0;
+        if (e < entries.total) {
+          EntryAt(p, fast, entries.SourceOf(e), &keys[b], &unused);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kItems; ++b) {
+        if (e0 + b * kThreads + threadIdx.x < entries.total) {
+          mine += classify(keys[b]);
+        }
+      }
     }
   }
   uint64_t block_total;
@@ -382,27 +485,42 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   uint32_t* const block_out =
       p.out + gt_before + (need < eq_before ? need : eq_before);
   uint64_t seen = 0;  // (greater << 32) | equal, earlier in this block.
-  for (int64_t tile = lo; tile < hi; ++tile) {
-    int64_t begin, end;
-    TileRange(p, fast, tile, &begin, &end);
-    for (int64_t base = begin; base < end; base += kThreads) {  // Uniform.
-      const int64_t j = base + threadIdx.x;
-      uint32_t key = 0, index = 0;
-      if (j < end) EntryAt(p, fast, j, &key, &index);
-      const uint32_t high = key >> shift;
-      const bool gt = j < end && high > prefix;
-      const bool eq = j < end && high == prefix;
-      const uint64_t flag = gt ? (uint64_t{1} << 32) : (eq ? 1 : 0);
-      uint64_t chunk_total;
-      const uint64_t at =
-          seen + BlockExclusiveScan<kThreads>(flag, warp_sums, &chunk_total);
+  const int64_t chunk = static_cast<int64_t>(kThreads) * kItems;
+  for (int64_t e0 = 0; e0 < entries.total; e0 += chunk) {  // Uniform.
+    // Thread t holds entries [e0 + t * kItems, + kItems): index order is
+    // thread order, then item order.
+    const int64_t first = e0 + static_cast<int64_t>(threadIdx.x) * kItems;
+    uint32_t keys[kItems], indices[kItems];
+    uint64_t flags[kItems];
+    uint64_t thread_sum = 0;
+#pragma unroll
+    for (int b = 0; b < kItems; ++b) {
+      keys[b] = 0;
+      indices[b] = 0;
+      if (first + b < entries.total) {
+        EntryAt(p, fast, entries.SourceOf(first + b), &keys[b], &indices[b]);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kItems; ++b) {
+      flags[b] = first + b < entries.total ? classify(keys[b]) : 0;
+      thread_sum += flags[b];
+    }
+    uint64_t chunk_total;
+    uint64_t at = seen + BlockExclusiveScan<kThreads>(thread_sum, warp_sums,
+                                                      &chunk_total);
+#pragma unroll
+    for (int b = 0; b < kItems; ++b) {
       const int64_t gt_at = static_cast<int64_t>(at >> 32);
       const int64_t eq_at = static_cast<int64_t>(at & kLow);
+      const bool gt = (flags[b] >> 32) != 0;
+      const bool eq = (flags[b] & kLow) != 0;
       if (gt || (eq && eq_at < budget)) {
-        block_out[gt_at + (budget < eq_at ? budget : eq_at)] = index;
+        block_out[gt_at + (budget < eq_at ? budget : eq_at)] = indices[b];
       }
-      seen += chunk_total;
+      at += flags[b];
     }
+    seen += chunk_total;
   }
   Mark(p, 5);
 }
@@ -444,6 +562,9 @@ cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
   int64_t blocks = static_cast<int64_t>(sms) *
                    (per_sm < kBlocksPerSm ? per_sm : kBlocksPerSm);
   if (blocks > tiles) blocks = tiles;
+  if ((tiles + blocks - 1) / blocks > kMaxTilesPerBlock) {
+    return cudaErrorNotSupported;  // A small device and a huge input.
+  }
 
   Params p;
   p.x = x;
