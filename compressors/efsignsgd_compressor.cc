@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "compressors/kernels/fixed_order_sum.h"
+
 namespace terse {
 namespace {
 
@@ -37,14 +39,17 @@ class EfSignSgdCompressor : public Compressor {
     StoreLe<uint64_t>(r.ext, block);
     uint8_t* bits = r.body + 4 * blocks;
     std::fill(bits, bits + (d + 7) / 8, 0);
+    for (uint64_t i = 0; i < d; ++i) {
+      if (std::signbit(input[i])) bits[i >> 3] |= uint8_t{1} << (i & 7);
+    }
     for (uint64_t b = 0; b < blocks; ++b) {
       const uint64_t begin = b * block;
       const uint64_t end = std::min(d, begin + block);
-      double sum = 0;
-      for (uint64_t i = begin; i < end; ++i) {
-        sum += std::fabs(static_cast<double>(input[i]));
-        if (std::signbit(input[i])) bits[i >> 3] |= uint8_t{1} << (i & 7);
-      }
+      // The order the CUDA kernel reproduces (kernels/fixed_order_sum.h).
+      const double sum = kernels::FixedOrderSum(
+          static_cast<int64_t>(end - begin), [&](int64_t i) {
+            return std::fabs(static_cast<double>(input[begin + i]));
+          });
       StoreLe<float>(
           r.body + 4 * b,
           static_cast<float>(sum / static_cast<double>(end - begin)));

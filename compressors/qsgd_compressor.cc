@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "compressors/kernels/fixed_order_sum.h"
 #include "compressors/kernels/randomk.h"
 
 namespace terse {
@@ -59,10 +60,12 @@ class QsgdCompressor : public Compressor {
     for (uint64_t b = 0; b < buckets; ++b) {
       const uint64_t begin = b * bucket_;
       const uint64_t end = std::min<uint64_t>(d, begin + bucket_);
-      double sq = 0;
-      for (uint64_t i = begin; i < end; ++i) {
-        sq += static_cast<double>(input[i]) * input[i];
-      }
+      // The order the CUDA kernel reproduces (kernels/fixed_order_sum.h).
+      const double sq = kernels::FixedOrderSum(
+          static_cast<int64_t>(end - begin), [&](int64_t i) {
+            const double v = input[begin + i];
+            return v * v;
+          });
       const float norm = static_cast<float>(std::sqrt(sq));
       StoreLe<float>(r.body + 4 * b, norm);
       const bool usable = std::isfinite(norm) && norm > 0;

@@ -8,7 +8,11 @@
 // from cf: floor(32 / cf) bits clamped to [2, 16], s = 2^(bits-1) - 1.
 // Payload: parameters (s, B as u32), body = norms (fp32) then the packed
 // codes (code = level << 1 | sign, little-endian bit order). Fixed size, not
-// summable, lossy. A bucket whose norm is not finite decodes to NaN.
+// summable, lossy. A bucket whose norm is not finite decodes to NaN. The
+// norm is float(sqrt(sum x^2)), the sum taken in double in the fixed order
+// of kernels/fixed_order_sum.h (32 strided lane sums per 4096-element chunk,
+// folded pairwise, chunks in order), which the simulated device and the CUDA
+// kernel reproduce bit for bit.
 #ifndef TERSE_COMPRESSORS_QSGD_COMPRESSOR_H_
 #define TERSE_COMPRESSORS_QSGD_COMPRESSOR_H_
 

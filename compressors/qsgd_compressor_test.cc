@@ -1,8 +1,10 @@
 #include "compressors/qsgd_compressor.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "compressors/kernels/fixed_order_sum.h"
 #include "compressors/test_util.h"
 #include "gtest/gtest.h"
 
@@ -87,6 +89,39 @@ TEST(QsgdCompressorTest, RanksDrawDifferentNoise) {
   ASSERT_TRUE(c->Compress(x, ctx, &b).ok());
   EXPECT_EQ(a.bytes, a2.bytes);  // Reproducible.
   EXPECT_NE(a.bytes, b.bytes);
+}
+
+TEST(QsgdCompressorTest, NormsInTheFixedSummationOrder) {
+  // The norms are float(sqrt(sum x^2)) with the sum in the documented order
+  // (kernels/fixed_order_sum.h) that the device kernels reproduce, bit for
+  // bit; within one float ulp of the exact norm. Buckets of 100 (one chunk,
+  // a partial last one) and 10000 (three chunks, then a partial bucket).
+  const int64_t d = 12345;
+  const std::vector<float> x = GaussianVector(d, 5);
+  for (int64_t bucket : {int64_t{100}, int64_t{10000}}) {
+    CompressorOptions opt;
+    opt.qsgd_bucket_size = bucket;
+    std::unique_ptr<Compressor> c = MakeQsgdCompressor(8, opt);
+    Payload p;
+    ASSERT_TRUE(c->Compress(x, {}, &p).ok());
+    const uint8_t* norms = p.bytes.data() + kPayloadHeaderBytes + 8;
+    for (int64_t b = 0; b * bucket < d; ++b) {
+      const int64_t begin = b * bucket, end = std::min(d, begin + bucket);
+      const double sq = kernels::FixedOrderSum(end - begin, [&](int64_t i) {
+        return static_cast<double>(x[begin + i]) * x[begin + i];
+      });
+      float norm;
+      std::memcpy(&norm, norms + 4 * b, 4);
+      EXPECT_EQ(norm, static_cast<float>(std::sqrt(sq))) << bucket << " " << b;
+      long double exact = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        exact += static_cast<long double>(x[i]) * x[i];
+      }
+      const float want = static_cast<float>(std::sqrt(exact));
+      EXPECT_GE(norm, std::nextafter(want, 0.0f));
+      EXPECT_LE(norm, std::nextafter(want, INFINITY));
+    }
+  }
 }
 
 TEST(QsgdCompressorTest, ZeroAndNonFiniteBuckets) {

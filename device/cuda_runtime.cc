@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,9 +35,17 @@ absl::Status CudaError(cudaError_t err, absl::string_view what) {
 
 class CudaEvent : public Event {
  public:
-  CudaEvent(int ordinal, cudaEvent_t event)
-      : ordinal_(ordinal), event_(event) {}
-  ~CudaEvent() override { cudaEventDestroy(event_); }
+  // With a `pool`, the event goes back to it instead of being destroyed.
+  CudaEvent(int ordinal, cudaEvent_t event,
+            std::shared_ptr<EventPool> pool = nullptr)
+      : ordinal_(ordinal), event_(event), pool_(std::move(pool)) {}
+  ~CudaEvent() override {
+    if (pool_ != nullptr) {
+      pool_->Release(ordinal_, event_);
+    } else {
+      cudaEventDestroy(event_);
+    }
+  }
 
   absl::StatusOr<bool> Query() override {
     const cudaError_t err = cudaEventQuery(event_);
@@ -57,7 +66,22 @@ class CudaEvent : public Event {
  private:
   const int ordinal_;
   const cudaEvent_t event_;
+  const std::shared_ptr<EventPool> pool_;
 };
+
+// A new event of device `ordinal` (timing disabled), for CreateEvent and the
+// pool. Sets the calling thread's current device.
+absl::StatusOr<cudaEvent_t> NewEvent(int ordinal) {
+  absl::Status set = CudaError(cudaSetDevice(ordinal),
+                               absl::StrCat("cudaSetDevice(", ordinal, ")"));
+  if (!set.ok()) return set;
+  cudaEvent_t event = nullptr;
+  absl::Status created =
+      CudaError(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags");
+  if (!created.ok()) return created;
+  return event;
+}
 
 absl::StatusOr<CudaEvent*> AsCudaEvent(Event* event) {
   CudaEvent* cuda = dynamic_cast<CudaEvent*>(event);
@@ -150,6 +174,17 @@ class CudaStream : public Stream {
 
 }  // namespace
 
+CudaRuntime::CudaRuntime()
+    : producer_events_(std::make_shared<EventPool>(
+          [](int ordinal) -> absl::StatusOr<EventPool::Handle> {
+            absl::StatusOr<cudaEvent_t> event = NewEvent(ordinal);
+            if (!event.ok()) return event.status();
+            return static_cast<EventPool::Handle>(*event);
+          },
+          [](EventPool::Handle event) {
+            cudaEventDestroy(static_cast<cudaEvent_t>(event));
+          })) {}
+
 absl::StatusOr<void*> CudaRuntime::Allocate(int ordinal, int64_t bytes) {
   if (bytes < 0) {
     return absl::InvalidArgumentError(
@@ -207,16 +242,12 @@ absl::StatusOr<std::unique_ptr<Stream>> CudaRuntime::CreateStream(int ordinal) {
   return std::unique_ptr<Stream>(new CudaStream(ordinal, stream));
 }
 
+// Not pooled: a new event must Query true until recorded (runtime.h), and a
+// reused one may still carry a record that has not completed.
 absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::CreateEvent(int ordinal) {
-  absl::Status set = CudaError(cudaSetDevice(ordinal),
-                               absl::StrCat("cudaSetDevice(", ordinal, ")"));
-  if (!set.ok()) return set;
-  cudaEvent_t event = nullptr;
-  absl::Status created =
-      CudaError(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                "cudaEventCreateWithFlags");
-  if (!created.ok()) return created;
-  return std::unique_ptr<Event>(new CudaEvent(ordinal, event));
+  absl::StatusOr<cudaEvent_t> event = NewEvent(ordinal);
+  if (!event.ok()) return event.status();
+  return std::unique_ptr<Event>(new CudaEvent(ordinal, *event));
 }
 
 absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::RecordOnStream(
@@ -225,18 +256,36 @@ absl::StatusOr<std::unique_ptr<Event>> CudaRuntime::RecordOnStream(
   // (CreateEvent sets `ordinal`'s).
   int previous = -1;
   const bool known = cudaGetDevice(&previous) == cudaSuccess;
-  absl::StatusOr<std::unique_ptr<Event>> event = CreateEvent(ordinal);
-  if (event.ok()) {
-    CudaEvent* cuda = static_cast<CudaEvent*>(event->get());
+  absl::StatusOr<std::unique_ptr<Event>> event;
+  // A pooled event is of `ordinal`, but the record needs it current too.
+  absl::Status set = CudaError(cudaSetDevice(ordinal),
+                               absl::StrCat("cudaSetDevice(", ordinal, ")"));
+  absl::StatusOr<EventPool::Handle> handle =
+      set.ok() ? producer_events_->Acquire(ordinal)
+               : absl::StatusOr<EventPool::Handle>(set);
+  if (!handle.ok()) {
+    event = handle.status();
+  } else {
+    // From here the Event owns the handle: an error gives it back.
+    auto cuda = std::make_unique<CudaEvent>(
+        ordinal, static_cast<cudaEvent_t>(*handle), producer_events_);
     absl::Status recorded = CudaError(
         cudaEventRecord(cuda->event(), static_cast<cudaStream_t>(stream)),
         absl::StrCat("cudaEventRecord on the producer stream ",
                      absl::Hex(reinterpret_cast<uintptr_t>(stream)),
                      " of device ", ordinal));
-    if (!recorded.ok()) event = recorded;
+    if (recorded.ok()) {
+      event = std::unique_ptr<Event>(std::move(cuda));
+    } else {
+      event = recorded;
+    }
   }
   if (known && previous != ordinal) cudaSetDevice(previous);
   return event;
+}
+
+EventPool::Stats CudaRuntime::producer_event_stats() const {
+  return producer_events_->stats();
 }
 
 }  // namespace terse

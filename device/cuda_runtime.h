@@ -10,17 +10,25 @@
 //
 // Thread-safety: as DeviceRuntime (runtime.h); every call sets its device
 // first (cudaSetDevice), so threads may mix ordinals.
+//
+// RecordOnStream's events come from a pool (device/event_pool.h) and go
+// back to it when the Event is destroyed, so a caller that records one per
+// operation (the C API's producer-stream wait) creates none in steady state.
+// The pool outlives the runtime while such events are alive.
 #ifndef TERSE_DEVICE_CUDA_RUNTIME_H_
 #define TERSE_DEVICE_CUDA_RUNTIME_H_
 
 #include <memory>
 
+#include "device/event_pool.h"
 #include "device/runtime.h"
 
 namespace terse {
 
 class CudaRuntime : public DeviceRuntime {
  public:
+  CudaRuntime();
+
   Device::Kind kind() const override { return Device::Kind::kCuda; }
   bool host_addressable() const override { return false; }
 
@@ -41,8 +49,18 @@ class CudaRuntime : public DeviceRuntime {
   // found it (a framework's thread calls this). Errors as CreateEvent, and
   // cudaEventRecord's (a stream of another device is InvalidArgument from
   // CUDA).
+  // The event comes from the pool (a new one only when none of `ordinal`'s
+  // is free).
   absl::StatusOr<std::unique_ptr<Event>> RecordOnStream(int ordinal,
                                                         void* stream);
+
+  // RecordOnStream's pool: events created, and records served by reuse.
+  EventPool::Stats producer_event_stats() const;
+
+ private:
+  // Shared with each pooled event, which gives its handle back on
+  // destruction even after this runtime is gone.
+  std::shared_ptr<EventPool> producer_events_;
 };
 
 }  // namespace terse

@@ -51,6 +51,54 @@ TEST_F(CudaRuntimeGpuTest, CopiesAndOrdersAcrossStreams) {
   EXPECT_TRUE(*(*ready)->Query());
 }
 
+// RecordOnStream on a stream the runtime did not create (a framework's):
+// a runtime stream that waits on the event sees the producer's copy, and
+// once the first event is destroyed the second record reuses it.
+TEST_F(CudaRuntimeGpuTest, ProducerEventsComeFromThePool) {
+  cudaStream_t producer = nullptr;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking),
+            cudaSuccess);
+  absl::StatusOr<DeviceBuffer> a = DeviceBuffer::Allocate(&cuda_, 0, 4096);
+  absl::StatusOr<DeviceBuffer> pinned =
+      DeviceBuffer::Allocate(&cuda_, 0, 4096, /*host=*/true);
+  absl::StatusOr<std::unique_ptr<Stream>> consumer = cuda_.CreateStream(0);
+  ASSERT_TRUE(a.ok() && pinned.ok() && consumer.ok());
+  std::vector<float> out(1024);
+  for (int op = 0; op < 3; ++op) {
+    std::vector<float> src(1024);
+    std::iota(src.begin(), src.end(), static_cast<float>(op));
+    std::memcpy(pinned->data(), src.data(), 4096);
+    ASSERT_EQ(cudaMemcpyAsync(a->data(), pinned->data(), 4096,
+                              cudaMemcpyHostToDevice, producer),
+              cudaSuccess);
+    absl::StatusOr<std::unique_ptr<Event>> ready =
+        cuda_.RecordOnStream(0, producer);
+    ASSERT_TRUE(ready.ok()) << ready.status();
+    const EventPool::Stats stats = cuda_.producer_event_stats();
+    EXPECT_EQ(stats.created, 1) << op;  // One event, then reuse.
+    EXPECT_EQ(stats.reused, op);
+    ASSERT_TRUE((*consumer)->WaitEvent(ready->get()).ok());
+    ASSERT_TRUE((*consumer)->Memcpy(out.data(), a->data(), 4096).ok());
+    ASSERT_TRUE((*consumer)->Synchronize().ok());
+    EXPECT_EQ(out, src) << op;
+    EXPECT_TRUE((*ready)->HostWait().ok());
+    EXPECT_TRUE(*(*ready)->Query());
+  }  // Each op's event goes back to the pool here.
+  // Two alive at once: the second is a new one.
+  absl::StatusOr<std::unique_ptr<Event>> first =
+      cuda_.RecordOnStream(0, producer);
+  absl::StatusOr<std::unique_ptr<Event>> second =
+      cuda_.RecordOnStream(0, producer);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(cuda_.producer_event_stats().created, 2);
+  EXPECT_EQ(cuda_.producer_event_stats().reused, 3);
+  EXPECT_TRUE((*second)->HostWait().ok());
+  first->reset();
+  second->reset();
+  ASSERT_EQ(cudaStreamDestroy(producer), cudaSuccess);
+}
+
 TEST_F(CudaRuntimeGpuTest, PointerCheckTellsDeviceFromHost) {
   absl::StatusOr<DeviceBuffer> a = DeviceBuffer::Allocate(&cuda_, 0, 64);
   ASSERT_TRUE(a.ok());

@@ -1,12 +1,13 @@
 // Runs everywhere. Without a CUDA device every CudaRuntime call must fail
 // with a clear Status (never crash); with one, the gpu-tagged
 // cuda_runtime_gpu_test covers the working path.
+#include "device/cuda_runtime.h"
+
 #include <vector>
 
 #include "common/cuda_probe.h"
 #include "device/cuda_kernels.h"
 #include "device/cuda_pointer.h"
-#include "device/cuda_runtime.h"
 #include "gtest/gtest.h"
 
 namespace terse {
@@ -23,6 +24,8 @@ TEST(CudaRuntimeTest, WithoutADeviceEveryCallFailsCleanly) {
       << mem.status();
   EXPECT_FALSE(cuda.CreateStream(0).ok());
   EXPECT_FALSE(cuda.CreateEvent(0).ok());
+  EXPECT_FALSE(cuda.RecordOnStream(0, nullptr).ok());
+  EXPECT_EQ(cuda.producer_event_stats().created, 0);
   std::vector<float> host(16);
   absl::Status check = cuda.CheckDeviceMemory(host.data(), 64, 0, "grad");
   EXPECT_FALSE(check.ok());

@@ -54,14 +54,15 @@ struct CState {
 
 // The event a device op's engine stream waits on before reading the tensor
 // (TensorEntry::ready): recorded on the caller's producer `stream`; null
-// (ready now) for host tensors or a null stream. CudaRuntime keeps no state
-// of its own, so a fresh one per call makes events as the engine's does.
+// (ready now) for host tensors or a null stream. One CudaRuntime for the
+// process, whose event pool makes the steady state create no events (the
+// pool outlives it for events still alive; it is never destroyed anyway).
 absl::StatusOr<std::shared_ptr<Event>> ProducerEvent(const Device& device,
                                                      void* stream) {
   if (!device.is_cuda() || stream == nullptr) return nullptr;
-  CudaRuntime cuda;
+  static CudaRuntime* cuda = new CudaRuntime();  // Never destroyed.
   absl::StatusOr<std::unique_ptr<Event>> event =
-      cuda.RecordOnStream(device.ordinal, stream);
+      cuda->RecordOnStream(device.ordinal, stream);
   if (!event.ok()) return event.status();
   return std::shared_ptr<Event>(*std::move(event));
 }

@@ -111,9 +111,11 @@ class DeviceOps {
 
   // EF-signSGD (compressors/efsignsgd_compressor.h): per block of `block`
   // elements (the last may be shorter) scales[b] = mean |x| summed in double
-  // in index order, and bits (ceil(d / 8) bytes, zeroed first) with bit i
-  // set when x[i]'s sign bit is set. Bitwise the CPU's on both devices
-  // (CUDA: one thread per block for the sums, one per byte for the bits).
+  // in kernels::FixedOrderSum's order (compressors/kernels/fixed_order_sum.h),
+  // and bits (ceil(d / 8) bytes, zeroed first) with bit i set when x[i]'s
+  // sign bit is set. Bitwise the CPU's on both devices (CUDA: a warp per
+  // block of at most 4096 elements, a thread block per longer one; one
+  // thread per byte for the bits).
   virtual absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
                                   int64_t block, float* scales,
                                   uint8_t* bits) = 0;
@@ -123,7 +125,9 @@ class DeviceOps {
                                      int64_t block, float* dense) = 0;
 
   // QSGD (compressors/qsgd_compressor.h): per norm bucket b of `bucket`
-  // elements, norms[b] = float(sqrt(sum x^2 in double)), and per element a
+  // elements, norms[b] = float(sqrt(sum x^2 in double)) (the sum in
+  // kernels::FixedOrderSum's order, a warp or thread block per bucket on
+  // CUDA as for SignEncode), and per element a
   // (1 + ceil(log2(levels + 1)))-bit code (level << 1 | sign) packed in a
   // little-endian bit stream, the level rounded stochastically with
   // SplitMix64 draws from seeds[b] (the CPU compressor's per-bucket seed,

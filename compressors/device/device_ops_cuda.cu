@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compressors/device/device_ops_cuda.h"
+#include "compressors/kernels/fixed_order_sum.h"
 
 namespace terse {
 namespace device_ops_cuda {
@@ -112,20 +113,119 @@ __global__ void CheckSparseIndicesKernel(const uint32_t* indices, int64_t k,
   }
 }
 
-// One thread per block: the CPU's sum of |x| in double, in index order.
-__global__ void SignScaleKernel(const float* x, int64_t d, int64_t block,
-                                int64_t blocks, float* scales) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
+// EF-signSGD's scales and QSGD's norms are sums in double whose order is
+// fixed by kernels::FixedOrderSum (compressors/kernels/fixed_order_sum.h):
+// THIS CODE MIRRORS THAT FUNCTION, so that CPU and GPU ranks agree bit for
+// bit. One warp sums one chunk: lane l adds the terms at l, l + 32, ... in
+// index order, then the lanes fold with __shfl_down_sync at offsets 16, 8,
+// 4, 2, 1. Blocks of at most one chunk take one warp each; longer blocks
+// take one thread block each, whose warps sum successive chunks and whose
+// thread 0 adds the chunk sums in chunk order.
+constexpr int kLanes = kernels::kFixedSumLanes;
+constexpr int kWideThreads = 256;
+constexpr int kWideWarps = kWideThreads / kLanes;
+static_assert(kLanes == 32, "the fold below is a warp shuffle");
+static_assert(kernels::kFixedSumChunk % kLanes == 0, "whole lane rounds");
+
+// The sum of op.Term(x[i]) over [begin, end), at most one chunk, by the
+// calling warp (all 32 lanes call); lane 0 returns it.
+template <typename Op>
+__device__ double ChunkSum(const Op& op, const float* x, int64_t begin,
+                           int64_t end) {
+  const int lane = threadIdx.x % kLanes;
+  double sum = 0;
+  for (int64_t i = begin + lane; i < end; i += kLanes) {
+    sum = __dadd_rn(sum, op.Term(x[i]));
+  }
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+    sum = __dadd_rn(sum, __shfl_down_sync(0xffffffffu, sum, offset));
+  }
+  return sum;
+}
+
+// Blocks [b * block, min(d, (b + 1) * block)) of at most one chunk: one warp
+// each. op.Finish(x, b, begin, end, sum, rank, size) runs on the group of
+// `size` threads (ranks 0..size-1) that summed block b, all with its sum.
+template <typename Op>
+__global__ void WarpPerBlockKernel(Op op, const float* x, int64_t d,
+                                   int64_t block, int64_t blocks) {
+  const int64_t first =
+      (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kLanes;
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  for (int64_t b = first; b < blocks; b += warps) {
     const int64_t begin = b * block;
     const int64_t end = begin + block < d ? begin + block : d;
-    double sum = 0;
-    for (int64_t i = begin; i < end; ++i)
-      sum += fabs(static_cast<double>(x[i]));
+    const double chunk = ChunkSum(op, x, begin, end);
+    // FixedOrderSum's total: +0.0 plus the one chunk sum.
+    const double total = __dadd_rn(0.0, __shfl_sync(0xffffffffu, chunk, 0));
+    op.Finish(x, b, begin, end, total, lane, kLanes);
+  }
+}
+
+// Longer blocks: one thread block (kWideThreads) each. Warp w sums chunk
+// first + w of each round; thread 0 adds the round's chunk sums in order.
+template <typename Op>
+__global__ void BlockPerBlockKernel(Op op, const float* x, int64_t d,
+                                    int64_t block, int64_t blocks) {
+  __shared__ double chunk_sums[kWideWarps];
+  __shared__ double block_sum;
+  const int warp = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+  constexpr int64_t kChunk = kernels::kFixedSumChunk;
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const int64_t begin = b * block;
+    const int64_t end = begin + block < d ? begin + block : d;
+    const int64_t chunks = (end - begin + kChunk - 1) / kChunk;
+    double total = 0;  // Kept by thread 0.
+    for (int64_t first = 0; first < chunks; first += kWideWarps) {
+      const int64_t c = first + warp;
+      if (c < chunks) {  // The same for the whole warp.
+        const int64_t chunk_begin = begin + c * kChunk;
+        const int64_t chunk_end =
+            chunk_begin + kChunk < end ? chunk_begin + kChunk : end;
+        const double sum = ChunkSum(op, x, chunk_begin, chunk_end);
+        if (lane == 0) chunk_sums[warp] = sum;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const int64_t n =
+            chunks - first < kWideWarps ? chunks - first : int64_t{kWideWarps};
+        for (int64_t w = 0; w < n; ++w) total = __dadd_rn(total, chunk_sums[w]);
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) block_sum = total;
+    __syncthreads();
+    op.Finish(x, b, begin, end, block_sum, threadIdx.x, blockDim.x);
+    __syncthreads();  // block_sum is rewritten for the next block.
+  }
+}
+
+// Launches the kernel that fits `block` (see above) on stream s.
+template <typename Op>
+void LaunchBlockReduce(const Op& op, const float* x, int64_t d, int64_t block,
+                       int64_t blocks, cudaStream_t s) {
+  if (block <= kernels::kFixedSumChunk) {
+    WarpPerBlockKernel<<<Blocks(blocks * kLanes), kThreads, 0, s>>>(
+        op, x, d, block, blocks);
+  } else {
+    const int grid = static_cast<int>(blocks < 4096 ? blocks : 4096);
+    BlockPerBlockKernel<<<grid, kWideThreads, 0, s>>>(op, x, d, block, blocks);
+  }
+}
+
+// EF-signSGD's scale: mean |x| of the block, float(sum / count).
+struct SignScaleOp {
+  float* scales;
+
+  __device__ double Term(float v) const { return fabs(static_cast<double>(v)); }
+  __device__ void Finish(const float*, int64_t b, int64_t begin, int64_t end,
+                         double sum, int rank, int) const {
+    if (rank != 0) return;
     scales[b] =
         static_cast<float>(__ddiv_rn(sum, static_cast<double>(end - begin)));
   }
-}
+};
 
 // One thread per byte of sign bits.
 __global__ void SignBitsKernel(const float* x, int64_t d, uint8_t* bits) {
@@ -156,32 +256,37 @@ __device__ uint64_t SplitMix64Device(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
-// The CPU compressor's arithmetic, with explicit IEEE operations so that
-// nothing contracts to an FMA.
-__global__ void QsgdEncodeKernel(const float* x, int64_t d, int64_t bucket,
-                                 int64_t buckets, int levels, int bits,
-                                 const uint64_t* seeds, float* norms,
-                                 uint32_t* words) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < buckets;
-       b += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t begin = b * bucket;
-    const int64_t end = begin + bucket < d ? begin + bucket : d;
-    double sq = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      const double v = x[i];
-      sq = __dadd_rn(sq, __dmul_rn(v, v));
-    }
-    const float norm = static_cast<float>(sqrt(sq));
-    norms[b] = norm;
+// QSGD's norm and stochastic rounding: the CPU compressor's arithmetic,
+// with explicit IEEE operations so that nothing contracts to an FMA. The
+// bucket's threads round its elements in parallel: SplitMix64's state after
+// k draws is seed + k * increment, so element j of the bucket takes draw
+// j / 2 (the low half for even j, the high half for odd j) without the draws
+// before it.
+struct QsgdEncodeOp {
+  int levels;
+  int bits;
+  const uint64_t* seeds;
+  float* norms;
+  uint32_t* words;
+
+  __device__ double Term(float v) const {
+    const double w = v;
+    return __dmul_rn(w, w);
+  }
+  __device__ void Finish(const float* x, int64_t b, int64_t begin, int64_t end,
+                         double sq, int rank, int size) const {
+    const float norm = static_cast<float>(__dsqrt_rn(sq));
+    if (rank == 0) norms[b] = norm;
     const bool usable = isfinite(norm) && norm > 0;
     const double scale =
         usable ? __ddiv_rn(static_cast<double>(levels), norm) : 0.0;
-    uint64_t state = seeds[b];
-    uint64_t random = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      if (((i - begin) & 1) == 0) random = SplitMix64Device(&state);
+    for (int64_t j = rank; j < end - begin; j += size) {
+      const int64_t i = begin + j;
+      uint64_t state =
+          seeds[b] + static_cast<uint64_t>(j >> 1) * 0x9e3779b97f4a7c15ull;
+      const uint64_t random = SplitMix64Device(&state);
       const uint32_t draw =
-          static_cast<uint32_t>(((i - begin) & 1) ? random >> 32 : random);
+          static_cast<uint32_t>((j & 1) ? random >> 32 : random);
       uint32_t level = 0;
       const double a = __dmul_rn(fabs(static_cast<double>(x[i])), scale);
       if (usable && a > 0) {
@@ -202,7 +307,7 @@ __global__ void QsgdEncodeKernel(const float* x, int64_t d, int64_t bucket,
       }
     }
   }
-}
+};
 
 __global__ void QsgdDecodeAddKernel(const float* norms, const uint8_t* codes,
                                     int64_t d, int64_t bucket, int levels,
@@ -270,8 +375,7 @@ absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
   if (!set.ok()) return set;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t blocks = (d + block - 1) / block;
-  SignScaleKernel<<<Blocks(blocks), kThreads, 0, s>>>(x, d, block, blocks,
-                                                      scales);
+  LaunchBlockReduce(SignScaleOp{scales}, x, d, block, blocks, s);
   absl::Status st = LaunchError("SignEncode (scales)");
   if (!st.ok()) return st;
   SignBitsKernel<<<Blocks((d + 7) / 8), kThreads, 0, s>>>(x, d, bits);
@@ -300,10 +404,10 @@ absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
   while ((1 << bits) <= levels) ++bits;
   bits += 1;
   const int64_t buckets = (d + bucket - 1) / bucket;
-  QsgdEncodeKernel<<<Blocks(buckets), kThreads, 0,
-                     static_cast<cudaStream_t>(stream)>>>(
-      x, d, bucket, buckets, levels, bits, seeds, norms,
-      reinterpret_cast<uint32_t*>(codes));
+  const QsgdEncodeOp op{levels, bits, seeds, norms,
+                        reinterpret_cast<uint32_t*>(codes)};
+  LaunchBlockReduce(op, x, d, bucket, buckets,
+                    static_cast<cudaStream_t>(stream));
   return LaunchError("QsgdEncode");
 }
 

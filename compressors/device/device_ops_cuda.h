@@ -42,13 +42,18 @@ absl::Status CheckSparseIndices(int device, void* stream,
                                 uint32_t* bad);
 
 // EF-signSGD's encode and decode (DeviceOps::SignEncode / SignDecodeAdd).
+// The scales are sums in kernels::FixedOrderSum's order (one warp per block
+// of at most kFixedSumChunk elements, one thread block per longer block),
+// bitwise equal to the CPU compressor's.
 absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
                         int64_t block, float* scales, uint8_t* bits);
 absl::Status SignDecodeAdd(int device, void* stream, const float* scales,
                            const uint8_t* bits, int64_t d, int64_t block,
                            float* dense);
 
-// QSGD's encode (one thread per norm bucket; codes OR-ed in with 32-bit
+// QSGD's encode (a warp or a thread block per norm bucket as for
+// SignEncode, the norm in kernels::FixedOrderSum's order, the elements
+// rounded by the bucket's threads in parallel; codes OR-ed in with 32-bit
 // atomics, so `codes` is zeroed and word aligned) and decode (one thread per
 // element); DeviceOps::QsgdEncode / QsgdDecodeAdd.
 absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,

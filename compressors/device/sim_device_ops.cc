@@ -10,6 +10,7 @@
 #include "common/half.h"
 #include "common/status.h"
 #include "compressors/device/qsgd_bits.h"
+#include "compressors/kernels/fixed_order_sum.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "compressors/kernels/topk.h"
@@ -51,13 +52,14 @@ absl::Status SimDeviceOps::SignEncode(Stream* stream, const float* x, int64_t d,
   TERSE_RETURN_IF_ERROR(Check(bits, (d + 7) / 8, "SignEncode: bits"));
   return stream->LaunchHost([x, d, block, blocks, scales, bits] {
     std::fill(bits, bits + (d + 7) / 8, 0);
+    for (int64_t i = 0; i < d; ++i) {
+      if (std::signbit(x[i])) bits[i >> 3] |= uint8_t{1} << (i & 7);
+    }
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = b * block, end = std::min(d, begin + block);
-      double sum = 0;
-      for (int64_t i = begin; i < end; ++i) {
-        sum += std::fabs(static_cast<double>(x[i]));
-        if (std::signbit(x[i])) bits[i >> 3] |= uint8_t{1} << (i & 7);
-      }
+      const double sum = kernels::FixedOrderSum(end - begin, [&](int64_t i) {
+        return std::fabs(static_cast<double>(x[begin + i]));
+      });
       scales[b] = static_cast<float>(sum / static_cast<double>(end - begin));
     }
   });
@@ -101,10 +103,10 @@ absl::Status SimDeviceOps::QsgdEncode(Stream* stream, const float* x, int64_t d,
     uint64_t bit_pos = 0;
     for (int64_t b = 0; b < buckets; ++b) {
       const int64_t begin = b * bucket, end = std::min(d, begin + bucket);
-      double sq = 0;
-      for (int64_t i = begin; i < end; ++i) {
-        sq += static_cast<double>(x[i]) * x[i];
-      }
+      const double sq = kernels::FixedOrderSum(end - begin, [&](int64_t i) {
+        const double v = x[begin + i];
+        return v * v;
+      });
       const float norm = static_cast<float>(std::sqrt(sq));
       norms[b] = norm;
       const bool usable = std::isfinite(norm) && norm > 0;
