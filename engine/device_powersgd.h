@@ -6,10 +6,11 @@
 // summed over ranks by the device collective, the summed P's orthonormalised
 // (DeviceOps::OrthonormalizeColumns, Gram-Schmidt in double as the CPU
 // compressor), Q = M^T P^, the Q's summed, and the reconstructions P^ Q^T
-// added. A step never waits for the stream: nothing comes back to the host
-// (the collective may stage), and only the start Q of a tensor not seen
-// before (or restored from a checkpoint) goes up. On the simulated device
-// the results equal the CPU compressor's bit for bit.
+// added. Once its buffers exist a step never waits for the stream:
+// nothing comes back to the host (the collective may stage), and only the
+// start Q of a tensor not seen before (or restored from a checkpoint) goes
+// up. On the simulated device the results equal the CPU compressor's bit
+// for bit.
 //
 // State: the warm-start Q's per tensor (the summed Q's of its last step,
 // rank x cols floats), in device memory, one allocation per warm key;
