@@ -447,9 +447,17 @@ DeviceCompression::ExportBuckets() {
   std::vector<SavedBucket> out;
   if (stale_) return out;  // The reducer writes what it loaded.
   const gravac::Decision none;
-  // Accumulators are downloaded on streams of this thread's own (see
-  // ExportResiduals), after the steps that wrote them.
-  std::map<DeviceRuntime*, std::unique_ptr<Stream>> copies;
+  // Accumulators and PowerSGD's warm starts are downloaded on streams of
+  // this thread's own (see ExportResiduals), one per device, after the
+  // steps that wrote them.
+  std::map<std::pair<DeviceRuntime*, int>, std::unique_ptr<Stream>> copies;
+  auto copy_stream = [&copies](const Target& t) -> absl::StatusOr<Stream*> {
+    std::unique_ptr<Stream>& copy = copies[{t.runtime, t.ordinal}];
+    if (copy == nullptr) {
+      TERSE_ASSIGN_OR_RETURN(copy, t.runtime->CreateStream(t.ordinal));
+    }
+    return copy.get();
+  };
   for (const auto& [id, s] : buckets_) {
     SavedBucket b;
     proto::BucketCompressionState& h = b.header;
@@ -459,34 +467,32 @@ DeviceCompression::ExportBuckets() {
     h.set_pending_send_cf(none.send_cf);
     h.set_pending_quiet(!none.wants_stats);
     if (s->adaptive) {
-      SavePolicyState(*s, &b);
+      TERSE_ASSIGN_OR_RETURN(Stream * copy, copy_stream(s->target));
+      TERSE_RETURN_IF_ERROR(SavePolicyState(*s, copy, &b));
       for (auto& [stream, event] : written_) {
         TERSE_RETURN_IF_ERROR(event->HostWait());
       }
       if (s->accumulates) {
         b.accumulator.resize(s->count);
-        std::unique_ptr<Stream>& copy = copies[s->target.runtime];
-        if (copy == nullptr) {
-          TERSE_ASSIGN_OR_RETURN(
-              copy, s->target.runtime->CreateStream(s->target.ordinal));
-        }
         TERSE_RETURN_IF_ERROR(copy->Memcpy(
             b.accumulator.data(), s->accumulator.data(), s->count * 4));
       }
     }
     if (s->powersgd != nullptr) {
-      for (const auto& [key, q] : s->powersgd->warm()) {
+      TERSE_ASSIGN_OR_RETURN(Stream * copy, copy_stream(s->target));
+      TERSE_ASSIGN_OR_RETURN(auto warm, s->powersgd->ExportWarm(copy));
+      for (auto& [key, q] : warm) {
         proto::WarmState* w = h.add_warm_states();
         w->set_compressor(CompressorName(s->id_kind));
         w->set_cf(s->cf);
         w->set_level(0);
         w->set_key(key);
-        b.warm.push_back(q);
+        b.warm.push_back(std::move(q));
       }
     }
     out.push_back(std::move(b));
   }
-  for (auto& [runtime, copy] : copies) {
+  for (auto& [device, copy] : copies) {
     TERSE_RETURN_IF_ERROR(copy->Synchronize());
   }
   return out;

@@ -2,29 +2,27 @@
 // order (the engine's path for CUDA and simulated-device tensors whose
 // compression this class handles; engine/device_executor.h calls it).
 //
-// Handles static compression policies with the compressors fp16, bf16 (cast
-// on the device, the 16-bit body summed over ranks by the device
-// communicator or host staging, cast back), powersgd (DevicePowerSgd,
-// engine/device_powersgd.h: products on the device, its rounds through the
-// device collective, residual a - own share on the device), randomk (the
-// shared-seed positions drawn on the host, gathered on the device, the
-// values summed by the device collective), efsignsgd (per-block scales and
-// sign bits encoded on the device, the CPU path's payload allgathered over
-// the control communicator, decoded on the device in rank order), qsgd
-// (the same with per-bucket norms and stochastically rounded codes, the
-// CPU compressor's seeds) and the sparsifiers topk, dgc, redsync and
-// threshold (error feedback: a = g + residual on the device; selection as
-// the CPU sparsifier selects, gather and the residual update a - sent on
-// the device). Sparse messages are byte for byte the CPU path's wire
-// format (the compressors/payload.h payload plus the reducer's statistics
-// trailer): over the device communicator they are built, gathered,
-// validated (indices on the device, headers on the host) and decoded on
-// the device, and only DGC's / RedSync's / threshold's counts and the
-// 40-byte headers reach the host; staged, the k entries come to the host,
-// which builds, allgathers over the control communicator and validates
-// them, and the entries are scattered in rank order on the device. Results
-// equal the CompressedReducer's on the same inputs bit for bit on the
-// simulated device.
+// Handles static compression policies with the compressors fp16, bf16 (cast on
+// the device, the 16-bit body summed over ranks by the device communicator or
+// host staging, cast back), powersgd (DevicePowerSgd, engine/device_powersgd.h:
+// products, orthonormalisation and warm starts on the device, its rounds
+// through the device collective, residual a - own share on the device), randomk
+// (the shared-seed positions drawn on the host, gathered on the device, the
+// values summed by the device collective), efsignsgd (per-block scales and sign
+// bits encoded on the device, the CPU path's payload allgathered over the
+// control communicator, decoded on the device in rank order), qsgd (the same
+// with per-bucket norms and stochastically rounded codes, the CPU compressor's
+// seeds) and the sparsifiers topk, dgc, redsync and threshold (error feedback:
+// a = g + residual on the device; selection as the CPU sparsifier selects,
+// gather and the residual update a - sent on the device). Sparse messages are
+// byte for byte the CPU path's wire format (the compressors/payload.h payload
+// plus the reducer's statistics trailer): over the device communicator they are
+// built, gathered, validated (indices on the device, headers on the host) and
+// decoded on the device, and only DGC's / RedSync's / threshold's counts and
+// the 40-byte headers reach the host; staged, the k entries come to the host,
+// which builds, allgathers over the control communicator and validates them,
+// and the entries are scattered in rank order on the device. Results equal the
+// CompressedReducer's on the same inputs bit for bit on the simulated device.
 //
 // Residuals live in device allocations of the bucket's DeviceRuntime, one
 // per tensor (keyed by name, as ResidualStore keys them). They join the
@@ -288,9 +286,11 @@ class DeviceCompression : public ExternalCompressionState {
   DevicePowerSgd* PowerSgdFor(BucketState& s, double cf, int64_t level)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A policy bucket's pending decision, norms, PowerSGD warm starts and
-  // accumulator into a checkpoint's bucket (the reducer's format; the
-  // accumulator is downloaded by the caller), and back from a loaded one.
-  void SavePolicyState(const BucketState& s, SavedBucket* out)
+  // accumulator into a checkpoint's bucket (the reducer's format; the warm
+  // starts downloaded on `copy`, a stream of the bucket's device that this
+  // thread owns; the accumulator by the caller), and back from a loaded one.
+  absl::Status SavePolicyState(const BucketState& s, Stream* copy,
+                               SavedBucket* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RestorePolicyState(const proto::BucketCompressionState& r,
                                   BucketState* s)

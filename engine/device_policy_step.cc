@@ -450,8 +450,9 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
 
 namespace terse {
 
-void DeviceCompression::SavePolicyState(const BucketState& s,
-                                        SavedBucket* out) {
+absl::Status DeviceCompression::SavePolicyState(const BucketState& s,
+                                                Stream* copy,
+                                                SavedBucket* out) {
   proto::BucketCompressionState& b = out->header;
   b.set_has_pending(s.has_pending);
   b.set_pending_compressor(s.pending.compressor);
@@ -462,15 +463,17 @@ void DeviceCompression::SavePolicyState(const BucketState& s,
   b.set_pending_probe_cf_candidate(s.pending.probe_cf_candidate);
   for (double v : s.pending_norms) b.add_pending_norms(v);
   for (const auto& [id, powersgd] : s.powersgd_levels) {
-    for (const auto& [key, q] : powersgd->warm()) {
+    TERSE_ASSIGN_OR_RETURN(auto warm, powersgd->ExportWarm(copy));
+    for (auto& [key, q] : warm) {
       proto::WarmState* w = b.add_warm_states();
       w->set_compressor("powersgd");
       w->set_cf(id.first);
       w->set_level(id.second);
       w->set_key(key);
-      out->warm.push_back(q);
+      out->warm.push_back(std::move(q));
     }
   }
+  return absl::OkStatus();
 }
 
 absl::Status DeviceCompression::RestorePolicyState(

@@ -2,26 +2,31 @@
 // bucket, for DeviceCompression. The same plan (matrices of whole tensors
 // of 2+ dimensions worth compressing, near-square views of unknown shapes,
 // everything else uncompressed), the same start and warm Q's, and the same
-// rounds: P = M Q on the device, the P's and the uncompressed values summed
-// over ranks by the device collective, the summed P's orthonormalised on
-// the host (Gram-Schmidt in double, as the CPU compressor; rows x rank
-// floats each, the compressed size), Q = M^T P^ on the device, the Q's
-// summed, and the reconstructions P^ Q^T added on the device. Only the
-// P's and Q's (and the uncompressed values' sums come back through the
-// collective) cross to the host. On the simulated device the results equal
-// the CPU compressor's bit for bit.
+// rounds, all on the device: P = M Q, the P's and the uncompressed values
+// summed over ranks by the device collective, the summed P's orthonormalised
+// (DeviceOps::OrthonormalizeColumns, Gram-Schmidt in double as the CPU
+// compressor), Q = M^T P^, the Q's summed, and the reconstructions P^ Q^T
+// added. Once its buffers exist a step never waits for the stream:
+// nothing comes back to the host (the collective may stage), and only the
+// start Q of a tensor not seen before (or restored from a checkpoint) goes
+// up. On the simulated device the results equal the CPU compressor's bit
+// for bit.
 //
-// State: the warm-start Q's per tensor, in host memory (they are rank x
-// cols floats); DeviceCompression writes them into checkpoints as the CPU
-// path does (WarmState entries of the bucket), so they load on either
-// device kind.
+// State: the warm-start Q's per tensor (the summed Q's of its last step,
+// rank x cols floats), in device memory, one allocation per warm key;
+// DeviceCompression downloads them into checkpoints as the CPU path writes
+// its own (WarmState entries of the bucket), so they load on either device
+// kind, and restored ones go up with the next step.
 //
-// One instance per bucket; used by the engine's background thread only.
+// One instance per bucket, on one runtime and device (the first step's);
+// used by the engine's background thread only, or by a thread that holds
+// the engine's lock between its steps (ExportWarm).
 #ifndef TERSE_ENGINE_DEVICE_POWERSGD_H_
 #define TERSE_ENGINE_DEVICE_POWERSGD_H_
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,21 +50,28 @@ class DevicePowerSgd {
                  std::string state_key, std::vector<Segment> segments,
                  int64_t count);
 
+  // The warm-start Q's by key (checkpoints): those on the device,
+  // downloaded on `copy` (a stream of the steps' runtime and device that
+  // the calling thread may use; unused, and may be null, when no step has
+  // run), and those imported and not yet used. Waits for the steps enqueued
+  // so far and for its copies; not concurrent with Step.
+  absl::StatusOr<std::map<std::string, std::vector<float>>> ExportWarm(
+      Stream* copy);
+  // Restores warm-start Q's (a checkpoint's), replacing those of the same
+  // keys; each goes up with the next step that compresses its tensor. An
+  // entry whose size does not fit its tensor is ignored then (the seeded
+  // start Q is used), and kept for export until that step.
+  void ImportWarm(std::map<std::string, std::vector<float>> warm);
+
   // One step: `local` (device, count floats) receives this rank's own
   // reconstruction of `a` (device, count floats: g + residual), then
   // `with_local` runs (to enqueue the residual a - local), then `a` is
   // replaced by the sum over ranks of every rank's reconstruction. Work
-  // runs on `stream` of `runtime`'s `ordinal`; the call blocks for the host
-  // parts. Returns the bytes this rank sent.
-  // The warm-start Q's by key (checkpoints), and restoring them: an entry
-  // whose size does not fit its tensor is ignored when used.
-  const std::map<std::string, std::vector<float>>& warm() const {
-    return warm_;
-  }
-  void ImportWarm(std::map<std::string, std::vector<float>> warm) {
-    for (auto& [key, q] : warm) warm_[key] = std::move(q);
-  }
-
+  // is enqueued on `stream` of `runtime`'s `ordinal` (the first step's:
+  // FailedPrecondition for another); the call does not wait for the
+  // stream, except where a buffer grows or start Q's go up while earlier
+  // ones still are (first steps, restores). Returns the bytes this rank
+  // sent.
   absl::StatusOr<int64_t> Step(DeviceOps* ops, DeviceRuntime* runtime,
                                int ordinal, Stream* stream, float* a,
                                float* local, int64_t step,
@@ -73,10 +85,23 @@ class DevicePowerSgd {
     int64_t p_offset = 0, q_offset = 0;
     int64_t m_offset = -1;  // In padded_ (a near-square view), else -1.
   };
+  // A warm key's Q on the device; `valid` once a step has enqueued its
+  // summed Q there (before that the buffer holds, or is about to hold, an
+  // uploaded start Q only).
+  struct Warm {
+    DeviceBuffer q;
+    bool valid = false;
+  };
+
   // The CPU compressor's plan for this step (compress: past the start step).
   absl::Status Plan(bool compress);
   absl::Status Grow(DeviceRuntime* runtime, int ordinal, Stream* stream,
                     int64_t floats, DeviceBuffer* buffer);
+  // Enqueues the upload of the start Q of each matrix whose key holds no
+  // summed Q on the device (an imported one that fits, else the seeded
+  // one), allocating its device Q where needed.
+  absl::Status UploadStarts(DeviceRuntime* runtime, int ordinal,
+                            Stream* stream);
 
   const CompressorOptions options_;
   const uint64_t seed_;
@@ -87,10 +112,17 @@ class DevicePowerSgd {
   std::vector<Matrix> matrices_;
   std::vector<PowerSgdRange> dense_;
   int64_t p_floats_ = 0, q_floats_ = 0, dense_floats_ = 0, padded_floats_ = 0;
-  std::map<std::string, std::vector<float>> warm_;  // warm key -> Q_sum.
 
-  DeviceBuffer round0_, round1_, q_local_, q_start_, padded_, product_;
-  std::vector<float> host_p_, host_q_;
+  DeviceRuntime* runtime_ = nullptr;  // The first step's, with its ordinal.
+  int ordinal_ = -1;
+  std::map<std::string, Warm> warm_;                    // By warm key.
+  std::map<std::string, std::vector<float>> imported_;  // Not yet used.
+  // The start Q's being uploaded (host), reused once `uploaded_` is done;
+  // `stepped_` marks the end of the last step's work (ExportWarm waits).
+  std::vector<float> staged_;
+  std::unique_ptr<Event> uploaded_, stepped_;
+
+  DeviceBuffer round0_, round1_, q_local_, padded_, product_;
 };
 
 }  // namespace terse

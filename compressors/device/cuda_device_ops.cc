@@ -323,4 +323,15 @@ absl::Status CudaDeviceOps::AddOuterProduct(Stream* stream, const float* p,
                                           q, m, rows, cols, r);
 }
 
+absl::Status CudaDeviceOps::OrthonormalizeColumns(Stream* stream, float* p,
+                                                  int64_t rows, int64_t r) {
+  if (rows < 0 || r < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OrthonormalizeColumns: dimensions ", rows, " x ", r));
+  }
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "OrthonormalizeColumns: p"));
+  return device_ops_cuda::OrthonormalizeColumns(
+      ordinal_, stream->native_handle(), p, rows, r);
+}
+
 }  // namespace terse

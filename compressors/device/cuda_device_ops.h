@@ -62,6 +62,8 @@ class CudaDeviceOps : public DeviceOps {
   absl::Status AddOuterProduct(Stream* stream, const float* p, const float* q,
                                float* m, int64_t rows, int64_t cols,
                                int64_t r) override;
+  absl::Status OrthonormalizeColumns(Stream* stream, float* p, int64_t rows,
+                                     int64_t r) override;
 
   absl::Status SignEncode(Stream* stream, const float* x, int64_t d,
                           int64_t block, float* scales, uint8_t* bits) override;

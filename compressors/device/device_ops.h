@@ -20,8 +20,8 @@
 //     and the kernels of device_ops_cuda.h. Device spans are checked
 //     (cudaPointerGetAttributes): a host pointer is InvalidArgument, as on
 //     the simulated device. Results equal the CPU's bitwise except
-//     SquaredNorm (a
-//     tree sum in double) and ScatterAdd with duplicate indices.
+//     SquaredNorm and OrthonormalizeColumns (tree sums in double), the
+//     PowerSGD products (below) and ScatterAdd with duplicate indices.
 //
 // Thread-safety: an instance has no mutable state; calls on one stream come
 // from one thread at a time (runtime.h's rule).
@@ -160,6 +160,16 @@ class DeviceOps {
   virtual absl::Status AddOuterProduct(Stream* stream, const float* p,
                                        const float* q, float* m, int64_t rows,
                                        int64_t cols, int64_t r) = 0;
+  // PowerSGD's orthonormalisation of the summed P (compressors/
+  // powersgd_plan.h's OrthonormalizeColumns, modified Gram-Schmidt in
+  // double) on the r columns of the rows x r row-major p, in place: a
+  // column that vanishes or is not finite becomes zero, as on the CPU, so
+  // that a step needs no host round trip. The simulated device runs the
+  // CPU function (bitwise); CUDA runs one block per call whose dot
+  // products and norms are block-wide tree sums in double (within a float
+  // rounding of the CPU's for well-conditioned columns, not bitwise).
+  virtual absl::Status OrthonormalizeColumns(Stream* stream, float* p,
+                                             int64_t rows, int64_t r) = 0;
 };
 
 // The ops for `runtime`'s device `ordinal`: the simulated device or CUDA;

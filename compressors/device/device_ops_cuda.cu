@@ -366,7 +366,99 @@ __global__ void AddOuterProductKernel(const float* p, const float* q, float* m,
   }
 }
 
+// The sum over the block of each thread's `mine`, a tree in double in
+// `partial` (kThreads doubles of shared memory; blockDim.x == kThreads, a
+// power of two), returned to every thread. Ends with a barrier so that the
+// next call may reuse `partial`.
+__device__ double BlockSum(double mine, double* partial) {
+  partial[threadIdx.x] = mine;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) {
+      partial[threadIdx.x] =
+          __dadd_rn(partial[threadIdx.x], partial[threadIdx.x + s]);
+    }
+    __syncthreads();
+  }
+  const double total = partial[0];
+  __syncthreads();
+  return total;
+}
+
+// One block: powersgd_plan.cc's OrthonormalizeColumns. `basis` (rows * r
+// doubles) holds the columns in double, column-major as on the CPU; after
+// the load each thread touches only its own rows (i = threadIdx.x + k *
+// blockDim.x), so the per-row updates need no barrier beyond BlockSum's.
+// The CPU's per-element operations are spelled as explicit IEEE operations
+// (no FMA), so only the order of the sums differs from it.
+__global__ void OrthonormalizeKernel(float* p, int64_t rows, int64_t r,
+                                     double* basis) {
+  __shared__ double partial[kThreads];
+  for (int64_t o = threadIdx.x; o < rows * r; o += blockDim.x) {
+    basis[(o % r) * rows + o / r] = p[o];
+  }
+  __syncthreads();
+  for (int64_t c = 0; c < r; ++c) {
+    double* v = basis + c * rows;
+    for (int64_t prev = 0; prev < c; ++prev) {
+      const double* b = basis + prev * rows;
+      double mine = 0;
+      for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+        mine = __dadd_rn(mine, __dmul_rn(v[i], b[i]));
+      }
+      const double dot = BlockSum(mine, partial);
+      for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+        v[i] = __dsub_rn(v[i], __dmul_rn(dot, b[i]));
+      }
+    }
+    double mine = 0;
+    for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+      mine = __dadd_rn(mine, __dmul_rn(v[i], v[i]));
+    }
+    const double norm = sqrt(BlockSum(mine, partial));
+    // A column that vanished (rank-deficient sum) or is not finite: zero,
+    // the CPU's test exactly.
+    const bool keep = isfinite(norm) && norm > 1e-30;
+    for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+      v[i] = keep ? __ddiv_rn(v[i], norm) : 0.0;
+    }
+  }
+  __syncthreads();
+  for (int64_t o = threadIdx.x; o < rows * r; o += blockDim.x) {
+    p[o] = static_cast<float>(basis[(o % r) * rows + o / r]);
+  }
+}
+
 }  // namespace
+
+absl::Status OrthonormalizeColumns(int device, void* stream, float* p,
+                                   int64_t rows, int64_t r) {
+  if (rows * r <= 0) return absl::OkStatus();
+  absl::Status set = SetDevice(device, "OrthonormalizeColumns");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // Stream-ordered scratch: freed on the stream after the kernel, so the
+  // call never waits for the device.
+  double* basis = nullptr;
+  const cudaError_t alloc =
+      cudaMallocAsync(reinterpret_cast<void**>(&basis),
+                      static_cast<size_t>(rows * r) * sizeof(double), s);
+  if (alloc != cudaSuccess) {
+    return absl::InternalError(
+        std::string("OrthonormalizeColumns: cudaMallocAsync: ") +
+        cudaGetErrorString(alloc));
+  }
+  OrthonormalizeKernel<<<1, kThreads, 0, s>>>(p, rows, r, basis);
+  absl::Status launched = LaunchError("OrthonormalizeColumns");
+  const cudaError_t freed = cudaFreeAsync(basis, s);
+  if (!launched.ok()) return launched;
+  if (freed != cudaSuccess) {
+    return absl::InternalError(
+        std::string("OrthonormalizeColumns: cudaFreeAsync: ") +
+        cudaGetErrorString(freed));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
                         int64_t block, float* scales, uint8_t* bits) {

@@ -1,7 +1,8 @@
 // The CUDA kernels behind CudaDeviceOps (cuda_device_ops.h) that
-// compressors/kernels does not have: element-wise add, fp16/bf16 casts and
-// a squared norm reduced on the device. Declared in plain C++ so that host
-// code needs no CUDA headers.
+// compressors/kernels does not have: element-wise add, fp16/bf16 casts, a
+// squared norm reduced on the device, and PowerSGD's products and
+// orthonormalisation. Declared in plain C++ so that host code needs no CUDA
+// headers.
 //
 // Pointers are DEVICE pointers; `stream` is a cudaStream_t as void*. Each
 // function makes `device` current, only enqueues work, and returns the
@@ -73,6 +74,13 @@ absl::Status MatMulTransposed(int device, void* stream, const float* m,
 absl::Status AddOuterProduct(int device, void* stream, const float* p,
                              const float* q, float* m, int64_t rows,
                              int64_t cols, int64_t r);
+// Modified Gram-Schmidt on the r columns of the rows x r row-major p, in
+// place, as compressors/powersgd_plan.h's OrthonormalizeColumns: a double
+// copy of p (stream-ordered scratch, cudaMallocAsync) orthonormalised by
+// one block whose dot products and norms are tree sums in double, columns
+// that vanish or are not finite zeroed, then rounded back to float.
+absl::Status OrthonormalizeColumns(int device, void* stream, float* p,
+                                   int64_t rows, int64_t r);
 
 }  // namespace device_ops_cuda
 }  // namespace terse

@@ -1,7 +1,9 @@
 // DeviceOps on a CUDA device (tag gpu): each operation equals the CPU
-// kernel (bitwise; the squared norm within 1e-12 relative); host pointers
-// are refused with InvalidArgument naming the argument, and the context
-// stays usable. Skipped, never passed, without a device.
+// kernel (bitwise; the squared norm within 1e-12 relative, PowerSGD's
+// products and orthonormalisation within the tolerances of
+// device_ops_testing.h); host pointers are refused with InvalidArgument
+// naming the argument, and the context stays usable. Skipped, never passed,
+// without a device.
 #include <memory>
 #include <vector>
 
@@ -40,6 +42,11 @@ TEST(CudaDeviceOpsGpuTest, HostPointersAreRefusedWithAStatus) {
       ops.Add(stream->get(), host.data(), device->as<float>(), 16);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("Add: x"), absl::string_view::npos) << st;
+  st = ops.OrthonormalizeColumns(stream->get(), host.data(), 4, 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("OrthonormalizeColumns: p"),
+            absl::string_view::npos)
+      << st;
   st = ops.SquaredNorm(stream->get(), device->as<float>(), 16,
                        reinterpret_cast<double*>(host.data()));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;

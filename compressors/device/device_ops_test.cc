@@ -60,6 +60,10 @@ TEST(SimDeviceOpsTest, HostPointersAreInvalidArgument) {
   absl::Status st = (*ops)->Add(stream->get(), host.data(), y->as<float>(), 8);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("Add: x"), std::string::npos) << st;
+  st = (*ops)->OrthonormalizeColumns(stream->get(), host.data(), 4, 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("OrthonormalizeColumns: p"), std::string::npos)
+      << st;
   // Memory of another simulated device.
   absl::StatusOr<DeviceBuffer> other = DeviceBuffer::Allocate(&sim, 1, 32);
   ASSERT_TRUE(other.ok());

@@ -23,6 +23,7 @@
 #include "compressors/kernels/topk.h"
 #include "compressors/options.h"
 #include "compressors/payload.h"
+#include "compressors/powersgd_plan.h"
 #include "compressors/qsgd_compressor.h"
 
 namespace terse {
@@ -326,6 +327,118 @@ absl::Status CheckQuantizers(Fixture* f, const std::vector<float>& x,
   return CheckQsgd(f, NonFiniteValues(), 8.0, 100, y0);
 }
 
+// DeviceOps::OrthonormalizeColumns against the CPU function (bitwise when
+// `exact`, else within a float rounding: 1e-6 relative, exact zeros kept)
+// and, for full-rank inputs, against an fp64 oracle: Eigen's Householder
+// QR, its columns signed as Gram-Schmidt's (positive R diagonal), which the
+// result must equal within 1e-6 with P^T P = I within 1e-6.
+absl::Status CheckOrthonormalize(Fixture& f, bool exact) {
+  struct Case {
+    int64_t rows, r;
+    std::vector<float> p;
+    bool full_rank;
+  };
+  std::vector<Case> cases = {{1000, 4, Values(4000, 21), true},
+                             {37, 1, Values(37, 23), true},
+                             {3000, 4, Values(12000, 25), true},
+                             {300, 3, Values(900, 13), true}};
+  // Degenerate columns of 64 x 6, whose results are exact on both paths:
+  // 3 e_0 (becomes e_0), 5 e_0 (vanishes exactly against it), zero, one
+  // with an infinity and one with a NaN (zeroed), and one that loses only
+  // its row 0 to e_0.
+  const int64_t dr = 64, dc = 6;
+  std::vector<float> degenerate(dr * dc, 0.0f);
+  const std::vector<float> fill = Values(dr * dc, 27);
+  for (int64_t i = 0; i < dr; ++i) {
+    for (int64_t c = 3; c < dc; ++c) degenerate[i * dc + c] = fill[i * dc + c];
+  }
+  degenerate[0 * dc + 0] = 3.0f;
+  degenerate[0 * dc + 1] = 5.0f;
+  degenerate[5 * dc + 3] = std::numeric_limits<float>::infinity();
+  degenerate[7 * dc + 4] = std::numeric_limits<float>::quiet_NaN();
+  cases.push_back({dr, dc, degenerate, false});
+
+  std::vector<double> scratch;
+  for (const Case& c : cases) {
+    const std::string what =
+        absl::StrCat("OrthonormalizeColumns ", c.rows, " x ", c.r);
+    TERSE_ASSIGN_OR_RETURN(float* dp, f.Upload(c.p));
+    TERSE_RETURN_IF_ERROR(
+        f.ops()->OrthonormalizeColumns(f.stream(), dp, c.rows, c.r));
+    TERSE_ASSIGN_OR_RETURN(std::vector<float> got,
+                           f.Download(dp, c.rows * c.r));
+    std::vector<float> cpu = c.p;
+    OrthonormalizeColumns(c.rows, c.r, cpu.data(), &scratch);
+    if (exact) {
+      TERSE_RETURN_IF_ERROR(SameBits(got, cpu, what));
+    } else {
+      for (size_t i = 0; i < got.size(); ++i) {
+        const bool ok = cpu[i] == 0.0f ? got[i] == 0.0f
+                                       : std::abs(got[i] - cpu[i]) <=
+                                             1e-6 * std::abs(cpu[i]) + 1e-9;
+        if (!ok) {
+          return absl::InternalError(absl::StrCat(what, "[", i, "]: device ",
+                                                  got[i], ", cpu ", cpu[i]));
+        }
+      }
+    }
+    auto column_dot = [&](int64_t a, int64_t b) {
+      double sum = 0;
+      for (int64_t i = 0; i < c.rows; ++i) {
+        sum += static_cast<double>(got[i * c.r + a]) * got[i * c.r + b];
+      }
+      return sum;
+    };
+    if (!c.full_rank) {
+      for (int64_t i = 0; i < c.rows; ++i) {
+        for (int64_t col = 0; col < 5; ++col) {
+          const float want = col == 0 && i == 0 ? 1.0f : 0.0f;
+          if (got[i * c.r + col] != want) {
+            return absl::InternalError(
+                absl::StrCat(what, ": column ", col, " row ", i, " is ",
+                             got[i * c.r + col], ", want ", want));
+          }
+        }
+      }
+      if (got[5] != 0.0f || !(std::abs(column_dot(5, 5) - 1) <= 1e-6)) {
+        return absl::InternalError(absl::StrCat(
+            what, ": column 5 (row 0 ", got[5], ", squared norm ",
+            column_dot(5, 5), ") is not a unit vector orthogonal to e_0"));
+      }
+      continue;
+    }
+    for (int64_t a = 0; a < c.r; ++a) {
+      for (int64_t b = 0; b < c.r; ++b) {
+        const double want = a == b ? 1.0 : 0.0;
+        if (!(std::abs(column_dot(a, b) - want) <= 1e-6)) {
+          return absl::InternalError(absl::StrCat(what, ": (P^T P)[", a, ", ",
+                                                  b, "] = ", column_dot(a, b)));
+        }
+      }
+    }
+    Eigen::MatrixXd m(c.rows, c.r);
+    for (int64_t i = 0; i < c.rows; ++i) {
+      for (int64_t col = 0; col < c.r; ++col) m(i, col) = c.p[i * c.r + col];
+    }
+    const Eigen::HouseholderQR<Eigen::MatrixXd> qr(m);
+    Eigen::MatrixXd q =
+        qr.householderQ() * Eigen::MatrixXd::Identity(c.rows, c.r);
+    for (int64_t col = 0; col < c.r; ++col) {
+      if (q.col(col).dot(m.col(col)) < 0) q.col(col) = -q.col(col);
+    }
+    for (int64_t i = 0; i < c.rows; ++i) {
+      for (int64_t col = 0; col < c.r; ++col) {
+        if (!(std::abs(got[i * c.r + col] - q(i, col)) <= 1e-6)) {
+          return absl::InternalError(
+              absl::StrCat(what, " vs fp64 [", i, ", ", col, "]: device ",
+                           got[i * c.r + col], ", fp64 ", q(i, col)));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
@@ -602,7 +715,7 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     }
     TERSE_RETURN_IF_ERROR(near(ga, wa, sa, "AddOuterProduct vs fp64"));
   }
-  return absl::OkStatus();
+  return CheckOrthonormalize(f, exact_norm);
 }
 
 }  // namespace testing

@@ -12,9 +12,11 @@ namespace terse {
 namespace testing {
 
 // OK when each operation equals the CPU kernel: bitwise, except
-// SquaredNorm and the PowerSGD products when `exact_norm` is false (then
-// the norm within 1e-12 relative; the products within 1e-5 of the sum of
-// their terms' magnitudes against an fp64 oracle, which they always meet).
+// SquaredNorm and the PowerSGD products and orthonormalisation when
+// `exact_norm` is false (then the norm within 1e-12 relative; the products
+// within 1e-5 of the sum of their terms' magnitudes against an fp64 oracle,
+// which they always meet; the orthonormalised columns within 1e-6 relative
+// of the CPU's, and within 1e-6 of an fp64 QR's, which they always meet).
 // The first difference is an Internal error naming the operation and index.
 absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
                                       bool exact_norm);

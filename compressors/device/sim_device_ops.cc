@@ -14,6 +14,7 @@
 #include "compressors/kernels/randomk.h"
 #include "compressors/kernels/sparse_ops.h"
 #include "compressors/kernels/topk.h"
+#include "compressors/powersgd_plan.h"
 
 namespace terse {
 namespace {
@@ -210,6 +211,18 @@ absl::Status SimDeviceOps::AddOuterProduct(Stream* stream, const float* p,
   return stream->LaunchHost([p, q, m, rows, cols, r] {
     MatMap(m, rows, cols).noalias() +=
         ConstMatMap(p, rows, r) * ConstMatMap(q, cols, r).transpose();
+  });
+}
+
+absl::Status SimDeviceOps::OrthonormalizeColumns(Stream* stream, float* p,
+                                                 int64_t rows, int64_t r) {
+  TERSE_RETURN_IF_ERROR(CheckDims(rows, 0, r, "OrthonormalizeColumns"));
+  TERSE_RETURN_IF_ERROR(Check(p, rows * r * 4, "OrthonormalizeColumns: p"));
+  // The CPU compressor's function itself, so the result is its bit for
+  // bit; the double scratch is the call's own (the ops hold no state).
+  return stream->LaunchHost([p, rows, r] {
+    std::vector<double> basis;
+    ::terse::OrthonormalizeColumns(rows, r, p, &basis);
   });
 }
 
