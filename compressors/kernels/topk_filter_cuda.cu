@@ -158,8 +158,10 @@ __device__ __forceinline__ uint32_t Hash(uint32_t v) {
 // Block 0's clock at phase `phase`, for the probe.
 __device__ __forceinline__ void Mark(const Params& p, int phase) {
   if (p.probe == nullptr || blockIdx.x != 0 || threadIdx.x != 0) return;
-  uint64_t ns;
+  uint64_t ns = 0;
+#ifdef __CUDA_ARCH__  // Not under cuda_emu (topk_filter_emu_test).
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+#endif
   p.probe->phase_ns[phase] = ns;
 }
 
@@ -598,9 +600,9 @@ cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
   err = cudaMemsetAsync(base, 0, kZeroedBytes, stream);
   if (err == cudaSuccess) {
     void* args[] = {&p};
-    err = cudaLaunchCooperativeKernel(
-        reinterpret_cast<const void*>(FilterTopKKernel),
-        dim3(static_cast<unsigned>(blocks)), dim3(kThreads), args, 0, stream);
+    err = cudaLaunchCooperativeKernel(FilterTopKKernel,
+                                      dim3(static_cast<unsigned>(blocks)),
+                                      dim3(kThreads), args, 0, stream);
   }
   if (workspace != nullptr) return err;
   const cudaError_t free_err = cudaFreeAsync(base, stream);

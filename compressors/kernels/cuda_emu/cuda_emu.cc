@@ -1,0 +1,278 @@
+// cuda_emu's launch, barriers and global-memory arena (see cuda_emu.h).
+#include "compressors/kernels/cuda_emu/cuda_emu.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace cuda_emu {
+
+dim3 thread_idx;
+dim3 block_idx;
+dim3 grid_dim;
+dim3 block_dim;
+
+namespace {
+
+// The arena: one shared mapping made on first use, before any fork, so that
+// every block process sees the parent's global memory and each other's
+// writes. Bump allocation; cudaFree does not reuse (tests are short).
+constexpr size_t kArenaBytes = size_t{1} << 31;  // Reserved, not committed.
+constexpr size_t kFiberStack = size_t{256} << 10;
+
+struct Arena {
+  char* base = nullptr;
+  size_t used = 0;
+};
+
+Arena& TheArena() {
+  static Arena arena;  // Host side is single-threaded: see the header.
+  if (arena.base == nullptr) {
+    void* p = mmap(nullptr, kArenaBytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      std::perror("cuda_emu: mmap");
+      std::abort();
+    }
+    arena.base = static_cast<char*>(p);
+  }
+  return arena;
+}
+
+DeviceShape& Shape() {
+  static DeviceShape shape;
+  return shape;
+}
+
+// The grid barrier lives in the arena: blocks are processes.
+struct GridBarrier {
+  std::atomic<uint32_t> arrived;
+  std::atomic<uint32_t> generation;
+};
+GridBarrier* grid_barrier = nullptr;
+
+// A block process's threads are fibers. A fiber runs until it waits at a
+// barrier; the scheduler then runs the next runnable one. The last to
+// arrive at a barrier makes the others runnable and runs on.
+struct Fiber {
+  ucontext_t context;
+  std::unique_ptr<char[]> stack;
+  bool runnable = true;
+  bool done = false;
+};
+
+struct Barrier {
+  int size = 0;
+  int arrived = 0;
+  std::vector<int> waiting;
+};
+
+struct WarpState {
+  Barrier barrier;
+  uint64_t generation = 0;
+  uint64_t values[2][32];  // By generation parity: a released lane may
+                           // write its next values before the others read.
+};
+
+struct Block {
+  ucontext_t scheduler;
+  std::vector<Fiber> fibers;
+  int current = 0;
+  Barrier barrier;
+  std::vector<WarpState> warps;
+  void (*body)(void*) = nullptr;
+  void* ctx = nullptr;
+};
+Block* block = nullptr;  // This process's block, while it runs.
+
+// Suspends the running fiber until the barrier's last arrival.
+void Arrive(Barrier* b) {
+  if (++b->arrived == b->size) {
+    b->arrived = 0;
+    for (int f : b->waiting) block->fibers[f].runnable = true;
+    b->waiting.clear();
+    return;
+  }
+  const int self = block->current;
+  block->fibers[self].runnable = false;
+  b->waiting.push_back(self);
+  swapcontext(&block->fibers[self].context, &block->scheduler);
+  thread_idx = dim3(self);  // The scheduler ran others meanwhile.
+}
+
+void FiberMain() {
+  block->body(block->ctx);
+  block->fibers[block->current].done = true;
+  // Returning switches to uc_link, the scheduler.
+}
+
+// Runs one block in this (child) process; 0 when every thread finished.
+int RunBlock(unsigned index, void (*body)(void*), void* ctx) {
+  block_idx = dim3(index);
+  const int threads = static_cast<int>(block_dim.x);
+  Block b;
+  b.body = body;
+  b.ctx = ctx;
+  b.barrier.size = threads;
+  b.warps.resize(threads / 32);
+  for (WarpState& w : b.warps) w.barrier.size = 32;
+  b.fibers.resize(threads);
+  block = &b;
+  for (int t = 0; t < threads; ++t) {
+    Fiber& f = b.fibers[t];
+    f.stack.reset(new char[kFiberStack]);
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_size = kFiberStack;
+    f.context.uc_link = &b.scheduler;
+    makecontext(&f.context, FiberMain, 0);
+  }
+  int finished = 0;
+  while (finished < threads) {
+    bool ran = false;
+    for (int t = 0; t < threads; ++t) {
+      Fiber& f = b.fibers[t];
+      if (f.done || !f.runnable) continue;
+      ran = true;
+      b.current = t;
+      thread_idx = dim3(t);
+      swapcontext(&b.scheduler, &f.context);
+      if (f.done) ++finished;
+    }
+    if (!ran) {
+      std::fprintf(stderr,
+                   "cuda_emu: block %u deadlocked: %d of %d threads wait at "
+                   "a barrier the others never reach\n",
+                   index, threads - finished, threads);
+      return 3;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void SetDeviceShape(DeviceShape shape) { Shape() = shape; }
+DeviceShape GetDeviceShape() { return Shape(); }
+
+void SyncThreads() { Arrive(&block->barrier); }
+
+void WarpExchange(uint64_t value, uint64_t* all) {
+  WarpState& w = block->warps[thread_idx.x / 32];
+  const uint64_t generation = w.generation;
+  w.values[generation & 1][thread_idx.x & 31] = value;
+  if (w.barrier.arrived + 1 == w.barrier.size) ++w.generation;
+  Arrive(&w.barrier);
+  std::memcpy(all, w.values[generation & 1], sizeof(w.values[0]));
+}
+
+void GridSync() {
+  SyncThreads();  // The block's writes before its arrival.
+  if (thread_idx.x == 0) {
+    const uint32_t gen = grid_barrier->generation.load();
+    if (grid_barrier->arrived.fetch_add(1) + 1 == grid_dim.x) {
+      grid_barrier->arrived.store(0);
+      grid_barrier->generation.fetch_add(1);
+    } else {
+      while (grid_barrier->generation.load() == gen) sched_yield();
+    }
+  }
+  SyncThreads();
+}
+
+cudaError_t Launch(dim3 grid, dim3 block_shape, void (*body)(void*),
+                   void* ctx) {
+  if (grid.x < 1) return cudaErrorInvalidValue;
+  grid_barrier = static_cast<GridBarrier*>(ArenaAlloc(sizeof(GridBarrier)));
+  if (grid_barrier == nullptr) return cudaErrorMemoryAllocation;
+  new (grid_barrier) GridBarrier{{0}, {0}};
+  grid_dim = grid;
+  block_dim = block_shape;
+  std::fflush(nullptr);  // No buffered output duplicated into the children.
+  std::vector<pid_t> children;
+  cudaError_t result = cudaSuccess;
+  for (unsigned b = 0; b < grid.x; ++b) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      result = cudaErrorLaunchFailure;
+      break;
+    }
+    if (pid == 0) _exit(RunBlock(b, body, ctx));
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+      result = cudaErrorLaunchFailure;
+    }
+  }
+  return result;
+}
+
+void* ArenaAlloc(size_t bytes) {
+  Arena& arena = TheArena();
+  const size_t aligned = (bytes + 255) & ~size_t{255};
+  if (arena.used + aligned > kArenaBytes) return nullptr;
+  void* p = arena.base + arena.used;
+  arena.used += aligned;
+  return p;
+}
+
+}  // namespace cuda_emu
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  *value =
+      attr == cudaDevAttrCooperativeLaunch ? 1 : cuda_emu::GetDeviceShape().sms;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = cuda_emu::ArenaAlloc(bytes);
+  return *p == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  return cudaMalloc(p, bytes);
+}
+
+cudaError_t cudaFree(void*) { return cudaSuccess; }
+cudaError_t cudaFreeAsync(void*, cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
+    case cudaErrorNotSupported:
+      return "operation not supported";
+    default:
+      return "unknown error";
+  }
+}

@@ -1,0 +1,228 @@
+// cuda_emu: runs a CUDA source file's kernels on the CPU, so that a kernel's
+// logic (indexing, barriers, warp votes, grid-wide phases, its fallbacks)
+// is tested in CI, where there is no GPU. It is not a simulator of timing
+// and catches no race a real GPU would hide or show; it is an executable
+// model of the programming model, faithful enough for kernels written to the
+// rules below. The GPU tests run the same source on a device.
+//
+// How a launch runs (cuda_emu.cc): each block is a forked process (so that a
+// kernel's function-scope __shared__ variables, which this header turns into
+// statics, are per block), each of its threads a fiber (ucontext) that a
+// scheduler in the process runs until it waits at a barrier. Global memory
+// is one MAP_SHARED arena that every block process sees (cudaMalloc*).
+// Barriers: __syncthreads waits for the block's threads; a warp intrinsic
+// waits for the warp's 32 lanes and hands each the lanes' values; grid.sync()
+// is a barrier of the blocks' first threads in the arena, between two
+// __syncthreads. Blocks run in parallel, as processes; threads of a block
+// interleave only at barriers, so a missing __syncthreads between a write
+// and another thread's read may go unnoticed here (the GPU tests run the
+// same source). Atomics are the compiler's __atomic builtins, on either kind
+// of memory. cp.async copies at once. A kernel whose threads cannot all
+// reach a barrier aborts its block (a deadlock report) instead of hanging.
+//
+// Rules for a kernel to run here: launched with cudaLaunchCooperativeKernel
+// (the typed overload) and at most kMaxThreads threads a block; every warp
+// intrinsic called by all 32 lanes of the warp with the full mask (a
+// converged warp); no textures, no dynamic shared memory, no device-side
+// launches; inline PTX only under #ifdef __CUDA_ARCH__.
+//
+// Include this header first (the build force-includes it) and give it the
+// fake <cuda_runtime.h>, <cooperative_groups.h> and <cuda_pipeline.h> of
+// cuda_emu/include. Not thread-safe: one launch at a time per process.
+#ifndef TERSE_COMPRESSORS_KERNELS_CUDA_EMU_CUDA_EMU_H_
+#define TERSE_COMPRESSORS_KERNELS_CUDA_EMU_CUDA_EMU_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+using cudaError_t = int;
+constexpr cudaError_t cudaSuccess = 0;
+constexpr cudaError_t cudaErrorInvalidValue = 1;
+constexpr cudaError_t cudaErrorMemoryAllocation = 2;
+constexpr cudaError_t cudaErrorLaunchFailure = 719;
+constexpr cudaError_t cudaErrorNotSupported = 801;
+using cudaStream_t = void*;
+enum cudaDeviceAttr {
+  cudaDevAttrCooperativeLaunch,
+  cudaDevAttrMultiProcessorCount,
+};
+
+namespace cuda_emu {
+
+constexpr int kMaxThreads = 1024;
+
+// The launch geometry the emulated device reports: SMs and blocks per SM
+// (the occupancy query's answer). Tests pick small grids so that every
+// block-partitioning branch of a kernel runs with several blocks.
+struct DeviceShape {
+  int sms = 2;
+  int blocks_per_sm = 2;
+};
+void SetDeviceShape(DeviceShape shape);
+DeviceShape GetDeviceShape();
+
+// Per block process; thread_idx is the running fiber's.
+extern dim3 thread_idx;
+extern dim3 block_idx;
+extern dim3 grid_dim;
+extern dim3 block_dim;
+
+void SyncThreads();
+// Warp exchange: every lane passes `value`; returns all 32 lanes' values.
+void WarpExchange(uint64_t value, uint64_t* all);
+void GridSync();
+
+// Runs `body()` as a cooperative launch: grid.x blocks (processes) of
+// block.x threads. Returns cudaSuccess, or cudaErrorLaunchFailure when a
+// block process did not exit cleanly.
+cudaError_t Launch(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
+
+void* ArenaAlloc(size_t bytes);
+
+}  // namespace cuda_emu
+
+#define threadIdx (::cuda_emu::thread_idx)
+#define blockIdx (::cuda_emu::block_idx)
+#define gridDim (::cuda_emu::grid_dim)
+#define blockDim (::cuda_emu::block_dim)
+
+inline void __syncthreads() { cuda_emu::SyncThreads(); }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+inline uint32_t __ballot_sync(uint32_t /*mask*/, bool pred) {
+  uint64_t all[32];
+  cuda_emu::WarpExchange(pred ? 1 : 0, all);
+  uint32_t bits = 0;
+  for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>(all[l]) << l;
+  return bits;
+}
+inline bool __any_sync(uint32_t mask, bool pred) {
+  return __ballot_sync(mask, pred) != 0;
+}
+inline uint32_t __match_any_sync(uint32_t /*mask*/, uint32_t value) {
+  uint64_t all[32];
+  cuda_emu::WarpExchange(value, all);
+  uint32_t bits = 0;
+  for (int l = 0; l < 32; ++l) bits |= (all[l] == value ? 1u : 0u) << l;
+  return bits;
+}
+template <typename T>
+T __shfl_up_sync(uint32_t /*mask*/, T value, unsigned delta) {
+  static_assert(sizeof(T) <= 8, "64-bit values at most");
+  uint64_t mine = 0, all[32];
+  std::memcpy(&mine, &value, sizeof(T));
+  cuda_emu::WarpExchange(mine, all);
+  const unsigned lane = threadIdx.x & 31;
+  if (lane < delta) return value;
+  T out;
+  std::memcpy(&out, &all[lane - delta], sizeof(T));
+  return out;
+}
+template <typename T>
+T __shfl_sync(uint32_t /*mask*/, T value, int src) {
+  static_assert(sizeof(T) <= 8, "64-bit values at most");
+  uint64_t mine = 0, all[32];
+  std::memcpy(&mine, &value, sizeof(T));
+  cuda_emu::WarpExchange(mine, all);
+  T out;
+  std::memcpy(&out, &all[src & 31], sizeof(T));
+  return out;
+}
+
+inline int __popc(uint32_t v) { return __builtin_popcount(v); }
+inline int __ffs(uint32_t v) { return __builtin_ffs(static_cast<int>(v)); }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+template <typename T>
+T __ldcg(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+inline uint32_t atomicAdd(uint32_t* p, uint32_t v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline int atomicAdd(int* p, int v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline unsigned long long atomicAdd(unsigned long long* p,
+                                    unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+
+inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) {
+  std::memcpy(dst, src, n);
+}
+inline void __pipeline_commit() {}
+inline void __pipeline_wait_prior(size_t) {}
+
+namespace cooperative_groups {
+struct grid_group {
+  void sync() { cuda_emu::GridSync(); }
+};
+inline grid_group this_grid() { return {}; }
+}  // namespace cooperative_groups
+
+// The host API the kernels' launchers use.
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
+                            cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+const char* cudaGetErrorString(cudaError_t error);
+
+template <typename Kernel>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel,
+                                                          int, size_t) {
+  *blocks = cuda_emu::GetDeviceShape().blocks_per_sm;
+  return cudaSuccess;
+}
+
+namespace cuda_emu {
+template <typename P>
+struct KernelCall {
+  void (*kernel)(P);
+  P* params;
+  static void Run(void* ctx) {
+    auto* call = static_cast<KernelCall*>(ctx);
+    call->kernel(*call->params);
+  }
+};
+}  // namespace cuda_emu
+
+// The typed overload of cuda_runtime.h, for kernels of one by-value
+// parameter.
+template <typename P>
+cudaError_t cudaLaunchCooperativeKernel(void (*kernel)(P), dim3 grid,
+                                        dim3 block, void** args,
+                                        size_t shared_bytes,
+                                        cudaStream_t /*stream*/) {
+  if (shared_bytes != 0 || block.x < 1 ||
+      block.x > static_cast<unsigned>(cuda_emu::kMaxThreads) ||
+      block.x % 32 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  cuda_emu::KernelCall<P> call{kernel, static_cast<P*>(args[0])};
+  return cuda_emu::Launch(grid, block, &cuda_emu::KernelCall<P>::Run, &call);
+}
+
+#endif  // TERSE_COMPRESSORS_KERNELS_CUDA_EMU_CUDA_EMU_H_
