@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -28,6 +29,9 @@ namespace {
 // writes. Bump allocation; cudaFree does not reuse (tests are short).
 constexpr size_t kArenaBytes = size_t{1} << 31;  // Reserved, not committed.
 constexpr size_t kFiberStack = size_t{256} << 10;
+// Longer than any phase of a test kernel here takes, far shorter than a
+// test's timeout.
+constexpr int kGridWaitSeconds = 30;
 
 struct Arena {
   char* base = nullptr;
@@ -183,7 +187,21 @@ void GridSync() {
       grid_barrier->arrived.store(0);
       grid_barrier->generation.fetch_add(1);
     } else {
-      while (grid_barrier->generation.load() == gen) sched_yield();
+      // A kernel whose blocks disagree on how many grid.sync()s they make
+      // hangs on a GPU; here the wait gives up and fails the launch.
+      const auto start = std::chrono::steady_clock::now();
+      for (uint64_t spins = 1; grid_barrier->generation.load() == gen;
+           ++spins) {
+        sched_yield();
+        if (spins % 4096 == 0 && std::chrono::steady_clock::now() - start >
+                                     std::chrono::seconds(kGridWaitSeconds)) {
+          std::fprintf(stderr,
+                       "cuda_emu: block %u waited %d s at grid.sync(): the "
+                       "blocks do not all reach it\n",
+                       block_idx.x, kGridWaitSeconds);
+          _exit(4);
+        }
+      }
     }
   }
   SyncThreads();
