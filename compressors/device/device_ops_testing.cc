@@ -137,29 +137,6 @@ std::vector<float> NonFiniteValues() {
   return x;
 }
 
-// A block on which kernels::FixedOrderSum and other orders give different
-// floats (the mean |x| or, for `squares`, the norm): a big term, terms that
-// put it on a float rounding tie, and tiny terms that a chain of adds rounds
-// away one by one but that survive when grouped. With `stride` 1 the terms
-// are one chunk's first 32 (the lane fold decides); with kFixedSumChunk,
-// one per chunk over two rounds of a CUDA thread block's eight warps, the
-// tiny ones alone in the second round (the chunk order decides). Zeros fill
-// the rest.
-std::vector<float> OrderSensitiveValues(int64_t stride, bool squares) {
-  const int count = stride == 1 ? 32 : 16, tie = 1;
-  std::vector<float> terms(count, std::ldexp(1.0f, squares ? -27 : -54));
-  terms[0] = 1.0f;
-  if (squares) {  // Squares 1 + 2^-23 + 2^-48 = (1 + 2^-24)^2.
-    terms[tie] = terms[tie + 1] = std::ldexp(1.0f, -12);
-    terms[tie + 2] = std::ldexp(1.0f, -24);
-  } else {  // 1 + 2^-24: halfway between two floats.
-    terms[tie] = std::ldexp(1.0f, -24);
-  }
-  std::vector<float> x(count * stride, 0.0f);
-  for (int k = 0; k < count; ++k) x[k * stride] = terms[k];
-  return x;
-}
-
 // OK when `x` as one block tells FixedOrderSum from the index order (for a
 // stride-1 input) or from each round of eight chunks summed on its own
 // (a CUDA thread block that combined per round): the device checks on it
@@ -440,6 +417,21 @@ absl::Status CheckOrthonormalize(Fixture& f, bool exact) {
 }
 
 }  // namespace
+
+std::vector<float> OrderSensitiveValues(int64_t stride, bool squares) {
+  const int count = stride == 1 ? 32 : 16, tie = 1;
+  std::vector<float> terms(count, std::ldexp(1.0f, squares ? -27 : -54));
+  terms[0] = 1.0f;
+  if (squares) {  // Squares 1 + 2^-23 + 2^-48 = (1 + 2^-24)^2.
+    terms[tie] = terms[tie + 1] = std::ldexp(1.0f, -12);
+    terms[tie + 2] = std::ldexp(1.0f, -24);
+  } else {  // 1 + 2^-24: halfway between two floats.
+    terms[tie] = std::ldexp(1.0f, -24);
+  }
+  std::vector<float> x(count * stride, 0.0f);
+  for (int k = 0; k < count; ++k) x[k * stride] = terms[k];
+  return x;
+}
 
 absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
                                       bool exact_norm) {

@@ -5,6 +5,9 @@
 #ifndef TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_TESTING_H_
 #define TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_TESTING_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "device/runtime.h"
 
@@ -20,6 +23,16 @@ namespace testing {
 // The first difference is an Internal error naming the operation and index.
 absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
                                       bool exact_norm);
+
+// A block on which kernels::FixedOrderSum and other orders give different
+// floats (the mean |x| or, for `squares`, the norm): a big term, terms that
+// put it on a float rounding tie, and tiny terms that a chain of adds rounds
+// away one by one but that survive when grouped. With `stride` 1 the terms
+// are one chunk's first 32 (the lane fold decides); with kFixedSumChunk,
+// one per chunk over two rounds of a CUDA thread block's eight warps, the
+// tiny ones alone in the second round (the chunk order decides). Zeros fill
+// the rest.
+std::vector<float> OrderSensitiveValues(int64_t stride, bool squares);
 
 }  // namespace testing
 }  // namespace terse

@@ -15,6 +15,8 @@
 #include <new>
 #include <vector>
 
+#include "common/half.h"
+
 namespace cuda_emu {
 
 dim3 thread_idx;
@@ -69,7 +71,7 @@ GridBarrier* grid_barrier = nullptr;
 // arrive at a barrier makes the others runnable and runs on.
 struct Fiber {
   ucontext_t context;
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;
   bool runnable = true;
   bool done = false;
 };
@@ -119,8 +121,12 @@ void FiberMain() {
   // Returning switches to uc_link, the scheduler.
 }
 
-// Runs one block in this (child) process; 0 when every thread finished.
-int RunBlock(unsigned index, void (*body)(void*), void* ctx) {
+cudaError_t last_error = cudaSuccess;  // Host side: see the header.
+
+// Runs one block in this process; 0 when every thread finished. `stacks`
+// holds (and keeps, for the next block) one stack per thread.
+int RunBlock(unsigned index, void (*body)(void*), void* ctx,
+             std::vector<std::unique_ptr<char[]>>* stacks) {
   block_idx = dim3(index);
   const int threads = static_cast<int>(block_dim.x);
   Block b;
@@ -131,11 +137,13 @@ int RunBlock(unsigned index, void (*body)(void*), void* ctx) {
   for (WarpState& w : b.warps) w.barrier.size = 32;
   b.fibers.resize(threads);
   block = &b;
+  stacks->resize(threads);
   for (int t = 0; t < threads; ++t) {
     Fiber& f = b.fibers[t];
-    f.stack.reset(new char[kFiberStack]);
+    if ((*stacks)[t] == nullptr) (*stacks)[t].reset(new char[kFiberStack]);
+    f.stack = (*stacks)[t].get();
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = kFiberStack;
     f.context.uc_link = &b.scheduler;
     makecontext(&f.context, FiberMain, 0);
@@ -224,7 +232,10 @@ cudaError_t Launch(dim3 grid, dim3 block_shape, void (*body)(void*),
       result = cudaErrorLaunchFailure;
       break;
     }
-    if (pid == 0) _exit(RunBlock(b, body, ctx));
+    if (pid == 0) {
+      std::vector<std::unique_ptr<char[]>> stacks;
+      _exit(RunBlock(b, body, ctx, &stacks));
+    }
     children.push_back(pid);
   }
   for (pid_t pid : children) {
@@ -236,6 +247,30 @@ cudaError_t Launch(dim3 grid, dim3 block_shape, void (*body)(void*),
   }
   return result;
 }
+
+cudaError_t RunGrid(dim3 grid, dim3 block_shape, void (*body)(void*),
+                    void* ctx) {
+  if (grid.x < 1 || block_shape.x < 32 || block_shape.x % 32 != 0 ||
+      block_shape.x > static_cast<unsigned>(kMaxThreads)) {
+    last_error = cudaErrorInvalidValue;
+    return last_error;
+  }
+  grid_dim = grid;
+  block_dim = block_shape;
+  std::vector<std::unique_ptr<char[]>> stacks;
+  for (unsigned b = 0; b < grid.x; ++b) {
+    if (RunBlock(b, body, ctx, &stacks) != 0) {
+      last_error = cudaErrorLaunchFailure;
+      return last_error;
+    }
+  }
+  return cudaSuccess;
+}
+
+uint16_t FloatToHalfBits(float f) { return terse::FloatToHalf(f); }
+float HalfBitsToFloat(uint16_t h) { return terse::HalfToFloat(h); }
+uint16_t FloatToBFloat16Bits(float f) { return terse::FloatToBFloat16(f); }
+float BFloat16BitsToFloat(uint16_t h) { return terse::BFloat16ToFloat(h); }
 
 void* ArenaAlloc(size_t bytes) {
   Arena& arena = TheArena();
@@ -277,6 +312,14 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaGetLastError() {
+  const cudaError_t error = cuda_emu::last_error;
+  cuda_emu::last_error = cudaSuccess;
+  return error;
+}
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {

@@ -20,8 +20,16 @@
 // of memory. cp.async copies at once. A kernel whose threads cannot all
 // reach a barrier aborts its block (a deadlock report) instead of hanging.
 //
+// Ordinary launches (`kernel<<<grid, block, 0, stream>>>(args)`, which the
+// build rewrites to cuda_emu::Launcher(grid, block, 0, stream)(a lambda
+// calling kernel(args)))
+// run their blocks one after another in this process, each block's threads
+// as fibers; stream order is program order (every launch and copy is
+// synchronous here).
+//
 // Rules for a kernel to run here: launched with cudaLaunchCooperativeKernel
-// (the typed overload) and at most kMaxThreads threads a block; every warp
+// (the typed overload) or <<<>>>, at most kMaxThreads threads a block; every
+// warp
 // intrinsic called by all 32 lanes of the warp with the full mask (a
 // converged warp); no textures, no dynamic shared memory, no device-side
 // launches; inline PTX only under #ifdef __CUDA_ARCH__.
@@ -32,9 +40,14 @@
 #ifndef TERSE_COMPRESSORS_KERNELS_CUDA_EMU_CUDA_EMU_H_
 #define TERSE_COMPRESSORS_KERNELS_CUDA_EMU_CUDA_EMU_H_
 
+#include <math.h>  // Device code calls isfinite, sqrt unqualified.
+
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #define __global__
 #define __device__
@@ -90,7 +103,26 @@ void GridSync();
 // block.x threads. Returns cudaSuccess, or cudaErrorLaunchFailure when a
 // block process did not exit cleanly.
 cudaError_t Launch(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
+// Runs `body()` as an ordinary launch: the blocks one after another in this
+// process. The result is also what cudaGetLastError returns next.
+cudaError_t RunGrid(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
 
+// The launch a `kernel<<<grid, block, shared, stream>>>(args)` became:
+// Launcher(grid, block, shared, stream)([&] { kernel(args); }), each thread
+// evaluating the arguments for itself (launch arguments are plain values).
+struct GridLaunch {
+  dim3 grid, block;
+  template <typename F>
+  void operator()(F body) const {
+    RunGrid(grid, block, [](void* c) { (*static_cast<F*>(c))(); }, &body);
+  }
+};
+inline GridLaunch Launcher(dim3 grid, dim3 block, size_t /*shared_bytes*/ = 0,
+                           void* /*stream*/ = nullptr) {
+  return {grid, block};
+}
+
+// Global memory: `bytes` of the arena that every block process shares.
 void* ArenaAlloc(size_t bytes);
 
 }  // namespace cuda_emu
@@ -133,6 +165,18 @@ T __shfl_up_sync(uint32_t /*mask*/, T value, unsigned delta) {
   return out;
 }
 template <typename T>
+T __shfl_down_sync(uint32_t /*mask*/, T value, unsigned delta) {
+  static_assert(sizeof(T) <= 8, "64-bit values at most");
+  uint64_t mine = 0, all[32];
+  std::memcpy(&mine, &value, sizeof(T));
+  cuda_emu::WarpExchange(mine, all);
+  const unsigned lane = threadIdx.x & 31;
+  if (lane + delta >= 32) return value;
+  T out;
+  std::memcpy(&out, &all[lane + delta], sizeof(T));
+  return out;
+}
+template <typename T>
 T __shfl_sync(uint32_t /*mask*/, T value, int src) {
   static_assert(sizeof(T) <= 8, "64-bit values at most");
   uint64_t mine = 0, all[32];
@@ -164,6 +208,66 @@ inline unsigned long long atomicAdd(unsigned long long* p,
                                     unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
+inline double atomicAdd(double* p, double v) {
+  uint64_t old_bits =
+      __atomic_load_n(reinterpret_cast<uint64_t*>(p), __ATOMIC_SEQ_CST);
+  for (;;) {
+    double old;
+    std::memcpy(&old, &old_bits, 8);
+    const double sum = old + v;
+    uint64_t new_bits;
+    std::memcpy(&new_bits, &sum, 8);
+    if (__atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(p), &old_bits,
+                                    new_bits, false, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST)) {
+      return old;
+    }
+  }
+}
+inline uint32_t atomicOr(uint32_t* p, uint32_t v) {
+  return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+}
+
+// Arithmetic with the rounding named (round to nearest: the host's mode;
+// build with -ffp-contract=off so that no product is fused into an add).
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+
+// fp16 and bf16 as their bits; conversions round to nearest even.
+struct __half {
+  uint16_t bits;
+};
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+namespace cuda_emu {
+uint16_t FloatToHalfBits(float f);
+float HalfBitsToFloat(uint16_t h);
+uint16_t FloatToBFloat16Bits(float f);
+float BFloat16BitsToFloat(uint16_t h);
+}  // namespace cuda_emu
+inline __half __float2half_rn(float f) {
+  return {cuda_emu::FloatToHalfBits(f)};
+}
+inline float __half2float(__half h) {
+  return cuda_emu::HalfBitsToFloat(h.bits);
+}
+inline uint16_t __half_as_ushort(__half h) { return h.bits; }
+inline __half __ushort_as_half(uint16_t u) { return {u}; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  return {cuda_emu::FloatToBFloat16Bits(f)};
+}
+inline float __bfloat162float(__nv_bfloat16 h) {
+  return cuda_emu::BFloat16BitsToFloat(h.bits);
+}
+inline uint16_t __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+inline __nv_bfloat16 __ushort_as_bfloat16(uint16_t u) { return {u}; }
 
 inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n) {
   std::memcpy(dst, src, n);
@@ -188,6 +292,8 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
                             cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t error);
 
 template <typename Kernel>
