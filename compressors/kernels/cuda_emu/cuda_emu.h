@@ -114,7 +114,8 @@ struct GridLaunch {
   dim3 grid, block;
   template <typename F>
   void operator()(F body) const {
-    RunGrid(grid, block, [](void* c) { (*static_cast<F*>(c))(); }, &body);
+    RunGrid(
+        grid, block, [](void* c) { (*static_cast<F*>(c))(); }, &body);
   }
 };
 inline GridLaunch Launcher(dim3 grid, dim3 block, size_t /*shared_bytes*/ = 0,
@@ -133,6 +134,17 @@ void* ArenaAlloc(size_t bytes);
 #define blockDim (::cuda_emu::block_dim)
 
 inline void __syncthreads() { cuda_emu::SyncThreads(); }
+inline void __syncwarp(uint32_t /*mask*/ = 0xffffffffu) {
+  uint64_t all[32];
+  cuda_emu::WarpExchange(0, all);
+}
+
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) {
+  return {x, y, z, w};
+}
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 inline uint32_t __ballot_sync(uint32_t /*mask*/, bool pred) {
@@ -292,6 +304,15 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
                             cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice,
+  cudaMemcpyDefault,
+};
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
+                            cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t error);

@@ -1,8 +1,10 @@
-// The sampled-threshold CUDA top-k (topk_filter_cuda.cu, the very source the
-// GPU builds) run on the CPU by cuda_emu, against the CPU TopK: CI has no
-// GPU, and this is where the kernel's indexing, its grid-wide phases and its
-// fallback are checked on every build. kernels_cuda_test runs the same
-// cases on a device, with the GPU's own scheduling.
+// The CUDA top-k (topk_cuda.cu's multi-pass select and topk_filter_cuda.cu's
+// sampled-threshold path, the very sources the GPU builds) run on the CPU by
+// cuda_emu, against the CPU TopK: CI has no GPU, and this is where the
+// kernels' indexing, their grid-wide phases and the fallback are checked on
+// every build. kernels_cuda_test runs the same cases on a device, with the
+// GPU's own scheduling.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -10,6 +12,7 @@
 
 #include "compressors/kernels/cuda_emu/cuda_emu.h"
 #include "compressors/kernels/topk.h"
+#include "compressors/kernels/topk_cuda.h"
 #include "compressors/kernels/topk_filter_cuda.h"
 #include "gtest/gtest.h"
 
@@ -63,12 +66,12 @@ Outcome RunFilter(const float* dx, int64_t d, int64_t k) {
   return out;
 }
 
-class TopKFilterEmuTest : public ::testing::Test {
+class TopKCudaEmuTest : public ::testing::Test {
  protected:
   void SetUp() override { cuda_emu::SetDeviceShape({2, 2}); }  // 4 blocks.
 };
 
-TEST_F(TopKFilterEmuTest, MatchesCpuOnEveryShape) {
+TEST_F(TopKCudaEmuTest, MatchesCpuOnEveryShape) {
   const int64_t d = (int64_t{1} << 18) + 4101;  // A partial last tile.
   for (int shape = 0; shape < 7; ++shape) {
     const std::vector<float> x = Inputs(d, shape, 11 + shape);
@@ -90,7 +93,7 @@ TEST_F(TopKFilterEmuTest, MatchesCpuOnEveryShape) {
 
 // Other grids: one block (every barrier a block's own), and three blocks
 // for a tile count they do not divide; an input not 16-byte aligned.
-TEST_F(TopKFilterEmuTest, MatchesCpuOnOtherGridsAndOffsets) {
+TEST_F(TopKCudaEmuTest, MatchesCpuOnOtherGridsAndOffsets) {
   const int64_t d = (int64_t{1} << 18) + 1;
   const std::vector<float> all = Inputs(d + 3, 0, 5);
   const float* dall = DeviceCopy(all);
@@ -108,7 +111,33 @@ TEST_F(TopKFilterEmuTest, MatchesCpuOnOtherGridsAndOffsets) {
   }
 }
 
-TEST_F(TopKFilterEmuTest, RefusesWhatItDoesNotTake) {
+// The public entry point: the multi-pass select below the filter path's
+// sizes (and for k > d / 32), at float offsets that leave x unaligned for
+// its float4 loads; the filter path above.
+TEST_F(TopKCudaEmuTest, PublicTopKMatchesCpu) {
+  const int64_t most = (int64_t{1} << 18) + 3;
+  for (int shape : {0, 1, 2}) {
+    const std::vector<float> all = Inputs(most + 3, shape, 21 + shape);
+    const float* dall = DeviceCopy(all);
+    for (int64_t d :
+         {int64_t{1}, int64_t{1000}, int64_t{8192 * 3 + 17}, most}) {
+      for (int64_t offset : {int64_t{0}, int64_t{1}}) {
+        for (int64_t k : {int64_t{0}, int64_t{1}, d / 100, d / 2, d}) {
+          std::vector<uint32_t> cpu(k);
+          TopK(all.data() + offset, d, k, cpu.data(), 1);
+          uint32_t* dout =
+              DeviceCopy(std::vector<uint32_t>(std::max<int64_t>(k, 1)));
+          ASSERT_EQ(cuda::TopK(dall + offset, d, k, dout, nullptr), 0);
+          ASSERT_EQ(std::vector<uint32_t>(dout, dout + k), cpu)
+              << "shape " << shape << " d " << d << " offset " << offset
+              << " k " << k;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(TopKCudaEmuTest, RefusesWhatItDoesNotTake) {
   EXPECT_FALSE(cuda::FilterTopKApplies((int64_t{1} << 18) - 1, 10));
   EXPECT_FALSE(cuda::FilterTopKApplies(int64_t{1} << 20, 0));
   EXPECT_FALSE(
