@@ -11,7 +11,8 @@
 #   2. nvcc outside Bazel: a probe (the first CUDA initialisation) and the
 #      TopK benchmark: cuda::TopK at 1% of 2^20, 2^24 and 2^27 floats,
 #      checked against a host oracle, next to the device's copy bandwidth
-#      measured in the same run.
+#      measured in the same run; then bench/kernels/topk_filter_probe.cu
+#      (topk_probe.log: the sampled-threshold path's phase times).
 #   3. Every gpu-tagged test plus the device-aware untagged ones: with
 #      Bazel, bazel test by name (never //...: the TensorFlow binding needs
 #      a venv from PyPI); without (the lent machines have no Bazel and no
@@ -154,6 +155,15 @@ if timeout "$(left 150)" nvcc -std=c++17 -O2 -t 0 $ARCH -I. \
   fi
 else
   note "TopK benchmark (nvcc): FAIL to compile (topk_bench.log)"; count fail
+fi
+
+# Where the sampled-threshold top-k's time goes (block 0's phase clock).
+if [ "$HOST_SEES_GPU" -eq 1 ] && timeout "$(left 120)" nvcc -std=c++17 -O2 \
+    $ARCH -I. compressors/kernels/topk_cuda.cu \
+    compressors/kernels/topk_filter_cuda.cu bench/kernels/topk_filter_probe.cu \
+    -o "$TMPD/topk_probe" >"$OUT/topk_probe.log" 2>&1; then
+  timeout "$(left 60)" "$TMPD/topk_probe" >>"$OUT/topk_probe.log" 2>&1
+  tail -n 5 "$OUT/topk_probe.log"
 fi
 
 # --- 3. The GPU tests ---------------------------------------------------------
