@@ -287,6 +287,41 @@ class DeviceCompression : public ExternalCompressionState {
   // The PowerSGD instance of a policy bucket for (cf, level).
   DevicePowerSgd* PowerSgdFor(BucketState& s, double cf, int64_t level)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // a = g + residual, per tensor, in place in `g` (device), the velocity
+  // u = m u + g first under TERSE_MOMENTUM_CORRECTION.
+  absl::Status FormA(BucketState& s, float* g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // gravac's portfolio on the device (device_portfolio.cc), as the
+  // CompressedReducer (compressed_reducer.cc, compressed_reducer_exchange.cc):
+  //
+  // Whether the portfolio of `config` (TERSE_GRAVAC_CANDIDATES across
+  // families) runs here: every candidate is dense, fp16, bf16, PowerSGD or
+  // a topk / dgc / redsync / randomk level (randomk with float32 values).
+  static bool PortfolioOnDevice(const Config& config);
+  // The start of a policy step, on the gradient `g` (device) before
+  // anything is added: the window gain's sums of g (a decision with
+  // window_gain_steps), then FormA, then the window's e_0 = a - sum g on its
+  // first step. Sets the step's window state (s.window_*).
+  absl::Status BeginPolicyStep(BucketState& s, const gravac::Decision& decision,
+                               float* g, bool in_place, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reducer's AddToWindowGain: this rank's sent contribution `local`
+  // (device) joins the window; on the step that closes it, the deviation
+  // (e_T - e_0 from `a`, or the summed g - sent) and the sum of g go into
+  // `stats` from slot s.window_sketch_at, whole or as their count sketches
+  // (computed on the device; only they come to the host).
+  absl::Status AddToWindowGain(BucketState& s, const float* a,
+                               const float* local, std::vector<double>* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ||C(a)||^2 of each of the decision's gain probes, compressed locally on
+  // the device as the reducer's ProbeGain (sparsifiers decoded as the wire
+  // rounds them, fp16 / bf16 cast and back, PowerSGD on a rank alone with
+  // the probe's own warm starts), into stats[kStatsTrailer + i].
+  absl::Status ProbeGains(BucketState& s, const gravac::Decision& decision,
+                          const float* a, int64_t step,
+                          std::vector<double>* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A policy bucket's pending decision, norms, PowerSGD warm starts and
   // accumulator into a checkpoint's bucket (the reducer's format; the
   // accumulator is downloaded by the caller), and back from a loaded one.
