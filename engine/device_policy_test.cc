@@ -207,6 +207,59 @@ INSTANTIATE_TEST_SUITE_P(
       return i.param.name;
     });
 
+// A bucket of at most 1024 floats sends its window sums whole, not their
+// sketches: the same decisions and results as the CPU path.
+TEST(DevicePortfolioSmallTest, WindowSumsOfASmallBucketEqualTheCpuPath) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  Bucket bucket = DeviceCompressionBucket();
+  bucket.members = {{"small.weight", 600}, {"small.bias", 200}};
+  bucket.members[0].shape = {20, 30};
+  bucket.count = 800;
+  bucket.bytes = bucket.count * 4;
+  for (int size : {2, 3}) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        size, "gravac", "10", 30, &run, &sim, [](int rank) { return rank; },
+        Portfolio("none,fp16,powersgd:2,topk:10,randomk:8", "window"),
+        /*device_gather=*/true, {}, &bucket);
+    ASSERT_TRUE(st.ok()) << st;
+    const Outcome compared = BeforeTheFirstPick(run);
+    ASSERT_GE(compared.cpu_steps.size(), 15u);
+    st = ExpectBitwiseEqual(compared, "small bucket");
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
+        << compared.cpu_steps.back()[0];
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+// The portfolio with TERSE_MOMENTUM_CORRECTION on a gradient ("grad.")
+// tensor: velocities on the device, the window summing g - sent step by
+// step (the residual is not a - sent then); the same decisions and results
+// as the CPU path.
+TEST(DevicePortfolioMomentumTest, PortfolioWithMomentumEqualsTheCpuPath) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  Bucket bucket = DeviceCompressionBucket();
+  bucket.members[0].name = "grad.layer0.weight";
+  std::map<std::string, std::string> settings =
+      Portfolio("none,fp16,powersgd:2,topk:10,dgc:20", "window");
+  settings["TERSE_MOMENTUM_CORRECTION"] = "0.9";
+  for (const bool device_gather : {false, true}) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        3, "gravac", "10", 24, &run, &sim, [](int rank) { return rank; },
+        settings, device_gather, {}, &bucket);
+    ASSERT_TRUE(st.ok()) << st;
+    const Outcome compared = BeforeTheFirstPick(run);
+    ASSERT_GE(compared.cpu_steps.size(), 15u);
+    st = ExpectBitwiseEqual(compared, "portfolio with momentum");
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
+        << compared.cpu_steps.back()[0];
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
 // Error feedback under the portfolio loses nothing: what the ranks sent
 // plus their residuals is the sum of every gradient (fp64 oracle), across
 // dense flushes, PowerSGD and the sparsifiers (the lossless casts, whose
