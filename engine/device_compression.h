@@ -36,21 +36,24 @@
 // so state saved on one device kind loads on another.
 //
 // The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc,
-// redsync or randomk family, accordion with any of those or powersgd) run
-// the
-// CompressedReducer's
-// protocol here too (PolicyStep): probes, norms (reduced on the device; only
-// the scalars reach the host policy), statistics exchange, one step of lag;
+// redsync or randomk family; gravac's portfolio of dense, fp16, bf16,
+// powersgd, topk, dgc, redsync and randomk candidates; accordion with topk,
+// dgc, redsync, randomk or powersgd) run the CompressedReducer's protocol
+// here too (PolicyStep): probes, the portfolio's gain probes and window
+// gains (their sums on the device, only their count sketches reach the
+// host: DeviceOps::CountSketch), norms (reduced on the device; only the
+// scalars reach the host policy), statistics exchange, one step of lag;
 // the decisions and results equal the CPU path's bit for bit on the
 // simulated device when the policy's decisions do not depend on measured
-// time (the throughput guard off).
+// time (the throughput guard off; the portfolio while it explores).
 //
 // TERSE_MOMENTUM_CORRECTION runs here too (velocities in device memory,
 // in checkpoints through ExportVelocities / TakeVelocity), for every bucket
 // Reduce is given, compressed or not.
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
-// on the simulated device and refuses them on CUDA): gravac's portfolio.
+// on a host copy of the bucket, with a warning): a portfolio with a qsgd
+// candidate.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -119,8 +122,8 @@ class DeviceCompression : public ExternalCompressionState {
   // The adaptive policies run on the device (PolicyStep): gravac with one
   // sparsifier family (TERSE_GRAVAC_CANDIDATES "paper" with
   // TERSE_GRAVAC_COMPRESSOR, or a single family) of topk, dgc, redsync or
-  // randomk, and accordion with TERSE_ACCORDION_COMPRESSOR topk, dgc,
-  // redsync, randomk or powersgd. Not (yet): gravac's portfolio.
+  // randomk, gravac's portfolio where PortfolioOnDevice, and accordion with
+  // TERSE_ACCORDION_COMPRESSOR topk, dgc, redsync, randomk or powersgd.
   static bool HandlesPolicy(const CompressionChoice& choice,
                             const Config& config);
 

@@ -241,6 +241,28 @@ absl::Status PortfolioProbesAcrossDeviceKinds(SimRuntime* sim, int rank,
   return CheckpointAcross(sim, engine, "gravac", rank, {40, 50});
 }
 
+// gravac's portfolio with a qsgd candidate (this scenario's
+// configuration), which does not run on the device: the executor runs the
+// CPU reducer on the bucket (staged), equal to the CPU path bit for bit.
+absl::Status StagedPortfolioEqualsCpu(SimRuntime* sim, int rank,
+                                      Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  for (int step = 0; step < 4; ++step) {
+    std::vector<double> dev;
+    std::vector<float> cpu;
+    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, "gravac", "dev.staged",
+                                   "cpu.staged", Gradient(rank, step, 3000),
+                                   &dev, &cpu));
+    TERSE_RETURN_IF_ERROR(
+        ExpectSame(dev, cpu, absl::StrCat("staged portfolio step ", step)));
+  }
+  // Staged: the device tensor's residual is in the reducer's store.
+  for (float v : engine.compression().Residual("dev.staged", 3000)) {
+    if (v != 0.0f) return absl::OkStatus();
+  }
+  return absl::InternalError("the staged portfolio left no residual");
+}
+
 }  // namespace device_scenarios_internal
 }  // namespace testing
 }  // namespace terse

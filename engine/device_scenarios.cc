@@ -502,8 +502,9 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
       all.push_back(std::move(s));
     }
   }
-  // Scenarios with a configuration of their own: momentum correction, and
-  // gravac's portfolio with the step gain and a survey at every decision.
+  // Scenarios with a configuration of their own: momentum correction,
+  // gravac's portfolio with the step gain and a survey at every decision,
+  // and a portfolio the device does not run (qsgd: staged).
   struct Configured {
     std::string name;
     Body body;
@@ -516,6 +517,10 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
        [](Config* c) {
          c->gravac_gain = "step";
          c->gravac_window = 1;
+       }},
+      {"StagedPortfolioEqualsCpu", StagedPortfolioEqualsCpu,
+       [](Config* c) {
+         c->gravac_candidates = {"none", "topk:10", "qsgd:8"};
        }},
   };
   for (const char* mode : {"nccl", "mpi"}) {
