@@ -50,7 +50,7 @@ bool DeviceCompression::HandlesPolicy(const CompressionChoice& choice,
   if (choice.name == "gravac") {
     std::string family = config.gravac_compressor;
     if (!gravac::IsSingleFamily(config.gravac_candidates, &family)) {
-      return false;  // The portfolio.
+      return PortfolioOnDevice(config);
     }
     return family == "topk" || family == "dgc" || family == "redsync" ||
            family == "randomk";
@@ -267,19 +267,9 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
     TERSE_ASSIGN_OR_RETURN(BucketState * s, StateFor(bucket, choice, target));
     const auto start = std::chrono::steady_clock::now();
     float* g = static_cast<float*>(data);
-    // u = m u + g, g = u (TERSE_MOMENTUM_CORRECTION), before the residual.
-    if (config_.momentum_correction > 0) {
-      TERSE_RETURN_IF_ERROR(ApplyMomentum(s->ops, target, s->segments, g));
-    }
-    // a = g + residual, per tensor, on the device.
-    for (const Segment& seg : s->segments) {
-      TERSE_ASSIGN_OR_RETURN(Residual * r,
-                             ResidualFor(seg.name, seg.count, target));
-      if (r->valid) {
-        TERSE_RETURN_IF_ERROR(s->ops->Add(target.stream, r->buffer.as<float>(),
-                                          g + seg.offset, seg.count));
-      }
-    }
+    // a = g + residual on the device (momentum first); a policy's step
+    // does it itself, after the portfolio's window has summed g.
+    if (!s->adaptive) TERSE_RETURN_IF_ERROR(FormA(*s, g));
     absl::StatusOr<BucketReport> report =
         s->adaptive ? PolicyStep(*s, g, step, control, allreduce, allgatherv)
         : s->id_kind == CompressorId::kFp16 || s->id_kind == CompressorId::kBf16

@@ -34,21 +34,24 @@
 // so state saved on one device kind loads on another.
 //
 // The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc,
-// redsync or randomk family, accordion with any of those or powersgd) run
-// the
-// CompressedReducer's
-// protocol here too (PolicyStep): probes, norms (reduced on the device; only
-// the scalars reach the host policy), statistics exchange, one step of lag;
+// redsync or randomk family; gravac's portfolio of dense, fp16, bf16,
+// powersgd, topk, dgc, redsync and randomk candidates; accordion with topk,
+// dgc, redsync, randomk or powersgd) run the CompressedReducer's protocol
+// here too (PolicyStep): probes, the portfolio's gain probes and window
+// gains (their sums on the device, only their count sketches reach the
+// host: DeviceOps::CountSketch), norms (reduced on the device; only the
+// scalars reach the host policy), statistics exchange, one step of lag;
 // the decisions and results equal the CPU path's bit for bit on the
 // simulated device when the policy's decisions do not depend on measured
-// time (the throughput guard off).
+// time (the throughput guard off; the portfolio while it explores).
 //
 // TERSE_MOMENTUM_CORRECTION runs here too (velocities in device memory,
 // in checkpoints through ExportVelocities / TakeVelocity), for every bucket
 // Reduce is given, compressed or not.
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
-// on the simulated device and refuses them on CUDA): gravac's portfolio.
+// on a host copy of the bucket, with a warning): a portfolio with a qsgd
+// candidate.
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -117,8 +120,8 @@ class DeviceCompression : public ExternalCompressionState {
   // The adaptive policies run on the device (PolicyStep): gravac with one
   // sparsifier family (TERSE_GRAVAC_CANDIDATES "paper" with
   // TERSE_GRAVAC_COMPRESSOR, or a single family) of topk, dgc, redsync or
-  // randomk, and accordion with TERSE_ACCORDION_COMPRESSOR topk, dgc,
-  // redsync, randomk or powersgd. Not (yet): gravac's portfolio.
+  // randomk, gravac's portfolio where PortfolioOnDevice, and accordion with
+  // TERSE_ACCORDION_COMPRESSOR topk, dgc, redsync, randomk or powersgd.
   static bool HandlesPolicy(const CompressionChoice& choice,
                             const Config& config);
 
@@ -284,6 +287,41 @@ class DeviceCompression : public ExternalCompressionState {
       std::vector<double>* stats) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The PowerSGD instance of a policy bucket for (cf, level).
   DevicePowerSgd* PowerSgdFor(BucketState& s, double cf, int64_t level)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // a = g + residual, per tensor, in place in `g` (device), the velocity
+  // u = m u + g first under TERSE_MOMENTUM_CORRECTION.
+  absl::Status FormA(BucketState& s, float* g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // gravac's portfolio on the device (device_portfolio.cc), as the
+  // CompressedReducer (compressed_reducer.cc, compressed_reducer_exchange.cc):
+  //
+  // Whether the portfolio of `config` (TERSE_GRAVAC_CANDIDATES across
+  // families) runs here: every candidate is dense, fp16, bf16, PowerSGD or
+  // a topk / dgc / redsync / randomk level (randomk with float32 values).
+  static bool PortfolioOnDevice(const Config& config);
+  // The start of a policy step, on the gradient `g` (device) before
+  // anything is added: the window gain's sums of g (a decision with
+  // window_gain_steps), then FormA, then the window's e_0 = a - sum g on its
+  // first step. Sets the step's window state (s.window_*).
+  absl::Status BeginPolicyStep(BucketState& s, const gravac::Decision& decision,
+                               float* g, bool in_place, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reducer's AddToWindowGain: this rank's sent contribution `local`
+  // (device) joins the window; on the step that closes it, the deviation
+  // (e_T - e_0 from `a`, or the summed g - sent) and the sum of g go into
+  // `stats` from slot s.window_sketch_at, whole or as their count sketches
+  // (computed on the device; only they come to the host).
+  absl::Status AddToWindowGain(BucketState& s, const float* a,
+                               const float* local, std::vector<double>* stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ||C(a)||^2 of each of the decision's gain probes, compressed locally on
+  // the device as the reducer's ProbeGain (sparsifiers decoded as the wire
+  // rounds them, fp16 / bf16 cast and back, PowerSGD on a rank alone with
+  // the probe's own warm starts), into stats[kStatsTrailer + i].
+  absl::Status ProbeGains(BucketState& s, const gravac::Decision& decision,
+                          const float* a, int64_t step,
+                          std::vector<double>* stats)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A policy bucket's pending decision, norms, PowerSGD warm starts and
   // accumulator into a checkpoint's bucket (the reducer's format; the warm

@@ -42,6 +42,10 @@ inline constexpr int kStatWindowDev = 5;
 inline constexpr int kStatWindowGrad = 6;
 inline constexpr int kStatWindowSteps = 7;
 inline constexpr int kStatSentBytes = 8;
+// The window gain's sums travel whole up to this many floats, else as
+// their count sketches of this many buckets (the reducer's kWindowSketch,
+// compressed_reducer_internal.h).
+inline constexpr int64_t kWindowSketch = 1024;
 
 // The bucket identity the CPU path seeds DGC's sampling with (FNV-1a of the
 // members' names joined by ","; compressed_reducer_internal.h's StableHash
@@ -184,6 +188,32 @@ struct DeviceCompression::BucketState {
       powersgd_levels;
   // Restored warm states, for PowerSGD instances made later.
   std::vector<proto::WarmState> restored_warm;
+
+  // gravac's portfolio (device_portfolio.cc), mirroring the reducer's
+  // BucketState: the gain probes' PowerSGD instances (their own warm
+  // starts, never checkpointed), their scratch and norms (device; the
+  // norms' host copy), and the window gain's state: window_grad = the sum
+  // of g over the window, window_dev = e_0 (then e_T - e_0 when a window
+  // closes: `deviation`), or under momentum correction the sum of g - sent
+  // with g kept in raw_g (window_keeps_g); the closing step's sums or
+  // their sketches (device, and their host copy).
+  std::map<std::pair<double, int64_t>, std::unique_ptr<DevicePowerSgd>>
+      powersgd_probes;
+  DeviceBuffer probe_a, probe_out, probe_half, probe_norms;
+  // The 16-bit body an fp16 / bf16 decision sends (SparseLevel's rounding
+  // of the probes' values uses `half`).
+  DeviceBuffer cast_body;
+  std::vector<double> host_probe_norms;
+  bool window_active = false;
+  bool window_keeps_g = false;
+  DeviceBuffer window_grad, window_dev, raw_g, deviation, sketch;
+  std::vector<float> host_window;
+  std::vector<double> host_sketch;
+  int64_t window_steps = 0;
+  size_t window_sketch_at = device_compression_internal::kStatsTrailer;
+  int64_t window_sketch_k = 0;
+  uint64_t window_sketch_seed = 0;
+  gravac::Choice window_choice;
   // The previous step's time, as CompressedReducer::PreviousStepSeconds.
   bool has_last_start = false;
   std::chrono::steady_clock::time_point last_start;

@@ -30,13 +30,19 @@ absl::StatusOr<Config> DeviceCompressionConfig(
 
 namespace {
 
-// A policy's description without the times it measured ("T_c=[...]":
-// wall-clock throughputs, which differ between two runs).
+// A policy's description without the times it measured (wall-clock
+// throughputs, which differ between two runs): gravac's "T_c=[...]" and
+// the portfolio's "T_c=<value>" of each candidate.
 std::string WithoutTimes(std::string policy) {
   for (size_t at; (at = policy.find("T_c=[")) != std::string::npos;) {
     const size_t end = policy.find(']', at);
     policy.erase(at,
                  end == std::string::npos ? std::string::npos : end + 1 - at);
+  }
+  for (size_t at = 0; (at = policy.find("T_c=", at)) != std::string::npos;) {
+    at += 4;
+    const size_t end = policy.find_first_of(" ]", at);
+    policy.erase(at, end == std::string::npos ? std::string::npos : end - at);
   }
   return policy;
 }

@@ -32,17 +32,18 @@
 //
 // Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
 // randomk, efsignsgd and qsgd (and redsync, threshold), gravac with one
-// topk, dgc, redsync or randomk family and accordion, and
-// TERSE_MOMENTUM_CORRECTION run on the device, in stream
+// topk, dgc, redsync or randomk family, gravac's portfolio (dense, fp16,
+// bf16, powersgd, topk, dgc, redsync and randomk candidates) and
+// accordion, and TERSE_MOMENTUM_CORRECTION run on the device, in stream
 // order, with their residuals and velocities in device memory
 // (DeviceCompression, engine/device_compression.h), on CUDA and on the
-// simulated device. The other policies (gravac's portfolio) run through
-// the engine's CompressedReducer (its CPU kernels, residuals and
-// velocities, payloads over the control communicator) after the engine
-// stream is synchronised: on the fusion buffer itself where the runtime's
-// memory is host-addressable (the simulated device), through the pinned
-// staging buffer on CUDA (a copy each way per step); fuse and unfuse stay
-// on the stream.
+// simulated device. The rest (a portfolio with a qsgd candidate) runs
+// through the engine's CompressedReducer (its CPU kernels, residuals and
+// velocities, payloads over the control communicator; a warning names the
+// bucket on its first step) after the engine stream is synchronised: on
+// the fusion buffer itself where the runtime's memory is host-addressable
+// (the simulated device), through the pinned staging buffer on CUDA (a
+// copy each way per step); fuse and unfuse stay on the stream.
 //
 // Not thread-safe except CheckView and CheckEntry (any thread). Every rank
 // runs the same device collectives in the same order (the negotiated one).

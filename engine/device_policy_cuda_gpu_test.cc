@@ -1,7 +1,8 @@
 // The adaptive policies on a CUDA device (tag gpu): gravac with one topk or
-// dgc family and accordion with topk, dgc or powersgd through
-// DeviceCompression on GPU 0, 1 rank and 2 ranks (threads) sharing it with
-// host-staged collectives, against the CompressedReducer (the CPU path):
+// dgc family, gravac's portfolio, and accordion with topk, dgc or powersgd
+// through DeviceCompression on GPU 0, 1 rank and 2 ranks (threads) sharing
+// it with host-staged collectives, against the CompressedReducer (the CPU
+// path):
 // the same decisions step by step (what was sent, at which CF), and the
 // same results (equal for the sparsifiers; PowerSGD within 1e-3 of the
 // largest value, its CUDA products summing in another order). The CUDA
@@ -86,6 +87,63 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<CudaPolicyCase>& i) {
       return i.param.name;
     });
+
+// gravac's portfolio on CUDA (dense, fp16, bf16, PowerSGD, topk, dgc,
+// randomk; the window gain with its count sketches on the device, and the
+// step gain with every candidate's gain probe), the throughput guard off:
+// until the CPU path's first pick by measured throughput ("best T_c") the
+// same candidates are sent step by step as on the CPU path, and the results
+// agree within 1e-3 of the largest value (PowerSGD's CUDA products, and
+// the residuals they leave, sum in another order).
+TEST(DevicePortfolioCudaTest, SendsAsTheCpuPathWhileItExplores) {
+  if (ProbeCuda().device_count == 0) {
+    GTEST_SKIP() << "skipped: no device (no CUDA device: "
+                 << ProbeCuda().why_none << ")";
+  }
+  CudaRuntime cuda;
+  for (const char* gain : {"window", "step"}) {
+    const std::map<std::string, std::string> settings = {
+        {"TERSE_GRAVAC_CANDIDATES",
+         "none,fp16,bf16,powersgd:2,topk:10,dgc:20,randomk:8"},
+        {"TERSE_GRAVAC_GAIN", gain},
+        {"TERSE_GRAVAC_GAIN_WINDOW", "2"},
+        {"TERSE_GRAVAC_WINDOW", "4"},
+        {"TERSE_GRAVAC_EPSILON", "0.3"},
+        {"TERSE_GRAVAC_EWMA", "0.5"},
+        {"TERSE_GRAVAC_OMEGA", "0"},
+        {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"}};
+    const int steps = std::string(gain) == "window" ? 30 : 16;
+    for (int size : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(gain, " gain, ", size, " ranks"));
+      Outcome run;
+      absl::Status st = RunDeviceAndCpu(
+          size, "gravac", "10", steps, &run, &cuda, [](int) { return 0; },
+          settings);
+      ASSERT_TRUE(st.ok()) << st;
+      size_t explored = 0;
+      while (explored < run.cpu_steps.size() &&
+             run.cpu_steps[explored][0].find("best T_c") == std::string::npos) {
+        ++explored;
+      }
+      ASSERT_GE(explored, 6u);
+      for (size_t step = 0; step < explored; ++step) {
+        for (int r = 0; r < size; ++r) {
+          const std::string& d = run.device_steps[step][r];
+          const std::string& h = run.cpu_steps[step][r];
+          EXPECT_EQ(d.substr(d.find(" sent ")), h.substr(h.find(" sent ")))
+              << gain << " step " << step << " rank " << r;
+        }
+      }
+      run.device.resize(explored);
+      run.cpu.resize(explored);
+      run.device_report.clear();
+      run.cpu_report.clear();
+      st = ExpectClose(run, absl::StrCat("portfolio (", gain, ") on cuda:0"),
+                       1e-3);
+      EXPECT_TRUE(st.ok()) << st;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace testing

@@ -1,7 +1,9 @@
 // One step of a device bucket under an adaptive policy (gravac with one
-// sparsifier family, accordion): DeviceCompression::PolicyStep, the
-// CompressedReducer's ReduceCompressed (engine/compressed_reducer.cc) on
-// device buffers. See device_compression.h.
+// sparsifier family or its portfolio, accordion): DeviceCompression::
+// PolicyStep, the CompressedReducer's ReduceCompressed
+// (engine/compressed_reducer.cc) on device buffers; the portfolio's own
+// pieces (window gain, gain probes) are in device_portfolio.cc. See
+// device_compression.h.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -30,6 +32,10 @@ bool IsDeviceSparsifier(CompressorId id) {
 
 // Slots of DeviceCompression::BucketState::norms.
 enum NormSlot { kEf = 0, kLevel1, kLevel2, kSent, kAccumulated, kNumNorms };
+
+DataType HalfTypeOf(CompressorId kind) {
+  return kind == CompressorId::kFp16 ? DataType::kFloat16 : DataType::kBFloat16;
+}
 
 }  // namespace
 
@@ -154,36 +160,38 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   const Clock::time_point start = Clock::now();
   const double previous_seconds = PreviousStepSeconds(s, start);
   const gravac::Decision decision = s.policy->Decide();
-  if (!decision.gain_probes.empty() || decision.window_gain_steps > 0) {
-    return absl::InternalError(absl::StrCat(
-        "bucket ", s.id, ": ", s.policy->Describe(),
-        " asked for gain probes or a window gain, which device buckets do "
-        "not measure"));
-  }
   CompressorId kind = CompressorId::kNone;
   if (decision.compressor != "none") {
     TERSE_ASSIGN_OR_RETURN(kind, CompressorIdFromName(decision.compressor));
   }
   const bool probes = decision.probe_cf_min > 0;
   const bool rounds = !decision.dense() && kind == CompressorId::kPowerSgd;
-  if ((probes || (!decision.dense() && !rounds)) && !IsDeviceSparsifier(kind)) {
+  // fp16 / bf16 (the portfolio's lossless candidates): cast on the device,
+  // the 16-bit body summed over ranks, nothing left behind.
+  const bool cast = !decision.dense() && (kind == CompressorId::kFp16 ||
+                                          kind == CompressorId::kBf16);
+  if ((probes || (!decision.dense() && !rounds && !cast)) &&
+      !IsDeviceSparsifier(kind)) {
     return absl::UnimplementedError(
         absl::StrCat("bucket ", s.id, ": ", s.policy->Describe(), " sends ",
                      decision.compressor,
                      ", which device buckets do not run under a policy"));
   }
-  // Dense with nothing to add or measure: reduced where it is (Reduce added
-  // no residual: there is none).
-  const bool in_place =
-      decision.dense() && !probes && !s.accumulates && s.residual_empty;
+  // Dense with nothing to add or measure: reduced where it is (there is no
+  // residual to add), as the reducer's in-place step.
+  const bool in_place = decision.dense() && !probes &&
+                        decision.gain_probes.empty() && !s.accumulates &&
+                        s.residual_empty && config_.momentum_correction <= 0;
+  // The window gain's sums of g, then a = g + residual (momentum first).
+  TERSE_RETURN_IF_ERROR(BeginPolicyStep(s, decision, a, in_place, step));
   TERSE_RETURN_IF_ERROR(Ensure(t, kNumNorms * sizeof(double), &s.norms));
   TERSE_RETURN_IF_ERROR(
       t.stream->Memset(s.norms.data(), 0, kNumNorms * sizeof(double)));
   double* norms = s.norms.as<double>();
   // ||a||^2 and ||sent||^2 only where the policy reads them (the CPU
-  // path's step norms): a decision that wants its statistics; 0 otherwise,
-  // on every rank.
-  const bool step_norms = decision.wants_stats;
+  // path's step norms): a decision that wants its statistics and keeps no
+  // gain window (whose sums replace them); 0 otherwise, on every rank.
+  const bool step_norms = decision.wants_stats && !s.window_active;
   if (!in_place && step_norms) {
     TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, a, n, norms + kEf));
   }
@@ -191,7 +199,7 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   // Compress: gravac's two levels (level two from level one's output), or
   // what the decision sends. Over the device communicator the payloads are
   // built on the device (ExchangeSparseOnDevice), not here.
-  const bool sparse_send = !decision.dense() && !rounds;
+  const bool sparse_send = !decision.dense() && !rounds && !cast;
   // RandomK's values are summable (shared-seed positions): summed by the
   // device collective, not gathered.
   const bool summable_send = sparse_send && kind == CompressorId::kRandomK;
@@ -244,7 +252,29 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
         SparseLevel(s, kind, a, decision.send_cf, step, 0, level1, p1_out));
     sending = &p1;
     local = level1;
+  } else if (cast) {
+    // The 16-bit body, and this rank's own decoding of it (0 + the cast
+    // back, as the reducer's Decompress).
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level1));
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 2, &s.cast_body));
+    float* level1 = s.level1.as<float>();
+    TERSE_RETURN_IF_ERROR(ops->CastToHalf(
+        t.stream, a, s.cast_body.as<uint16_t>(), n, HalfTypeOf(kind)));
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(level1, 0, n * 4));
+    TERSE_RETURN_IF_ERROR(ops->AccumulateHalf(
+        t.stream, s.cast_body.as<uint16_t>(), level1, n, HalfTypeOf(kind)));
+    local = level1;
+    if (step_norms) {
+      TERSE_RETURN_IF_ERROR(
+          ops->SquaredNorm(t.stream, level1, n, norms + kSent));
+    }
   }
+  // The statistics this step sends: the reducer's, then the gain probes'
+  // norms, then (on the step that closes a gain window) the window sums or
+  // their sketches.
+  std::vector<double> stats(s.window_sketch_at + 2 * s.window_sketch_k, 0.0);
+  stats[kStatSeconds] = previous_seconds;
+  TERSE_RETURN_IF_ERROR(ProbeGains(s, decision, a, step, &stats));
   std::string sent_name = "none";
   double sent_cf = 1;
   if (!decision.dense()) {
@@ -268,8 +298,11 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     }
     TERSE_RETURN_IF_ERROR(MaskSent(s, local));
   }
-  std::vector<double> stats(kStatsTrailer, 0.0);
-  stats[kStatSeconds] = previous_seconds;
+  // The window gain: what this rank sends joins the window (PowerSGD's
+  // share is known only inside its step, below).
+  if (s.window_active && !rounds) {
+    TERSE_RETURN_IF_ERROR(AddToWindowGain(s, a, local, &stats));
+  }
   // Over the device communicator the norms go into the trailer on the
   // device; otherwise they come to the host now (after the level work).
   std::vector<std::pair<int, const double*>> device_stats;
@@ -290,20 +323,28 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     }
     if (decision.dense()) {
       stats[kStatNormSent] = stats[kStatNormEf];
-    } else if (sending != nullptr) {
+    } else if (sending != nullptr || cast) {
       stats[kStatNormSent] = s.host_norms[kSent];
     }
   }
 
   // Communicate: the statistics ride on the sparse payloads; otherwise
   // they are allgathered after the sum when a decision wants them.
-  const bool gather_stats =
-      decision.wants_stats || (s.has_pending && s.pending.wants_stats);
+  const bool gather_stats = decision.wants_stats ||
+                            (s.has_pending && s.pending.wants_stats) ||
+                            s.window_sketch_k > 0;
   int64_t bytes = 0;
   bool stats_gathered = false;
   if (decision.dense()) {
     bytes = n * 4;
     TERSE_RETURN_IF_ERROR(allreduce(a, n, DataType::kFloat32));
+  } else if (cast) {
+    // The 16-bit bodies summed over ranks; dense = 0 + the decoded sum.
+    bytes = n * 2;
+    TERSE_RETURN_IF_ERROR(allreduce(s.cast_body.data(), n, HalfTypeOf(kind)));
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+    TERSE_RETURN_IF_ERROR(ops->AccumulateHalf(
+        t.stream, s.cast_body.as<uint16_t>(), a, n, HalfTypeOf(kind)));
   } else if (summable_send) {
     // The sent level's values summed over ranks, scattered into 0.
     const int64_t kept = s.selected_count[sent_level];
@@ -333,9 +374,13 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                            r.buffer.as<float>(), seg.count));
                        r.valid = true;
                      }
-                     return step_norms ? ops->SquaredNorm(t.stream, own, n,
-                                                          norms + kSent)
-                                       : absl::OkStatus();
+                     if (step_norms) {
+                       TERSE_RETURN_IF_ERROR(
+                           ops->SquaredNorm(t.stream, own, n, norms + kSent));
+                     }
+                     // a is still this rank's: the window gain now.
+                     return s.window_active ? AddToWindowGain(s, a, own, &stats)
+                                            : absl::OkStatus();
                    }));
     TERSE_RETURN_IF_ERROR(
         t.stream->Memcpy(&s.host_norms[kSent], norms + kSent, sizeof(double)));
@@ -367,8 +412,8 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                                             control, &gathered, &sizes));
     TERSE_ASSIGN_OR_RETURN(
         const GatheredSparse ranks,
-        DecodeGatheredSparse(s, kind, gathered, sizes, kStatsTrailer, control,
-                             &stats));
+        DecodeGatheredSparse(s, kind, gathered, sizes,
+                             static_cast<int>(stats.size()), control, &stats));
     stats_gathered = true;
     // The sum over ranks, in rank order (as the CPU path).
     TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
@@ -382,20 +427,19 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   if (!stats_gathered && !gather_stats) {
     std::fill(stats.begin(), stats.end(), 0.0);  // The same on every rank.
   } else if (!stats_gathered) {
-    std::vector<double> all(kStatsTrailer * control->size());
-    TERSE_RETURN_IF_ERROR(control->Allgather(stats.data(), all.data(),
-                                             kStatsTrailer * sizeof(double)));
-    std::vector<double> total(kStatsTrailer, 0.0);
+    const size_t count = stats.size();
+    std::vector<double> all(count * control->size());
+    TERSE_RETURN_IF_ERROR(
+        control->Allgather(stats.data(), all.data(), count * sizeof(double)));
+    std::vector<double> total(count, 0.0);
     for (int r = 0; r < control->size(); ++r) {  // Rank order.
-      for (int i = 0; i < kStatsTrailer; ++i) {
-        total[i] += all[r * kStatsTrailer + i];
-      }
+      for (size_t i = 0; i < count; ++i) total[i] += all[r * count + i];
     }
     stats = std::move(total);
   }
 
-  // Error feedback: a dense step leaves nothing behind.
-  if (decision.dense()) {
+  // Error feedback: a dense or lossless (cast) step leaves nothing behind.
+  if (decision.dense() || cast) {
     for (const Segment& seg : s.segments) residuals_[seg.name].valid = false;
     s.residual_empty = true;
   } else {
@@ -414,8 +458,22 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
     accumulated_norm2 = s.host_norms[kAccumulated];
   }
-  // The averages over ranks, fed one step late with the time.
+  // The averages over ranks, fed one step late with the time; a closed
+  // window's norms are those of the ranks' summed sums (the reducer's
+  // FoldStatistics), which then leave the statistics.
   for (double& v : stats) v /= size_;
+  if (s.window_sketch_k > 0) {
+    const size_t at = s.window_sketch_at;
+    const int64_t k = s.window_sketch_k;
+    double dev = 0, grad = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      dev += stats[at + i] * stats[at + i];
+      grad += stats[at + k + i] * stats[at + k + i];
+    }
+    stats[kStatWindowDev] = dev;
+    stats[kStatWindowGrad] = grad;
+    stats.resize(at);
+  }
   if (s.has_pending) {
     gravac::StepStats observed;
     const std::vector<double>& p = s.pending_norms;
@@ -428,6 +486,7 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     observed.window_grad_norm2 = p[kStatWindowGrad];
     observed.window_steps = p[kStatWindowSteps];
     observed.bytes_sent = p[kStatSentBytes];
+    observed.probe_norm2.assign(p.begin() + kStatsTrailer, p.end());
     observed.seconds = stats[kStatSeconds];
     s.policy->Observe(s.pending, observed);
   }
@@ -459,6 +518,12 @@ absl::Status DeviceCompression::SavePolicyState(const BucketState& s,
   b.set_pending_quiet(!s.pending.wants_stats);
   b.set_pending_send_cf(s.pending.send_cf);
   b.set_pending_level(s.pending.level);
+  for (const gravac::Choice& c : s.pending.gain_probes) {
+    proto::PendingProbe* p = b.add_pending_probes();
+    p->set_compressor(c.compressor);
+    p->set_cf(c.cf);
+    p->set_level(c.level);
+  }
   b.set_pending_probe_cf_min(s.pending.probe_cf_min);
   b.set_pending_probe_cf_candidate(s.pending.probe_cf_candidate);
   for (double v : s.pending_norms) b.add_pending_norms(v);
@@ -478,16 +543,15 @@ absl::Status DeviceCompression::SavePolicyState(const BucketState& s,
 
 absl::Status DeviceCompression::RestorePolicyState(
     const proto::BucketCompressionState& r, BucketState* s) {
-  if (r.pending_probes_size() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bucket ", s->id, " (", s->key,
-        "): the checkpoint holds a portfolio decision with gain probes, "
-        "which device buckets do not run"));
-  }
   s->has_pending = r.has_pending();
   s->pending.compressor = r.pending_compressor();
   s->pending.send_cf = r.pending_send_cf();
   s->pending.level = r.pending_level();
+  s->pending.gain_probes.clear();
+  for (const proto::PendingProbe& p : r.pending_probes()) {
+    s->pending.gain_probes.push_back(
+        gravac::Choice{p.compressor(), p.cf(), p.level()});
+  }
   s->pending.probe_cf_min = r.pending_probe_cf_min();
   s->pending.probe_cf_candidate = r.pending_probe_cf_candidate();
   s->pending.wants_stats = !r.pending_quiet();

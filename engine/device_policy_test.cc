@@ -1,13 +1,16 @@
 // The adaptive policies on device buckets (DeviceCompression::PolicyStep),
 // on the simulated device, ranks as threads over loopback: gravac with one
-// topk, dgc or redsync family and accordion with topk, dgc, redsync or
-// powersgd take the same decisions, step by step, as the CompressedReducer
-// (the CPU path) on the same gradients and reduce to bitwise the same
-// results, with 2 and 3 ranks, with the sparse messages through the host
-// and over the device communicator; the decisions explore more than one
-// choice (the comparison is not of one static compressor); error feedback
-// conserves the gradient (fp64 oracle). The throughput guard is off and
-// omega 0, so the decisions follow the gradients only, not measured time.
+// topk, dgc or redsync family, gravac's portfolio (dense, fp16, bf16,
+// PowerSGD, topk, dgc, redsync, randomk; window gains and gain probes) and
+// accordion with topk, dgc, redsync or powersgd take the same decisions,
+// step by step, as the CompressedReducer (the CPU path) on the same
+// gradients and reduce to bitwise the same results, with 2 and 3 ranks,
+// with the sparse messages through the host and over the device
+// communicator; the decisions explore more than one choice (the comparison
+// is not of one static compressor); error feedback conserves the gradient
+// (fp64 oracle). The throughput guard is off and omega 0, so the decisions
+// follow the gradients only, not measured time (the portfolio's until its
+// first pick by throughput, see BeforeTheFirstPick).
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -100,6 +103,219 @@ INSTANTIATE_TEST_SUITE_P(
         PolicyCase{"accordion_randomk", "accordion", Accordion("randomk")},
         PolicyCase{"accordion_powersgd", "accordion", Accordion("powersgd")}),
     [](const ::testing::TestParamInfo<PolicyCase>& i) { return i.param.name; });
+
+// gravac's portfolio (TERSE_GRAVAC_CANDIDATES across families) with the
+// throughput guard off: while it explores (its trials, the window gains,
+// the surveys' gain probes) no decision reads a measured time. The first
+// pick by T_c ("best T_c") does, so the comparisons cover the steps before
+// it, and there must be enough of them.
+std::map<std::string, std::string> Portfolio(const std::string& candidates,
+                                             const std::string& gain) {
+  return {{"TERSE_GRAVAC_CANDIDATES", candidates},
+          {"TERSE_GRAVAC_GAIN", gain},
+          {"TERSE_GRAVAC_GAIN_WINDOW", "2"},
+          {"TERSE_GRAVAC_WINDOW", "4"},
+          {"TERSE_GRAVAC_EPSILON", "0.3"},
+          {"TERSE_GRAVAC_EWMA", "0.5"},
+          {"TERSE_GRAVAC_OMEGA", "0"},
+          {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"}};
+}
+
+// The steps of `run` before the CPU path's first decision by measured
+// throughput (the last reports, which come after, dropped).
+Outcome BeforeTheFirstPick(const Outcome& run) {
+  size_t steps = 0;
+  while (steps < run.cpu_steps.size() &&
+         run.cpu_steps[steps][0].find("best T_c") == std::string::npos) {
+    ++steps;
+  }
+  Outcome out = run;
+  out.device.resize(steps);
+  out.cpu.resize(steps);
+  out.device_steps.resize(steps);
+  out.cpu_steps.resize(steps);
+  out.device_report.clear();
+  out.cpu_report.clear();
+  return out;
+}
+
+struct PortfolioCase {
+  std::string name, candidates, gain;
+  int steps = 0;
+  size_t compared = 0;  // At least this many steps before the first pick.
+};
+
+class DevicePortfolioTest : public ::testing::TestWithParam<PortfolioCase> {};
+
+TEST_P(DevicePortfolioTest, DecidesAndReducesAsTheCpuPathBitForBit) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const PortfolioCase& c = GetParam();
+  for (const bool device_gather : {false, true}) {
+    for (int size : {2, 3}) {
+      SCOPED_TRACE(::testing::Message()
+                   << size << " ranks, sparse messages "
+                   << (device_gather ? "over the device" : "through the host"));
+      Outcome run;
+      absl::Status st = RunDeviceAndCpu(
+          size, "gravac", "10", c.steps, &run, &sim,
+          [](int rank) { return rank; }, Portfolio(c.candidates, c.gain),
+          device_gather);
+      ASSERT_TRUE(st.ok()) << st;
+      const Outcome compared = BeforeTheFirstPick(run);
+      std::string lines;
+      for (const auto& step : run.cpu_steps) lines += "\n" + step[0];
+      ASSERT_GE(compared.cpu_steps.size(), c.compared) << lines;
+      st = ExpectBitwiseEqual(compared, c.name);
+      EXPECT_TRUE(st.ok()) << st << lines;
+      // The portfolio explored: every family was sent.
+      std::set<std::string> sent;
+      for (const auto& step : compared.device_steps) {
+        const std::string& line = step[0];
+        const size_t at = line.find(" sent ") + 6;
+        sent.insert(line.substr(at, line.find(' ', at) - at));
+      }
+      EXPECT_GE(sent.size(), 5u) << lines;
+      // Every candidate's gain was measured (window sums, step gains or
+      // gain probes) by the end of the comparison.
+      EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
+          << lines;
+      for (int r = 0; r < size; ++r) {
+        // The residuals are held on the device, not in the reducer's store.
+        for (float v : run.store_residual[r]) ASSERT_EQ(v, 0.0f);
+      }
+    }
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Portfolios, DevicePortfolioTest,
+    ::testing::Values(
+        // The window gain (the default): trials, flushes, window sums and
+        // their count sketches (70001 floats > the sketch's 1024).
+        PortfolioCase{"window",
+                      "none,fp16,bf16,powersgd:2,topk:10,dgc:20,redsync:16,"
+                      "randomk:8",
+                      "window", 40, 30},
+        // The paper's step gain: surveys with every candidate's gain probe
+        // (PowerSGD on a rank alone, with its own warm starts), trials.
+        PortfolioCase{"step",
+                      "none,fp16,bf16,powersgd:2,topk:10,dgc:20,redsync:16,"
+                      "randomk:8",
+                      "step", 20, 8}),
+    [](const ::testing::TestParamInfo<PortfolioCase>& i) {
+      return i.param.name;
+    });
+
+// A bucket of at most 1024 floats sends its window sums whole, not their
+// sketches: the same decisions and results as the CPU path.
+TEST(DevicePortfolioSmallTest, WindowSumsOfASmallBucketEqualTheCpuPath) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  Bucket bucket = DeviceCompressionBucket();
+  bucket.members = {{"small.weight", 600}, {"small.bias", 200}};
+  bucket.members[0].shape = {20, 30};
+  bucket.count = 800;
+  bucket.bytes = bucket.count * 4;
+  for (int size : {2, 3}) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        size, "gravac", "10", 30, &run, &sim, [](int rank) { return rank; },
+        Portfolio("none,fp16,powersgd:2,topk:10,randomk:8", "window"),
+        /*device_gather=*/true, {}, &bucket);
+    ASSERT_TRUE(st.ok()) << st;
+    const Outcome compared = BeforeTheFirstPick(run);
+    ASSERT_GE(compared.cpu_steps.size(), 15u);
+    st = ExpectBitwiseEqual(compared, "small bucket");
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
+        << compared.cpu_steps.back()[0];
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+// The portfolio with TERSE_MOMENTUM_CORRECTION on a gradient ("grad.")
+// tensor: velocities on the device, the window summing g - sent step by
+// step (the residual is not a - sent then); the same decisions and results
+// as the CPU path.
+TEST(DevicePortfolioMomentumTest, PortfolioWithMomentumEqualsTheCpuPath) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  Bucket bucket = DeviceCompressionBucket();
+  bucket.members[0].name = "grad.layer0.weight";
+  std::map<std::string, std::string> settings =
+      Portfolio("none,fp16,powersgd:2,topk:10,dgc:20", "window");
+  settings["TERSE_MOMENTUM_CORRECTION"] = "0.9";
+  for (const bool device_gather : {false, true}) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        3, "gravac", "10", 24, &run, &sim, [](int rank) { return rank; },
+        settings, device_gather, {}, &bucket);
+    ASSERT_TRUE(st.ok()) << st;
+    const Outcome compared = BeforeTheFirstPick(run);
+    ASSERT_GE(compared.cpu_steps.size(), 15u);
+    st = ExpectBitwiseEqual(compared, "portfolio with momentum");
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
+        << compared.cpu_steps.back()[0];
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+// Error feedback under the portfolio loses nothing: what the ranks sent
+// plus their residuals is the sum of every gradient (fp64 oracle), across
+// dense flushes, PowerSGD and the sparsifiers (the lossless casts, whose
+// rounding is not fed back, are left out of the portfolio here).
+TEST(DevicePortfolioConservationTest, SentPlusResidualIsTheGradientSum) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const int size = 3, steps = 16;
+  Outcome run;
+  absl::Status st = RunDeviceAndCpu(
+      size, "gravac", "10", steps, &run, &sim, [](int rank) { return rank; },
+      Portfolio("none,powersgd:2,topk:10,dgc:20,randomk:8", "window"),
+      /*device_gather=*/true);
+  ASSERT_TRUE(st.ok()) << st;
+  const Bucket bucket = DeviceCompressionBucket();
+  const int64_t n = bucket.count;
+  std::vector<double> gradients(n, 0.0), sent(n, 0.0), left(n, 0.0);
+  std::vector<double> magnitude(n, 0.0);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> g = DeviceCompressionGradient(r, step, n);
+      for (int64_t i = 0; i < n; ++i) {
+        gradients[i] += g[i];
+        magnitude[i] += std::fabs(g[i]);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      sent[i] += run.device[step][0][i];
+      magnitude[i] += std::fabs(run.device[step][0][i]);
+    }
+  }
+  for (int r = 0; r < size; ++r) {
+    int64_t offset = 0;
+    for (const BucketMember& m : bucket.members) {
+      auto it = run.residuals[r].find(m.name);
+      if (it != run.residuals[r].end()) {
+        ASSERT_EQ(static_cast<int64_t>(it->second.size()), m.count);
+        for (int64_t i = 0; i < m.count; ++i) {
+          left[offset + i] += it->second[i];
+          magnitude[offset + i] += std::fabs(it->second[i]);
+        }
+      }
+      offset += m.count;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(sent[i] + left[i], gradients[i], 1e-5 * magnitude[i] + 1e-9)
+        << "[" << i << "]";
+  }
+  // Compressed families were sent, a residual stays behind.
+  std::set<std::string> families;
+  for (int step = 0; step < steps; ++step) {
+    const std::string& line = run.device_steps[step][0];
+    families.insert(line.substr(line.find(" sent ")));
+  }
+  EXPECT_GE(families.size(), 4u);
+}
 
 // With the throughput guard on, gravac's first two steps measure dense
 // (the second, with no residual left and no probes, is reduced in place);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,20 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status.h"
+#include "engine/device_scenarios_internal.h"
 
 namespace terse {
 namespace testing {
-namespace {
-
-// A rank's simulated device and the framework's streams on it: the
-// producer writes inputs late (a deliberate delay per piece of work), the
-// consumer reads results.
-struct RankDevice {
-  SimRuntime* sim = nullptr;
-  int ordinal = 0;
-  std::unique_ptr<SimStream> producer;
-  std::unique_ptr<SimStream> consumer;
-};
+namespace device_scenarios_internal {
 
 absl::StatusOr<RankDevice> MakeDevice(SimRuntime* sim, const Engine& engine) {
   RankDevice d;
@@ -41,6 +33,8 @@ absl::StatusOr<RankDevice> MakeDevice(SimRuntime* sim, const Engine& engine) {
       sim->CreateSimStream(d.ordinal, std::chrono::microseconds(0)));
   return d;
 }
+
+namespace {
 
 // Host bytes of `values` in `dtype` (small integers: exact in every type).
 std::vector<uint8_t> Encode(DataType dtype, const std::vector<double>& values) {
@@ -122,15 +116,7 @@ double Decode(DataType dtype, const uint8_t* p) {
   }
 }
 
-// A device tensor written by the producer stream: `host` is copied to
-// device memory late; `ready` covers the copy. `host` stays alive here
-// until the copy ran.
-struct Uploaded {
-  std::vector<uint8_t> host;
-  DeviceBuffer buffer;
-  std::shared_ptr<Event> ready;
-  TensorView view;
-};
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Uploaded>> Upload(RankDevice& d, DataType dtype,
                                                  const std::vector<double>& v) {
@@ -168,6 +154,11 @@ absl::StatusOr<std::vector<double>> Download(RankDevice& d, Event* done,
   }
   return out;
 }
+
+}  // namespace device_scenarios_internal
+
+namespace {
+using namespace device_scenarios_internal;  // NOLINT: this file's helpers.
 
 double Value(int rank, int t, int64_t i) {
   return static_cast<double>((rank + 1) * ((t + i) % 4 + 1));
@@ -476,153 +467,6 @@ absl::Status DeviceKindMismatch(SimRuntime* sim, int rank, Engine& engine) {
   return AllreduceDtypes(sim, rank, engine);
 }
 
-// Values of step `step` (deterministic, rank-dependent, not small integers:
-// compression rounds them).
-std::vector<double> Gradient(int rank, int step, int64_t n) {
-  std::vector<double> v(n);
-  for (int64_t i = 0; i < n; ++i) {
-    v[i] = std::sin(0.37 * i + 1.3 * rank + 0.71 * step) * (1 + i % 7);
-  }
-  return v;
-}
-
-// Allreduces the same values as a simulated-device tensor and as a CPU
-// tensor, each in its own bucket with compression `spec`; returns both
-// results (the CPU path is the reference).
-absl::Status StepBoth(RankDevice& d, Engine& engine, const std::string& spec,
-                      const std::string& dev_name, const std::string& cpu_name,
-                      const std::vector<double>& v, std::vector<double>* dev,
-                      std::vector<float>* cpu,
-                      std::vector<int64_t> shape = {}) {
-  const int64_t n = static_cast<int64_t>(v.size());
-  if (shape.empty()) shape = {n};
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
-                         Upload(d, DataType::kFloat32, v));
-  cpu->assign(v.begin(), v.end());
-  TensorView cv(cpu->data(), n, DataType::kFloat32);
-  TERSE_ASSIGN_OR_RETURN(
-      Handle hd,
-      engine.AllreduceAsync(dev_name, u->view, u->view, shape, ReduceOp::kSum,
-                            1.0, 1.0, nullptr, spec, u->ready));
-  TERSE_ASSIGN_OR_RETURN(
-      Handle hc, engine.AllreduceAsync(cpu_name, cv, cv, shape, ReduceOp::kSum,
-                                       1.0, 1.0, nullptr, spec));
-  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(hd));
-  TERSE_RETURN_IF_ERROR(engine.Wait(hc));
-  TERSE_ASSIGN_OR_RETURN(*dev, Download(d, done.get(), *u));
-  return absl::OkStatus();
-}
-
-absl::Status ExpectSame(const std::vector<double>& dev,
-                        const std::vector<float>& cpu,
-                        const std::string& what) {
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    if (static_cast<float>(dev[i]) != cpu[i]) {
-      return absl::InternalError(
-          absl::StrCat(what, "[", i, "]: device ", dev[i], ", cpu ", cpu[i]));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Each compressor on simulated-device buckets equals the CPU path bit for
-// bit over several steps (residuals carried between steps): fp16, bf16,
-// topk, dgc, efsignsgd and powersgd run on the device (DeviceCompression;
-// dgc's buckets are below its sampling size, so both select exactly),
-// accordion (its default: PowerSGD at the critical rank) on the device
-// under the policy, and threshold (selected on the device too).
-absl::Status CompressedEqualsCpu(SimRuntime* sim, int rank, Engine& engine) {
-  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  for (const std::string spec :
-       {"fp16", "bf16", "topk:10", "dgc:10", "efsignsgd", "powersgd:2",
-        "threshold:10", "accordion"}) {
-    for (int step = 0; step < 3; ++step) {
-      std::vector<double> dev;
-      std::vector<float> cpu;
-      TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, "dev." + spec,
-                                     "cpu." + spec, Gradient(rank, step, 3000),
-                                     &dev, &cpu));
-      TERSE_RETURN_IF_ERROR(
-          ExpectSame(dev, cpu, absl::StrCat(spec, " step ", step)));
-    }
-  }
-  // Both paths really compressed (equal results of two dense sends would
-  // prove nothing): every bucket sent something other than "none".
-  int compressed = 0;
-  for (const BucketReport& r : engine.compression().Reports()) {
-    if (r.compressor != "none") ++compressed;
-  }
-  return Expect(compressed >= 16,
-                absl::StrCat(compressed, " of 16 buckets compressed"));
-}
-
-// A checkpoint of a simulated-device bucket's compression state loads for
-// the same tensor on the CPU (and the CPU's for the device): the step after
-// the load equals the step the saving engine took. `spec` on tensors of
-// `shape` (top-k: residuals; PowerSGD on a matrix: residuals and warm
-// starts).
-absl::Status CheckpointAcross(SimRuntime* sim, Engine& engine,
-                              const std::string& spec, int rank,
-                              std::vector<int64_t> shape,
-                              const std::string& prefix = "") {
-  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  int64_t n = 1;
-  for (int64_t dim : shape) n *= dim;
-  const std::string a = prefix + "a." + spec, b = prefix + "b." + spec;
-  std::vector<double> dev;
-  std::vector<float> cpu;
-  for (int step = 0; step < 2; ++step) {
-    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, spec, a, b,
-                                   Gradient(rank, step, n), &dev, &cpu, shape));
-  }
-  TERSE_ASSIGN_OR_RETURN(std::string saved, engine.compression().SaveState());
-  // Step 2 as the saving engine takes it: a on the device, b on the CPU.
-  TERSE_RETURN_IF_ERROR(
-      StepBoth(d, engine, spec, a, b, Gradient(rank, 2, n), &dev, &cpu, shape));
-  const std::vector<double> a_on_device = dev;
-  const std::vector<float> b_on_cpu = cpu;
-  // Back to the checkpoint, then step 2 with the kinds swapped.
-  TERSE_RETURN_IF_ERROR(engine.compression().LoadState(saved));
-  TERSE_RETURN_IF_ERROR(
-      StepBoth(d, engine, spec, b, a, Gradient(rank, 2, n), &dev, &cpu, shape));
-  TERSE_RETURN_IF_ERROR(
-      ExpectSame(dev, b_on_cpu, spec + " b: saved on cpu, on sim"));
-  std::vector<float> a_device_f(a_on_device.begin(), a_on_device.end());
-  std::vector<double> cpu_d(cpu.begin(), cpu.end());
-  return ExpectSame(cpu_d, a_device_f, spec + " a: saved on sim, on cpu");
-}
-
-absl::Status CheckpointAcrossDeviceKinds(SimRuntime* sim, int rank,
-                                         Engine& engine) {
-  TERSE_RETURN_IF_ERROR(CheckpointAcross(sim, engine, "topk:10", rank, {2000}));
-  TERSE_RETURN_IF_ERROR(
-      CheckpointAcross(sim, engine, "powersgd:2", rank, {40, 50}));
-  // An adaptive policy's bucket: accordion (PowerSGD at its critical
-  // rank; the default switch period keeps it there): the pending decision
-  // and norms, the accumulator and the warm starts of that rank.
-  return CheckpointAcross(sim, engine, "accordion", rank, {40, 50});
-}
-
-// TERSE_MOMENTUM_CORRECTION (this scenario's configuration) on gradients
-// ("grad." names): the device path equals the CPU path (momentum, then
-// top-k with the sent entries masked out of residual and velocity), and a
-// checkpoint's velocities (held in device memory for the device tensor)
-// load across device kinds, the next step equal to the saving engine's.
-absl::Status MomentumAcrossDeviceKinds(SimRuntime* sim, int rank,
-                                       Engine& engine) {
-  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
-  for (int step = 0; step < 3; ++step) {
-    std::vector<double> dev;
-    std::vector<float> cpu;
-    TERSE_RETURN_IF_ERROR(StepBoth(d, engine, "none", "grad.dev.none",
-                                   "grad.cpu.none", Gradient(rank, step, 500),
-                                   &dev, &cpu));
-    TERSE_RETURN_IF_ERROR(
-        ExpectSame(dev, cpu, absl::StrCat("momentum dense step ", step)));
-  }
-  return CheckpointAcross(sim, engine, "topk:10", rank, {2000}, "grad.");
-}
-
 }  // namespace
 
 std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
@@ -658,21 +502,45 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
       all.push_back(std::move(s));
     }
   }
+  // Scenarios with a configuration of their own: momentum correction,
+  // gravac's portfolio with the step gain and a survey at every decision,
+  // and a portfolio the device does not run (qsgd: staged).
+  struct Configured {
+    std::string name;
+    Body body;
+    std::function<void(Config*)> configure;
+  };
+  const std::vector<Configured> configured = {
+      {"MomentumAcrossDeviceKinds", MomentumAcrossDeviceKinds,
+       [](Config* c) { c->momentum_correction = 0.9; }},
+      {"PortfolioProbesAcrossDeviceKinds", PortfolioProbesAcrossDeviceKinds,
+       [](Config* c) {
+         c->gravac_gain = "step";
+         c->gravac_window = 1;
+       }},
+      {"StagedPortfolioEqualsCpu", StagedPortfolioEqualsCpu,
+       [](Config* c) {
+         c->gravac_candidates = {"none", "topk:10", "qsgd:8"};
+       }},
+  };
   for (const char* mode : {"nccl", "mpi"}) {
-    Scenario s;
-    s.name = std::string(mode) == "mpi" ? "MomentumAcrossDeviceKindsStaged"
-                                        : "MomentumAcrossDeviceKinds";
-    const std::string ops = mode;
-    s.configure = [ops](Config* c) {
-      c->gpu_operations = ops;
-      c->min_compress_bytes = 0;
-      c->momentum_correction = 0.9;
-    };
-    s.body = [sim](int rank, Engine& engine) {
-      return MomentumAcrossDeviceKinds(sim, rank, engine);
-    };
-    s.options.devices = runtimes;
-    all.push_back(std::move(s));
+    for (const Configured& one : configured) {
+      Scenario s;
+      s.name = std::string(mode) == "mpi" ? one.name + "Staged" : one.name;
+      const std::string ops = mode;
+      const std::function<void(Config*)> more = one.configure;
+      s.configure = [ops, more](Config* c) {
+        c->gpu_operations = ops;
+        c->min_compress_bytes = 0;
+        more(c);
+      };
+      Body b = one.body;
+      s.body = [sim, b](int rank, Engine& engine) {
+        return b(sim, rank, engine);
+      };
+      s.options.devices = runtimes;
+      all.push_back(std::move(s));
+    }
   }
   return all;
 }

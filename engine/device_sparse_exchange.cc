@@ -20,14 +20,12 @@ using namespace device_compression_internal;  // NOLINT: own internals.
 
 namespace {
 
-constexpr int64_t kTrailerBytes = kStatsTrailer * sizeof(double);
-
 int64_t PayloadBytes(int64_t kept, int value_bytes) {
   return static_cast<int64_t>(kPayloadHeaderBytes) + kept * (4 + value_bytes);
 }
 
-int64_t SlotBytes(int64_t kept, int value_bytes) {
-  return (PayloadBytes(kept, value_bytes) + kTrailerBytes + 7) / 8 * 8;
+int64_t SlotBytes(int64_t kept, int value_bytes, int64_t trailer_bytes) {
+  return (PayloadBytes(kept, value_bytes) + trailer_bytes + 7) / 8 * 8;
 }
 
 // The header every rank writes for `kept` entries (all ranks share the
@@ -57,10 +55,15 @@ DeviceCompression::ExchangeSparseOnDevice(
     const std::vector<std::pair<int, const double*>>& device_stats,
     Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
     std::vector<double>* summed) {
-  if (static_cast<int>(stats.size()) != kStatsTrailer) {
+  // The reducer's statistics, then (the portfolio) its gain probes' norms
+  // and window sums: the same count on every rank (the same decision).
+  if (static_cast<int>(stats.size()) < kStatsTrailer) {
     return absl::InternalError(
         absl::StrCat("bucket ", s.id, ": ", stats.size(), " statistics"));
   }
+  const size_t num_stats = stats.size();
+  const int64_t trailer_bytes =
+      static_cast<int64_t>(num_stats * sizeof(double));
   const Target& t = s.target;
   DeviceOps* ops = s.ops;
   const int64_t n = s.count;
@@ -81,7 +84,7 @@ DeviceCompression::ExchangeSparseOnDevice(
           absl::StrCat("bucket ", s.id, ": rank ", r, " announced ", counts[r],
                        " entries of a bucket of ", n));
     }
-    slots[r] = SlotBytes(counts[r], vb);
+    slots[r] = SlotBytes(counts[r], vb, trailer_bytes);
     at[r] = total;
     total += slots[r];
   }
@@ -93,9 +96,9 @@ DeviceCompression::ExchangeSparseOnDevice(
   // the device when the wire carries them so), norms from the device.
   stats[kStatSentBytes] = static_cast<double>(payload_bytes);
   s.host_message_ends = HeaderFor(kind, type, static_cast<uint64_t>(n), kept);
-  s.host_message_ends.resize(kPayloadHeaderBytes + kTrailerBytes);
+  s.host_message_ends.resize(kPayloadHeaderBytes + trailer_bytes);
   std::memcpy(s.host_message_ends.data() + kPayloadHeaderBytes, stats.data(),
-              kTrailerBytes);
+              trailer_bytes);
   TERSE_RETURN_IF_ERROR(Ensure(t, slots[rank_], &s.message));
   TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(total, 8), &s.messages));
   TERSE_RETURN_IF_ERROR(Ensure(t, size * 4, &s.index_flags));
@@ -117,7 +120,7 @@ DeviceCompression::ExchangeSparseOnDevice(
   }
   TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
       trailer, s.host_message_ends.data() + kPayloadHeaderBytes,
-      kTrailerBytes));
+      trailer_bytes));
   for (const auto& [slot, value] : device_stats) {
     TERSE_RETURN_IF_ERROR(t.stream->Memcpy(trailer + slot * sizeof(double),
                                            value, sizeof(double)));
@@ -128,7 +131,7 @@ DeviceCompression::ExchangeSparseOnDevice(
   // header (and trailer, the statistics) on the host.
   uint8_t* gathered = s.messages.as<uint8_t>();
   uint32_t* flags = s.index_flags.as<uint32_t>();
-  const int64_t each = kPayloadHeaderBytes + kTrailerBytes + 4;
+  const int64_t each = kPayloadHeaderBytes + trailer_bytes + 4;
   s.host_checked.assign(size * each, 0);
   for (int r = 0; r < size; ++r) {
     uint8_t* theirs = gathered + at[r];
@@ -140,18 +143,18 @@ DeviceCompression::ExchangeSparseOnDevice(
     TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host, theirs, kPayloadHeaderBytes));
     TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host + kPayloadHeaderBytes,
                                            theirs + PayloadBytes(counts[r], vb),
-                                           kTrailerBytes));
+                                           trailer_bytes));
     TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
-        host + kPayloadHeaderBytes + kTrailerBytes, flags + r, 4));
+        host + kPayloadHeaderBytes + trailer_bytes, flags + r, 4));
   }
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
-  if (summed != nullptr) summed->assign(kStatsTrailer, 0.0);
-  std::vector<double> theirs(kStatsTrailer);
+  if (summed != nullptr) summed->assign(num_stats, 0.0);
+  std::vector<double> theirs(num_stats);
   for (int r = 0; r < size; ++r) {
     const uint8_t* host = s.host_checked.data() + r * each;
     if (summed != nullptr) {  // Rank order: the same sum on every rank.
-      std::memcpy(theirs.data(), host + kPayloadHeaderBytes, kTrailerBytes);
-      for (int i = 0; i < kStatsTrailer; ++i) (*summed)[i] += theirs[i];
+      std::memcpy(theirs.data(), host + kPayloadHeaderBytes, trailer_bytes);
+      for (size_t i = 0; i < num_stats; ++i) (*summed)[i] += theirs[i];
     }
     auto bad = [&](absl::string_view why) {
       return absl::InvalidArgumentError(
@@ -163,7 +166,7 @@ DeviceCompression::ExchangeSparseOnDevice(
     if (std::memcmp(host, want.data(), kPayloadHeaderBytes) != 0) {
       return bad("bad payload: header");
     }
-    if (LoadLe<uint32_t>(host + kPayloadHeaderBytes + kTrailerBytes) != 0) {
+    if (LoadLe<uint32_t>(host + kPayloadHeaderBytes + trailer_bytes) != 0) {
       return bad(
           "bad payload: indices not strictly ascending below the "
           "dense count");

@@ -79,9 +79,9 @@ absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
 // Compressed allreduces of CUDA tensors through the engine (DeviceCompression):
 // fp16, bf16, and topk / dgc / randomk keeping every entry (cf 1), on small
 // integers that every format carries exactly, so the result is the host sum;
-// and gravac's portfolio (several families: the reducer on the host through
-// the staging buffer), here over none / fp16 / bf16, which carry those
-// integers exactly whatever the policy picks on each step.
+// and gravac's portfolio (several families, on the device: DeviceCompression's
+// PolicyStep), here over none / fp16 / bf16, which carry those integers
+// exactly whatever the policy picks on each step.
 absl::Status CompressedOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
   const int64_t n = 5000;
   std::vector<float> host(n);

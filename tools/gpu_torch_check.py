@@ -204,7 +204,7 @@ def per_call_powersgd():
 
 
 def per_call_gravac_portfolio():
-    # gravac's portfolio on CUDA runs through the host reducer. Run with
+    # gravac's portfolio on CUDA, on the device (DeviceCompression). Run with
     # TERSE_GRAVAC_CANDIDATES=none,fp16,bf16 (tools/gpu_check.sh): every
     # candidate carries these small integers exactly, whatever it picks.
     if os.environ.get("TERSE_GRAVAC_CANDIDATES") != "none,fp16,bf16":

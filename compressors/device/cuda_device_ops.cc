@@ -334,4 +334,17 @@ absl::Status CudaDeviceOps::OrthonormalizeColumns(Stream* stream, float* p,
       ordinal_, stream->native_handle(), p, rows, r);
 }
 
+absl::Status CudaDeviceOps::CountSketch(Stream* stream, const float* x,
+                                        int64_t n, uint64_t seed,
+                                        double* sketch, int64_t buckets) {
+  if (n < 0 || buckets < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CountSketch: n = ", n, ", buckets = ", buckets));
+  }
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CountSketch: x"));
+  TERSE_RETURN_IF_ERROR(Check(sketch, buckets * 8, "CountSketch: sketch"));
+  return device_ops_cuda::CountSketch(ordinal_, stream->native_handle(), x, n,
+                                      seed, sketch, buckets);
+}
+
 }  // namespace terse

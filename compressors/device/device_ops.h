@@ -170,6 +170,17 @@ class DeviceOps {
   // rounding of the CPU's for well-conditioned columns, not bitwise).
   virtual absl::Status OrthonormalizeColumns(Stream* stream, float* p,
                                              int64_t rows, int64_t r) = 0;
+
+  // kernels::AddCountSketch (compressors/kernels/count_sketch.h) of x[0, n)
+  // with `seed`: sketch[h(i)] += s(i) * x[i] (`buckets` doubles, added to
+  // in index order within each bucket). gravac's portfolio sketches its
+  // window sums on the device with it, so that only the sketch (k doubles,
+  // not the gradient-sized sums) reaches the host. Bitwise the CPU's on
+  // both devices (CUDA: one thread per bucket, which scans the whole
+  // vector in index order: O(n k) hashing, slow for large buckets).
+  virtual absl::Status CountSketch(Stream* stream, const float* x, int64_t n,
+                                   uint64_t seed, double* sketch,
+                                   int64_t buckets) = 0;
 };
 
 // The ops for `runtime`'s device `ordinal`: the simulated device or CUDA;

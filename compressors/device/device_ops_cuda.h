@@ -82,6 +82,12 @@ absl::Status AddOuterProduct(int device, void* stream, const float* p,
 absl::Status OrthonormalizeColumns(int device, void* stream, float* p,
                                    int64_t rows, int64_t r);
 
+// kernels::AddCountSketch into `buckets` doubles (DeviceOps::CountSketch):
+// one thread per bucket, adding its indices' signed values in index order
+// (bitwise the CPU's; O(n * buckets) hashing).
+absl::Status CountSketch(int device, void* stream, const float* x, int64_t n,
+                         uint64_t seed, double* sketch, int64_t buckets);
+
 }  // namespace device_ops_cuda
 }  // namespace terse
 

@@ -247,6 +247,29 @@ TEST(DeviceOpsCudaEmuTest, OrthonormalizeColumnsIsTheCpusWithinARounding) {
   }
 }
 
+TEST(DeviceOpsCudaEmuTest, CountSketchIsTheCpus) {
+  const int64_t n = 5001;
+  const std::vector<float> x = Inputs(n, 51);
+  for (int64_t buckets : {int64_t{1}, int64_t{64}, int64_t{1024}}) {
+    const std::vector<double> start = [&] {
+      std::vector<double> v(buckets);
+      for (int64_t j = 0; j < buckets; ++j) v[j] = 0.5 * j;  // Added to.
+      return v;
+    }();
+    Sim sim;
+    double* ssketch = sim.Up(start);
+    ASSERT_TRUE(
+        sim.ops()
+            ->CountSketch(sim.stream(), sim.Up(x), n, 77, ssketch, buckets)
+            .ok());
+    double* esketch = Emu(start);
+    ASSERT_TRUE(
+        emu::CountSketch(0, nullptr, Emu(x), n, 77, esketch, buckets).ok());
+    ExpectSameBits(Host(esketch, buckets), sim.Down(ssketch, buckets),
+                   absl::StrCat("CountSketch into ", buckets));
+  }
+}
+
 TEST(DeviceOpsCudaEmuTest, ElementwiseCastsNormsAndProducts) {
   const int64_t n = 70001;
   const std::vector<float> x = Inputs(n, 31), y = Normal(n, 32);

@@ -16,6 +16,7 @@
 #include "compressors/device/device_ops.h"
 #include "compressors/device/qsgd_bits.h"
 #include "compressors/efsignsgd_compressor.h"
+#include "compressors/kernels/count_sketch.h"
 #include "compressors/kernels/fixed_order_sum.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/kernels/select.h"
@@ -498,6 +499,23 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
       return absl::InternalError(
           absl::StrCat("SquaredNorm: device ", got[0], ", cpu ", want));
     }
+  }
+  // CountSketch: into k = 1, 64 and 1024 buckets, twice (the second adds
+  // to the first), bitwise the CPU kernel's on both devices.
+  for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}}) {
+    const uint64_t seed = 0x5eed0000u + static_cast<uint64_t>(k);
+    TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
+    TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
+    TERSE_ASSIGN_OR_RETURN(double* dk, f.Upload(std::vector<double>(k, 0.0)));
+    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dx, d, seed, dk, k));
+    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dy, d - 3, seed, dk, k));
+    std::vector<double> want(k, 0.0);
+    kernels::AddCountSketch(seed, 0, x, absl::MakeSpan(want));
+    kernels::AddCountSketch(seed, 0, absl::MakeConstSpan(y0.data(), d - 3),
+                            absl::MakeSpan(want));
+    TERSE_ASSIGN_OR_RETURN(std::vector<double> got, f.Download(dk, k));
+    TERSE_RETURN_IF_ERROR(
+        SameBits(got, want, absl::StrCat("CountSketch k=", k)));
   }
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{50}, d}) {  // TopK.
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));

@@ -10,6 +10,7 @@
 #include "common/half.h"
 #include "common/status.h"
 #include "compressors/device/qsgd_bits.h"
+#include "compressors/kernels/count_sketch.h"
 #include "compressors/kernels/fixed_order_sum.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/kernels/sparse_ops.h"
@@ -435,6 +436,21 @@ absl::Status SimDeviceOps::CheckSparseIndices(Stream* stream,
       }
     }
     *bad = found;
+  });
+}
+
+absl::Status SimDeviceOps::CountSketch(Stream* stream, const float* x,
+                                       int64_t n, uint64_t seed, double* sketch,
+                                       int64_t buckets) {
+  if (n < 0 || buckets < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CountSketch: n = ", n, ", buckets = ", buckets));
+  }
+  TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CountSketch: x"));
+  TERSE_RETURN_IF_ERROR(Check(sketch, buckets * 8, "CountSketch: sketch"));
+  return stream->LaunchHost([x, n, seed, sketch, buckets] {
+    kernels::AddCountSketch(seed, 0, absl::MakeConstSpan(x, n),
+                            absl::MakeSpan(sketch, buckets));
   });
 }
 

@@ -78,6 +78,10 @@ class SimDeviceOps : public DeviceOps {
                              const uint8_t* codes, int64_t d, int64_t bucket,
                              int levels, float* dense) override;
 
+  absl::Status CountSketch(Stream* stream, const float* x, int64_t n,
+                           uint64_t seed, double* sketch,
+                           int64_t buckets) override;
+
  private:
   absl::Status Check(const void* ptr, int64_t bytes, const char* what);
 

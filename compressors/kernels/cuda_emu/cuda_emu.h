@@ -200,6 +200,9 @@ T __shfl_sync(uint32_t /*mask*/, T value, int src) {
 }
 
 inline int __popc(uint32_t v) { return __builtin_popcount(v); }
+inline uint64_t __umul64hi(uint64_t a, uint64_t b) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+}
 inline int __ffs(uint32_t v) { return __builtin_ffs(static_cast<int>(v)); }
 inline uint32_t __float_as_uint(float f) {
   uint32_t u;
