@@ -242,5 +242,51 @@ absl::Status ExpectClose(const Outcome& run, const std::string& what,
   return absl::OkStatus();
 }
 
+absl::Status CheckConservation(const Outcome& run, int size) {
+  const Bucket bucket = DeviceCompressionBucket();
+  const int64_t n = bucket.count;
+  const int steps = static_cast<int>(run.device.size());
+  std::vector<double> gradients(n, 0.0), kept(n, 0.0), magnitude(n, 0.0);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < size; ++r) {
+      const std::vector<float> g = DeviceCompressionGradient(r, step, n);
+      for (int64_t i = 0; i < n; ++i) {
+        gradients[i] += g[i];
+        magnitude[i] += std::fabs(g[i]);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      kept[i] += run.device[step][0][i];
+      magnitude[i] += std::fabs(run.device[step][0][i]);
+    }
+  }
+  for (int r = 0; r < size; ++r) {
+    int64_t offset = 0;
+    for (const BucketMember& m : bucket.members) {
+      auto it = run.residuals[r].find(m.name);
+      if (it != run.residuals[r].end()) {
+        if (static_cast<int64_t>(it->second.size()) != m.count) {
+          return absl::InternalError(
+              absl::StrCat("residual of ", m.name, " on rank ", r, " has ",
+                           it->second.size(), " entries, not ", m.count));
+        }
+        for (int64_t i = 0; i < m.count; ++i) {
+          kept[offset + i] += it->second[i];
+          magnitude[offset + i] += std::fabs(it->second[i]);
+        }
+      }
+      offset += m.count;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::fabs(kept[i] - gradients[i]) <= 1e-5 * magnitude[i] + 1e-9)) {
+      return absl::InternalError(absl::StrCat("[", i, "]: sent + residuals ",
+                                              kept[i], ", gradients ",
+                                              gradients[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace testing
 }  // namespace terse

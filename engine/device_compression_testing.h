@@ -74,6 +74,13 @@ absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what);
 absl::Status ExpectClose(const Outcome& run, const std::string& what,
                          double tolerance);
 
+// Error feedback loses nothing: OK when, over the run's steps, what the
+// ranks sent (the reduced buckets) plus what stays in their residuals (a
+// tensor without one counts as zero) equals the sum of every rank's
+// DeviceCompressionGradient, within 1e-5 of the magnitudes involved (an
+// fp64 oracle). `size` ranks, the default bucket.
+absl::Status CheckConservation(const Outcome& run, int size);
+
 }  // namespace testing
 }  // namespace terse
 

@@ -273,41 +273,8 @@ TEST(DevicePortfolioConservationTest, SentPlusResidualIsTheGradientSum) {
       Portfolio("none,powersgd:2,topk:10,dgc:20,randomk:8", "window"),
       /*device_gather=*/true);
   ASSERT_TRUE(st.ok()) << st;
-  const Bucket bucket = DeviceCompressionBucket();
-  const int64_t n = bucket.count;
-  std::vector<double> gradients(n, 0.0), sent(n, 0.0), left(n, 0.0);
-  std::vector<double> magnitude(n, 0.0);
-  for (int step = 0; step < steps; ++step) {
-    for (int r = 0; r < size; ++r) {
-      const std::vector<float> g = DeviceCompressionGradient(r, step, n);
-      for (int64_t i = 0; i < n; ++i) {
-        gradients[i] += g[i];
-        magnitude[i] += std::fabs(g[i]);
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      sent[i] += run.device[step][0][i];
-      magnitude[i] += std::fabs(run.device[step][0][i]);
-    }
-  }
-  for (int r = 0; r < size; ++r) {
-    int64_t offset = 0;
-    for (const BucketMember& m : bucket.members) {
-      auto it = run.residuals[r].find(m.name);
-      if (it != run.residuals[r].end()) {
-        ASSERT_EQ(static_cast<int64_t>(it->second.size()), m.count);
-        for (int64_t i = 0; i < m.count; ++i) {
-          left[offset + i] += it->second[i];
-          magnitude[offset + i] += std::fabs(it->second[i]);
-        }
-      }
-      offset += m.count;
-    }
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_NEAR(sent[i] + left[i], gradients[i], 1e-5 * magnitude[i] + 1e-9)
-        << "[" << i << "]";
-  }
+  st = CheckConservation(run, size);
+  ASSERT_TRUE(st.ok()) << st;
   // Compressed families were sent, a residual stays behind.
   std::set<std::string> families;
   for (int step = 0; step < steps; ++step) {
@@ -375,41 +342,8 @@ TEST(DevicePolicyConservationTest, SentPlusResidualIsTheGradientSum) {
       size, "gravac", "10", steps, &run, &sim, [](int rank) { return rank; },
       Gravac("topk"));
   ASSERT_TRUE(st.ok()) << st;
-  const Bucket bucket = DeviceCompressionBucket();
-  const int64_t n = bucket.count;
-  std::vector<double> gradients(n, 0.0), sent(n, 0.0), left(n, 0.0);
-  std::vector<double> magnitude(n, 0.0);
-  for (int step = 0; step < steps; ++step) {
-    for (int r = 0; r < size; ++r) {
-      const std::vector<float> g = DeviceCompressionGradient(r, step, n);
-      for (int64_t i = 0; i < n; ++i) {
-        gradients[i] += g[i];
-        magnitude[i] += std::fabs(g[i]);
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      sent[i] += run.device[step][0][i];
-      magnitude[i] += std::fabs(run.device[step][0][i]);
-    }
-  }
-  for (int r = 0; r < size; ++r) {
-    int64_t offset = 0;
-    for (const BucketMember& m : bucket.members) {
-      auto it = run.residuals[r].find(m.name);
-      if (it != run.residuals[r].end()) {
-        ASSERT_EQ(static_cast<int64_t>(it->second.size()), m.count);
-        for (int64_t i = 0; i < m.count; ++i) {
-          left[offset + i] += it->second[i];
-          magnitude[offset + i] += std::fabs(it->second[i]);
-        }
-      }
-      offset += m.count;
-    }
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_NEAR(sent[i] + left[i], gradients[i], 1e-5 * magnitude[i] + 1e-9)
-        << "[" << i << "]";
-  }
+  st = CheckConservation(run, size);
+  ASSERT_TRUE(st.ok()) << st;
   // The last step sent compressed (a residual stays behind).
   EXPECT_NE(run.device_steps[steps - 1][0].find("sent topk"), std::string::npos)
       << run.device_steps[steps - 1][0];

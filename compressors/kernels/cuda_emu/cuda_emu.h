@@ -164,39 +164,35 @@ inline uint32_t __match_any_sync(uint32_t /*mask*/, uint32_t value) {
   for (int l = 0; l < 32; ++l) bits |= (all[l] == value ? 1u : 0u) << l;
   return bits;
 }
+namespace cuda_emu {
+// Every lane of the warp passes `value`; returns lane `src`'s, or `value`
+// itself when `src` is outside the warp (what the shuffles below return for
+// lanes with no source).
 template <typename T>
-T __shfl_up_sync(uint32_t /*mask*/, T value, unsigned delta) {
+T ShuffleFrom(T value, int src) {
   static_assert(sizeof(T) <= 8, "64-bit values at most");
   uint64_t mine = 0, all[32];
   std::memcpy(&mine, &value, sizeof(T));
-  cuda_emu::WarpExchange(mine, all);
-  const unsigned lane = threadIdx.x & 31;
-  if (lane < delta) return value;
+  WarpExchange(mine, all);
+  if (src < 0 || src >= 32) return value;
   T out;
-  std::memcpy(&out, &all[lane - delta], sizeof(T));
+  std::memcpy(&out, &all[src], sizeof(T));
   return out;
+}
+}  // namespace cuda_emu
+template <typename T>
+T __shfl_up_sync(uint32_t /*mask*/, T value, unsigned delta) {
+  return cuda_emu::ShuffleFrom(
+      value, static_cast<int>(threadIdx.x & 31) - static_cast<int>(delta));
 }
 template <typename T>
 T __shfl_down_sync(uint32_t /*mask*/, T value, unsigned delta) {
-  static_assert(sizeof(T) <= 8, "64-bit values at most");
-  uint64_t mine = 0, all[32];
-  std::memcpy(&mine, &value, sizeof(T));
-  cuda_emu::WarpExchange(mine, all);
-  const unsigned lane = threadIdx.x & 31;
-  if (lane + delta >= 32) return value;
-  T out;
-  std::memcpy(&out, &all[lane + delta], sizeof(T));
-  return out;
+  return cuda_emu::ShuffleFrom(
+      value, static_cast<int>(threadIdx.x & 31) + static_cast<int>(delta));
 }
 template <typename T>
 T __shfl_sync(uint32_t /*mask*/, T value, int src) {
-  static_assert(sizeof(T) <= 8, "64-bit values at most");
-  uint64_t mine = 0, all[32];
-  std::memcpy(&mine, &value, sizeof(T));
-  cuda_emu::WarpExchange(mine, all);
-  T out;
-  std::memcpy(&out, &all[src & 31], sizeof(T));
-  return out;
+  return cuda_emu::ShuffleFrom(value, src & 31);
 }
 
 inline int __popc(uint32_t v) { return __builtin_popcount(v); }
