@@ -1,9 +1,9 @@
 // CUDA radix select for the inputs the sampled-threshold path
-// (topk_filter_cuda.cu) does not take, the same algorithm as topk.cc: three histogram levels
-// (11, 10, 10 bits of the 31-bit magnitude key) with the bin choice made on
-// the device, then a tiled collection pass that keeps index order: per-tile
-// counts, a scan that hands the tie budget to tiles in index order, and a
-// per-tile ordered write (warp ballots + a block scan).
+// (topk_filter_cuda.cu) does not take, the same algorithm as topk.cc: three
+// histogram levels (11, 10, 10 bits of the 31-bit magnitude key) with the bin
+// choice made on the device, then a tiled collection pass that keeps index
+// order: per-tile counts, a scan that hands the tie budget to tiles in index
+// order, and a per-tile ordered write (warp ballots + a block scan).
 //
 // Six kernels a call: histogram level 0, candidate compaction, levels 1
 // and 2, tile count, tile write. Each reads x once, except that levels 1 and
@@ -86,53 +86,18 @@ __device__ __forceinline__ bool LastBlockDone(uint32_t* ticket) {
 }
 
 // Called by every thread of a kThreads block: chooses the bin holding the
-// need-th largest key, i.e. the highest bin whose count plus the counts above
-// it reaches `need` (bin 0 when none does, as the serial walk from the top
-// stops there), and narrows *st to it. Thread t holds the kBinsPerThread
-// bins from bins-1 - t*kBinsPerThread downwards, so a block scan gives each
-// bin the count above it. `hist` is read through L2 (other blocks' atomics).
-constexpr int kBinsPerThread = kMaxBins / kThreads;
+// need-th largest key (ChooseBin) and narrows *st to it.
 __device__ __forceinline__ void PickBin(int level, int64_t need,
                                         const uint32_t* hist, SelectState* st) {
-  __shared__ uint64_t warp_sums[kWarps];
-  __shared__ int chosen_bin;
-  __shared__ int64_t chosen_above;
-  const int bins = 1 << LevelBits(level);
-  const int top = bins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
-  uint64_t counts[kBinsPerThread];
-  uint64_t mine = 0;
-#pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) {
-    counts[j] = top - j >= 0 ? __ldcg(&hist[top - j]) : 0;
-    mine += counts[j];
-  }
-  uint64_t unused_total;
-  uint64_t above = BlockExclusiveScan<kThreads>(mine, warp_sums, &unused_total);
-  // Bin b >= 1 is chosen iff above(b) < need <= above(b) + count(b); bin 0
-  // iff above(0) < need. Exactly one bin passes, as above() only grows
-  // towards bin 0 and need >= 1. Counts total at most d < 2^32, so the
-  // int64 casts are exact.
-#pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) {
-    const int b = top - j;
-    const int64_t a = static_cast<int64_t>(above);
-    if (b >= 0 && a < need &&
-        (b == 0 || a + static_cast<int64_t>(counts[j]) >= need)) {
-      chosen_bin = b;
-      chosen_above = a;
-    }
-    above += counts[j];
-  }
-  __syncthreads();
+  const BinChoice c =
+      ChooseBin<kThreads, kMaxBins>(hist, 1 << LevelBits(level), need);
   if (threadIdx.x == 0) {
     // need - above >= 1 (above < need): the next level's need stays >= 1.
-    const int chosen = chosen_bin;
-    const int64_t left = need - chosen_above;
-    st->prefix =
-        (st->prefix << LevelBits(level)) | static_cast<uint32_t>(chosen);
+    const int64_t left = need - c.above;
+    st->prefix = (st->prefix << LevelBits(level)) | c.bin;
     st->shift = LevelShift(level);
     st->need = left;
-    if (static_cast<int64_t>(__ldcg(&hist[chosen])) == left) st->done = 1;
+    if (c.count == left) st->done = 1;
   }
 }
 

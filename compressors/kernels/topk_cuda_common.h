@@ -71,6 +71,55 @@ __device__ __forceinline__ void WarpAddToBin(uint32_t* local, bool hit,
   if (hit && lane == __ffs(peers) - 1) atomicAdd(&local[bin], __popc(peers));
 }
 
+// A histogram bin chosen by ChooseBin.
+struct BinChoice {
+  uint32_t bin;
+  int64_t above;  // Entries in the bins above `bin`.
+  int64_t count;  // Entries in `bin`.
+};
+
+// Called by every thread of a block of kBlock threads; all get the same
+// answer: the bin of `hist` (`bins` bins, a multiple of kBlock, at most
+// kMaxBins) that holds the need-th largest entry, i.e. the highest bin whose
+// count plus the counts above it reaches `need` (bin 0 when none does).
+// Thread t takes bins-1 - t*per downwards, so one block scan gives each bin
+// the count above it. `hist` may come from other blocks' atomics: it is read
+// through L2.
+template <int kBlock, int kMaxBins>
+__device__ BinChoice ChooseBin(const uint32_t* hist, int bins, int64_t need) {
+  constexpr int kMaxPer = kMaxBins / kBlock;
+  __shared__ uint64_t warp_sums[kBlock / 32];
+  __shared__ BinChoice chosen;
+  const int per = bins / kBlock;
+  const int top = bins - 1 - static_cast<int>(threadIdx.x) * per;
+  uint64_t counts[kMaxPer];
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxPer; ++j) {
+    counts[j] = j < per ? __ldcg(&hist[top - j]) : 0;
+    mine += counts[j];
+  }
+  uint64_t unused_total;
+  uint64_t above = BlockExclusiveScan<kBlock>(mine, warp_sums, &unused_total);
+  // Bin b >= 1 passes iff above(b) < need <= above(b) + count(b); bin 0 iff
+  // above(0) < need. Exactly one bin passes, as above() only grows towards
+  // bin 0 and need >= 1. Counts total less than 2^32: the casts are exact.
+#pragma unroll
+  for (int j = 0; j < kMaxPer; ++j) {
+    const int b = top - j;
+    const int64_t a = static_cast<int64_t>(above);
+    if (j < per && a < need &&
+        (b == 0 || a + static_cast<int64_t>(counts[j]) >= need)) {
+      chosen = {static_cast<uint32_t>(b), a, static_cast<int64_t>(counts[j])};
+    }
+    above += counts[j];
+  }
+  __syncthreads();
+  const BinChoice c = chosen;
+  __syncthreads();  // Read by all before the next call may rewrite it.
+  return c;
+}
+
 }  // namespace cuda
 }  // namespace kernels
 }  // namespace terse

@@ -89,49 +89,6 @@ struct Params {
   FilterTopKProbe* probe;  // Device memory or null.
 };
 
-struct Choice {
-  uint32_t bin;
-  int64_t above;  // Entries in the bins above `bin`.
-  int64_t count;  // Entries in `bin`.
-};
-
-// Called by every thread of the block; all get the same answer: the bin
-// holding the need-th largest entry of `hist` (`bins` bins, 1024 or 2048),
-// i.e. the highest bin whose count plus the counts above it reaches `need`
-// (bin 0 when none does). `hist` was written by other blocks' atomics before
-// a grid barrier: read through L2.
-__device__ Choice ChooseBin(const uint32_t* hist, int bins, int64_t need) {
-  constexpr int kMaxPer = kBins / kThreads;
-  __shared__ uint64_t warp_sums[kWarps];
-  __shared__ Choice chosen;
-  const int per = bins / kThreads;
-  const int top = bins - 1 - static_cast<int>(threadIdx.x) * per;
-  uint64_t counts[kMaxPer];
-  uint64_t mine = 0;
-#pragma unroll
-  for (int j = 0; j < kMaxPer; ++j) {
-    counts[j] = j < per ? __ldcg(&hist[top - j]) : 0;
-    mine += counts[j];
-  }
-  uint64_t unused_total;
-  uint64_t above = BlockExclusiveScan<kThreads>(mine, warp_sums, &unused_total);
-  // Exactly one bin passes: above() only grows towards bin 0, need >= 1.
-#pragma unroll
-  for (int j = 0; j < kMaxPer; ++j) {
-    const int b = top - j;
-    const int64_t a = static_cast<int64_t>(above);
-    if (j < per && a < need &&
-        (b == 0 || a + static_cast<int64_t>(counts[j]) >= need)) {
-      chosen = {static_cast<uint32_t>(b), a, static_cast<int64_t>(counts[j])};
-    }
-    above += counts[j];
-  }
-  __syncthreads();
-  const Choice c = chosen;
-  __syncthreads();  // Read by all before the next call may rewrite it.
-  return c;
-}
-
 __device__ void ZeroShared(uint32_t* sh, int bins) {
   __syncthreads();  // Earlier readers of sh are done.
   for (int b = threadIdx.x; b < bins; b += kThreads) sh[b] = 0;
@@ -369,8 +326,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   FlushShared(sh, kBins, hist + kSampleHist * kBins);
   grid.sync();
-  const uint32_t t =
-      ChooseBin(hist + kSampleHist * kBins, kBins, p.sample_need).bin << 20;
+  const uint32_t t = ChooseBin<kThreads, kBins>(hist + kSampleHist * kBins,
+                                                kBins, p.sample_need)
+                         .bin
+                     << 20;
   Mark(p, 1);
 
   // 2. Filter: the one full pass over x, the next tile staged meanwhile.
@@ -410,7 +369,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     FlushShared(sh, kBins, hist + kXHist * kBins);
     grid.sync();
   }
-  Choice ch = ChooseBin(hist + (fast ? kCandHist : kXHist) * kBins, kBins, p.k);
+  BinChoice ch = ChooseBin<kThreads, kBins>(
+      hist + (fast ? kCandHist : kXHist) * kBins, kBins, p.k);
   uint32_t prefix = ch.bin;
   int shift = 20;
   int64_t need = p.k - ch.above;
@@ -421,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         hist + (level == 1 ? kLevel1Hist : kLevel2Hist) * kBins;
     LevelHistogram(p, fast, n, prefix, next, sh, level_hist);
     grid.sync();
-    ch = ChooseBin(level_hist, kLevelBins, need);
+    ch = ChooseBin<kThreads, kBins>(level_hist, kLevelBins, need);
     prefix = (prefix << 10) | ch.bin;
     shift = next;
     need -= ch.above;
