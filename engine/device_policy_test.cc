@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "device/sim_runtime.h"
 #include "engine/device_compression_testing.h"
 #include "gtest/gtest.h"
@@ -139,6 +141,27 @@ Outcome BeforeTheFirstPick(const Outcome& run) {
   return out;
 }
 
+// The exploration of a portfolio run, compared: at least `at_least` steps
+// before the first pick by throughput, every one bitwise the CPU path's,
+// and every candidate's gain measured by the end (no "gain=?").
+absl::Status CompareExploration(const Outcome& run, size_t at_least,
+                                const std::string& what) {
+  const Outcome compared = BeforeTheFirstPick(run);
+  std::string lines;
+  for (const auto& step : run.cpu_steps) lines += "\n" + step[0];
+  if (compared.cpu_steps.size() < at_least) {
+    return absl::InternalError(absl::StrCat(
+        what, ": ", compared.cpu_steps.size(), " steps before the first pick, ",
+        "want ", at_least, lines));
+  }
+  TERSE_RETURN_IF_ERROR(ExpectBitwiseEqual(compared, what));
+  if (compared.cpu_steps.back()[0].find("gain=?") != std::string::npos) {
+    return absl::InternalError(
+        absl::StrCat(what, ": a gain never measured", lines));
+  }
+  return absl::OkStatus();
+}
+
 struct PortfolioCase {
   std::string name, candidates, gain;
   int steps = 0;
@@ -161,12 +184,11 @@ TEST_P(DevicePortfolioTest, DecidesAndReducesAsTheCpuPathBitForBit) {
           [](int rank) { return rank; }, Portfolio(c.candidates, c.gain),
           device_gather);
       ASSERT_TRUE(st.ok()) << st;
+      st = CompareExploration(run, c.compared, c.name);
+      ASSERT_TRUE(st.ok()) << st;
       const Outcome compared = BeforeTheFirstPick(run);
       std::string lines;
       for (const auto& step : run.cpu_steps) lines += "\n" + step[0];
-      ASSERT_GE(compared.cpu_steps.size(), c.compared) << lines;
-      st = ExpectBitwiseEqual(compared, c.name);
-      EXPECT_TRUE(st.ok()) << st << lines;
       // The portfolio explored: every family was sent.
       std::set<std::string> sent;
       for (const auto& step : compared.device_steps) {
@@ -175,10 +197,6 @@ TEST_P(DevicePortfolioTest, DecidesAndReducesAsTheCpuPathBitForBit) {
         sent.insert(line.substr(at, line.find(' ', at) - at));
       }
       EXPECT_GE(sent.size(), 5u) << lines;
-      // Every candidate's gain was measured (window sums, step gains or
-      // gain probes) by the end of the comparison.
-      EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
-          << lines;
       for (int r = 0; r < size; ++r) {
         // The residuals are held on the device, not in the reducer's store.
         for (float v : run.store_residual[r]) ASSERT_EQ(v, 0.0f);
@@ -223,12 +241,8 @@ TEST(DevicePortfolioSmallTest, WindowSumsOfASmallBucketEqualTheCpuPath) {
         Portfolio("none,fp16,powersgd:2,topk:10,randomk:8", "window"),
         /*device_gather=*/true, {}, &bucket);
     ASSERT_TRUE(st.ok()) << st;
-    const Outcome compared = BeforeTheFirstPick(run);
-    ASSERT_GE(compared.cpu_steps.size(), 15u);
-    st = ExpectBitwiseEqual(compared, "small bucket");
+    st = CompareExploration(run, 15, "small bucket");
     EXPECT_TRUE(st.ok()) << st;
-    EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
-        << compared.cpu_steps.back()[0];
   }
   EXPECT_EQ(sim.live_allocations(), 0);
 }
@@ -250,12 +264,8 @@ TEST(DevicePortfolioMomentumTest, PortfolioWithMomentumEqualsTheCpuPath) {
         3, "gravac", "10", 24, &run, &sim, [](int rank) { return rank; },
         settings, device_gather, {}, &bucket);
     ASSERT_TRUE(st.ok()) << st;
-    const Outcome compared = BeforeTheFirstPick(run);
-    ASSERT_GE(compared.cpu_steps.size(), 15u);
-    st = ExpectBitwiseEqual(compared, "portfolio with momentum");
+    st = CompareExploration(run, 15, "portfolio with momentum");
     EXPECT_TRUE(st.ok()) << st;
-    EXPECT_EQ(compared.cpu_steps.back()[0].find("gain=?"), std::string::npos)
-        << compared.cpu_steps.back()[0];
   }
   EXPECT_EQ(sim.live_allocations(), 0);
 }
