@@ -573,7 +573,14 @@ int TopK(const float* x, int64_t d, int64_t k, uint32_t* indices,
   }
   if (FilterTopKApplies(d, k)) {  // Large inputs: one pass over x.
     const cudaError_t err = TopKByFilter(x, d, k, indices, s, nullptr, nullptr);
-    if (err != cudaErrorNotSupported) return static_cast<int>(err);
+    if (err != cudaErrorNotSupported &&
+        err != cudaErrorCooperativeLaunchTooLarge) {
+      return static_cast<int>(err);
+    }
+    // Not taken (or the cooperative launch refused): the multi-pass select.
+    // A refused launch leaves its error behind for cudaGetLastError, which
+    // the launches below read: clear it.
+    cudaGetLastError();
   }
   const int64_t tiles = (d + kTile - 1) / kTile;
   Workspace ws;

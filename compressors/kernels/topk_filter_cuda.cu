@@ -515,6 +515,13 @@ cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   }
   if (err == cudaSuccess) {
+    // Four blocks an SM need 4 x 41 KiB of shared memory: ask for the
+    // largest shared-memory carveout, as the occupancy below assumes.
+    err = cudaFuncSetAttribute(FilterTopKKernel,
+                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+  }
+  if (err == cudaSuccess) {
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, FilterTopKKernel, kThreads, 0);
   }

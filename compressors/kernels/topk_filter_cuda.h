@@ -30,13 +30,7 @@ namespace cuda {
 // candidate buffer holds d / 8 entries).
 bool FilterTopKApplies(int64_t d, int64_t k);
 
-// Writes kernels::TopK(x, d, k) to `indices` (device, k entries), enqueued
-// on `stream` and asynchronous, in about d + 16 d / 8192 + 40 KiB bytes of
-// scratch. `probe`, when not null, is device memory
-// that receives which branch ran and block 0's phase times (tests, benches).
-// Returns cudaErrorNotSupported, having enqueued nothing, when the device
-// cannot launch cooperative kernels or FilterTopKApplies is false; any other
-// error comes from the runtime.
+// What a call reports to tests and benches (device memory).
 struct FilterTopKProbe {
   int32_t took_fallback;  // 1: the select ran over x (the sample misled).
   int32_t unused;
@@ -44,12 +38,22 @@ struct FilterTopKProbe {
   // the radix levels and the output counts, and at block 0's end.
   uint64_t phase_ns[6];
 };
-// Scratch TopKByFilter needs for an input of d entries (any k it takes).
+
+// Scratch TopKByFilter needs for an input of d entries (any k it takes):
+// about d + 16 d / 8192 + 40 KiB bytes.
 size_t FilterTopKWorkspaceBytes(int64_t d);
-// `workspace`: device memory of at least FilterTopKWorkspaceBytes(d) bytes,
-// used by the enqueued work only (one call at a time per buffer, in stream
-// order), or null: then it comes from cudaMallocAsync on the stream and is
-// freed on it.
+
+// Writes kernels::TopK(x, d, k) to `indices` (device, k entries), enqueued
+// on `stream` and asynchronous. `workspace`: device memory of at least
+// FilterTopKWorkspaceBytes(d) bytes, used by the enqueued work only (one
+// call at a time per buffer, in stream order), or null: then it comes from
+// cudaMallocAsync on the stream and is freed on it. `probe`: null, or where
+// the launch reports (FilterTopKProbe).
+// Returns cudaErrorNotSupported, having enqueued nothing, when the device
+// cannot launch cooperative kernels or FilterTopKApplies is false, and
+// cudaErrorCooperativeLaunchTooLarge when the runtime refuses the grid (the
+// caller then selects another way: topk_cuda.cu clears that error and runs
+// the multi-pass select); any other error comes from the runtime.
 cudaError_t TopKByFilter(const float* x, int64_t d, int64_t k,
                          uint32_t* indices, cudaStream_t stream,
                          void* workspace, FilterTopKProbe* probe);

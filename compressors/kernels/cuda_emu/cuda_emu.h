@@ -67,6 +67,7 @@ constexpr cudaError_t cudaSuccess = 0;
 constexpr cudaError_t cudaErrorInvalidValue = 1;
 constexpr cudaError_t cudaErrorMemoryAllocation = 2;
 constexpr cudaError_t cudaErrorLaunchFailure = 719;
+constexpr cudaError_t cudaErrorCooperativeLaunchTooLarge = 720;
 constexpr cudaError_t cudaErrorNotSupported = 801;
 using cudaStream_t = void*;
 enum cudaDeviceAttr {
@@ -316,6 +317,12 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t error);
 
+enum cudaFuncAttribute { cudaFuncAttributePreferredSharedMemoryCarveout };
+constexpr int cudaSharedmemCarveoutMaxShared = 100;
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
 template <typename Kernel>
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel,
                                                           int, size_t) {
