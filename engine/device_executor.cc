@@ -1,9 +1,14 @@
 #include "engine/device_executor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_type.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "compressors/registry.h"
@@ -26,6 +31,54 @@ DeviceExecutor::DeviceExecutor(const Config& config,
       local_rank_(registry->control()->local_rank()),
       compression_(config, registry->control()->rank(),
                    registry->control()->size(), reducer) {}
+
+namespace {
+
+// The engine stream's progress on the timeline. Mark() enqueues a host
+// function that takes the time when the stream reaches it; the last one
+// (after phases.size() + 1 marks) records the phases between the marks.
+// Inert when no timeline is being written. The marks run in stream order on
+// the stream's own thread, one after another, so the times need no lock;
+// the executor's destructor synchronises its streams before the engine's
+// timeline goes, so a pending mark never outlives it.
+class StreamPhases {
+ public:
+  StreamPhases(Timeline* timeline, std::string track,
+               std::vector<std::pair<std::string, TimelineArgs>> phases) {
+    if (timeline == nullptr || !timeline->active()) return;
+    state_ = std::make_shared<State>();
+    state_->timeline = timeline;
+    state_->track = std::move(track);
+    state_->phases = std::move(phases);
+    state_->marks.resize(state_->phases.size() + 1);
+  }
+
+  absl::Status Mark(Stream* stream) {
+    if (state_ == nullptr) return absl::OkStatus();
+    const size_t i = next_++;
+    std::shared_ptr<State> s = state_;
+    return stream->LaunchHost([s, i] {
+      s->marks[i] = Clock::now();
+      if (i + 1 < s->marks.size()) return;
+      for (size_t p = 0; p < s->phases.size(); ++p) {
+        s->timeline->Record(s->track, s->phases[p].first, s->marks[p],
+                            s->marks[p + 1], s->phases[p].second);
+      }
+    });
+  }
+
+ private:
+  struct State {
+    Timeline* timeline = nullptr;
+    std::string track;
+    std::vector<std::pair<std::string, TimelineArgs>> phases;
+    std::vector<Clock::time_point> marks;
+  };
+  std::shared_ptr<State> state_;
+  size_t next_ = 0;
+};
+
+}  // namespace
 
 DeviceExecutor::~DeviceExecutor() {
   // Pending work may still read or write the fusion and staging buffers.
@@ -199,12 +252,37 @@ absl::Status DeviceExecutor::RecordDone(Context* ctx,
 
 absl::Status DeviceExecutor::RunBucket(
     const Bucket& bucket, const std::vector<const TensorEntry*>& entries,
+    Clock::time_point ready_at, Timeline* timeline,
     std::shared_ptr<Event>* done) {
+  const Clock::time_point start = Clock::now();
   const Device::Kind kind = static_cast<Device::Kind>(bucket.device_kind);
   TERSE_ASSIGN_OR_RETURN(Context * ctx, ContextFor(kind));
   const ReduceOp op = bucket.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum
                                                              : bucket.reduce_op;
   const bool reduce = needs_reducer_ && needs_reducer_(bucket);
+  const CompressionChoice choice = ChooseCompressionFor(
+      bucket.members.front().name, bucket.compression, config_);
+  const std::string track = absl::StrCat("bucket ", bucket.id);
+  if (timeline != nullptr) {
+    Clock::time_point first_enqueued = ready_at;
+    for (const TensorEntry* e : entries) {
+      if (e != nullptr) first_enqueued = std::min(first_enqueued, e->enqueued);
+    }
+    timeline->Record(track, "NEGOTIATE", first_enqueued, ready_at,
+                     {{"bucket", absl::StrCat(bucket.id)},
+                      {"tensors", absl::StrCat(bucket.members.size())},
+                      {"bytes", absl::StrCat(bucket.bytes)},
+                      {"dtype", std::string(DataTypeName(bucket.dtype))},
+                      {"device", Device::KindName(kind)}});
+    timeline->Record(track, "QUEUE", ready_at, start);
+  }
+  StreamPhases phases(
+      timeline, track,
+      {{"FUSE", {}},
+       {"COMMUNICATE",
+        {{"compression", reduce ? choice.name : std::string("none")}}},
+       {"UNFUSE", {}}});
+  TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
   if (bucket.members.size() == 1 && entries.front() != nullptr && !reduce) {
     // One tensor, nothing to compress: reduced in its own output (input x
     // prescale into it, the collective there, x postscale / size after).
@@ -217,16 +295,19 @@ absl::Status DeviceExecutor::RunBucket(
     void* out = e.output.data;
     TERSE_RETURN_IF_ERROR(ScaledCopy(ctx, out, e.input.data, bucket.count,
                                      bucket.dtype, bucket.prescale));
+    TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
     TERSE_RETURN_IF_ERROR(
         Collective(ctx, out, bucket.bytes, [&](Communicator* comm, void* data) {
           return comm->Allreduce(data, bucket.count, bucket.dtype, op);
         }));
+    TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
     double scale = bucket.postscale;
     if (bucket.reduce_op == ReduceOp::kAverage) {
       scale /= registry_->control()->size();
     }
     TERSE_RETURN_IF_ERROR(
         ScaledCopy(ctx, out, out, bucket.count, bucket.dtype, scale));
+    TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
     return RecordDone(ctx, done);
   }
   auto it = fusion_.find(bucket.id);
@@ -263,11 +344,10 @@ absl::Status DeviceExecutor::RunBucket(
     offset += count;
   }
 
+  TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
   const DataType dtype = bucket.dtype;
   const int64_t count = bucket.count;
   int size = registry_->control()->size();
-  const CompressionChoice choice = ChooseCompressionFor(
-      bucket.members.front().name, bucket.compression, config_);
   if (reduce &&
       (DeviceCompression::Handles(choice, config_) || choice.name == "none")) {
     // Compression on the device, in stream order.
@@ -340,6 +420,7 @@ absl::Status DeviceExecutor::RunBucket(
         }));
   }
 
+  TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
   // Unfuse: the result (x postscale, / size for an average) into each
   // output this rank has.
   double scale = bucket.postscale;
@@ -353,6 +434,7 @@ absl::Status DeviceExecutor::RunBucket(
     }
     offset += n;
   }
+  TERSE_RETURN_IF_ERROR(phases.Mark(ctx->stream.get()));
   return RecordDone(ctx, done);
 }
 

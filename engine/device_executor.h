@@ -68,6 +68,7 @@
 #include "engine/compressed_reducer.h"
 #include "engine/device_compression.h"
 #include "engine/tensor_entry.h"
+#include "engine/timeline.h"
 
 namespace terse {
 
@@ -97,8 +98,16 @@ class DeviceExecutor {
   // Runs device bucket `bucket` (entries as in BucketExecutor::Run: null for
   // a member this rank has no op for; it contributes zeros). On OK, `done`
   // is recorded after the members' outputs are written. An error is fatal.
+  // While `timeline` (may be null) is written, the bucket's track gets
+  // NEGOTIATE and QUEUE (host times, from the entries' enqueue times and
+  // `ready_at`) and FUSE (the waits for the producers and the copies in),
+  // COMMUNICATE (the collective, with compression when the bucket has
+  // some) and UNFUSE, timed by host functions enqueued on the engine
+  // stream between the phases (Stream::LaunchHost): when the device reached
+  // each point, at the cost of one host call per phase on the stream.
   absl::Status RunBucket(const Bucket& bucket,
                          const std::vector<const TensorEntry*>& entries,
+                         Clock::time_point ready_at, Timeline* timeline,
                          std::shared_ptr<Event>* done);
   // `bytes` of the root's buffer into every rank's; `entry` may be null
   // (no local op: a scratch buffer takes part).

@@ -1,10 +1,17 @@
 #include "engine/device_scenarios.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -469,6 +476,117 @@ absl::Status DeviceKindMismatch(SimRuntime* sim, int rank, Engine& engine) {
 
 }  // namespace
 
+// One X event of a timeline file: its phase, track id, start and duration
+// (microseconds), and the raw line (for its arguments).
+struct TimelineEvent {
+  std::string name, line;
+  int64_t tid = -1;
+  double ts = 0, dur = 0;
+};
+
+// The number after `"key":` in `line` (the timeline's own format: one
+// event per line), or -1.
+double NumberAfter(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\":");
+  if (at == std::string::npos) return -1;
+  return std::strtod(line.c_str() + at + key.size() + 3, nullptr);
+}
+
+// A timeline written while device buckets run (Engine::StartTimeline):
+// a bucket of 6 tensors and one of a single tensor (reduced in its own
+// output). Each bucket's track gets the host's NEGOTIATE and QUEUE, and
+// FUSE, COMMUNICATE, UNFUSE, timed where the engine stream reached each
+// boundary: one after the other, each starting where the one before ended.
+absl::Status TimelineOnDevice(SimRuntime* sim, int rank, Engine& engine) {
+  TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
+  const char* dir = std::getenv("TEST_TMPDIR");
+  // Every rank writes its own file ({rank}: only rank 0 would otherwise).
+  const std::string stem =
+      absl::StrCat(dir != nullptr ? dir : "/tmp", "/device_timeline_", getpid(),
+                   "_", reinterpret_cast<uintptr_t>(&engine), "_");
+  const std::string path = absl::StrCat(stem, rank, ".json");
+  TERSE_RETURN_IF_ERROR(engine.StartTimeline(stem + "{rank}.json"));
+  for (int tensors : {6, 1}) {
+    std::vector<std::unique_ptr<Uploaded>> held;
+    std::vector<Handle> handles;
+    for (int t = 0; t < tensors; ++t) {
+      std::vector<double> v(100);
+      for (int64_t i = 0; i < 100; ++i) v[i] = Value(rank, t, i);
+      TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> a,
+                             Upload(d, DataType::kFloat32, v));
+      TERSE_ASSIGN_OR_RETURN(
+          Handle h,
+          engine.AllreduceAsync(absl::StrCat("tl", tensors, ".", t), a->view,
+                                a->view, {100}, ReduceOp::kSum, 1.0, 1.0,
+                                nullptr, "", a->ready));
+      held.push_back(std::move(a));
+      handles.push_back(h);
+    }
+    for (Handle h : handles) TERSE_RETURN_IF_ERROR(engine.Wait(h));
+  }
+  TERSE_RETURN_IF_ERROR(engine.StopTimeline());
+
+  std::ifstream in(path);
+  std::map<int64_t, std::string> track_names;
+  std::map<int64_t, std::vector<TimelineEvent>> device_phases;
+  std::set<std::string> host_phases;
+  for (std::string line; std::getline(in, line);) {
+    const int64_t tid = static_cast<int64_t>(NumberAfter(line, "tid"));
+    if (line.find("\"name\":\"thread_name\"") != std::string::npos) {
+      const size_t at = line.find("\"args\":{\"name\":\"");
+      if (at != std::string::npos) {
+        const size_t from = at + 16;
+        track_names[tid] = line.substr(from, line.find('"', from) - from);
+      }
+      continue;
+    }
+    if (line.find("\"ph\":\"X\"") == std::string::npos) continue;
+    TimelineEvent e;
+    e.name = line.substr(9, line.find('"', 9) - 9);  // {"name":"...
+    e.line = line;
+    e.tid = tid;
+    e.ts = NumberAfter(line, "ts");
+    e.dur = NumberAfter(line, "dur");
+    if (e.name == "FUSE" || e.name == "COMMUNICATE" || e.name == "UNFUSE") {
+      device_phases[tid].push_back(e);
+    } else {
+      host_phases.insert(e.name);
+    }
+  }
+  TERSE_RETURN_IF_ERROR(Expect(
+      host_phases.count("NEGOTIATE") == 1 && host_phases.count("QUEUE") == 1,
+      "NEGOTIATE and QUEUE on the timeline"));
+  int runs = 0;
+  const char* kOrder[] = {"FUSE", "COMMUNICATE", "UNFUSE"};
+  for (const auto& [tid, events] : device_phases) {
+    TERSE_RETURN_IF_ERROR(Expect(
+        track_names[tid].rfind("bucket ", 0) == 0,
+        absl::StrCat("device phases on track '", track_names[tid], "'")));
+    TERSE_RETURN_IF_ERROR(
+        Expect(events.size() % 3 == 0,
+               absl::StrCat(events.size(), " device phases on a track")));
+    for (size_t i = 0; i < events.size(); ++i) {
+      const TimelineEvent& e = events[i];
+      TERSE_RETURN_IF_ERROR(Expect(e.name == kOrder[i % 3] && e.dur >= 0,
+                                   "phase order: " + e.line));
+      if (i % 3 != 0) {  // Starts where the phase before it ended.
+        const TimelineEvent& before = events[i - 1];
+        TERSE_RETURN_IF_ERROR(
+            Expect(std::abs(before.ts + before.dur - e.ts) < 0.0025,
+                   "contiguous phases: " + before.line + " then " + e.line));
+      }
+      if (e.name == "COMMUNICATE") {
+        TERSE_RETURN_IF_ERROR(
+            Expect(e.line.find("\"compression\":\"none\"") != std::string::npos,
+                   "COMMUNICATE names its compression: " + e.line));
+      }
+    }
+    runs += static_cast<int>(events.size() / 3);
+  }
+  std::remove(path.c_str());
+  return Expect(runs == 2, absl::StrCat(runs, " device bucket runs timed"));
+}
+
 std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
                                       const DeviceRuntimes* runtimes) {
   using Body = absl::Status (*)(SimRuntime*, int, Engine&);
@@ -481,6 +599,7 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
       {"JoinOnDevice", JoinOnDevice},
       {"DeviceArgumentErrors", DeviceArgumentErrors},
       {"DeviceKindMismatch", DeviceKindMismatch},
+      {"TimelineOnDevice", TimelineOnDevice},
       {"CompressedEqualsCpu", CompressedEqualsCpu},
       {"CheckpointAcrossDeviceKinds", CheckpointAcrossDeviceKinds},
   };

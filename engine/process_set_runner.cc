@@ -261,7 +261,8 @@ void ProcessSetRunner::RunBucket(int id, Clock::time_point ready_at) {
       return absl::InternalError(absl::StrCat(
           "process set ", id_, ": a device bucket on a non-global set"));
     }
-    return device_->RunBucket(bucket, entries, &done);
+    return device_->RunBucket(bucket, entries, ready_at, context_->timeline,
+                              &done);
   }();
   NoteError(status);
   std::vector<std::string> names;

@@ -8,7 +8,8 @@
 // unfused op. Every phase is a complete event ("ph": "X") with microsecond
 // timestamps from the timeline's start: NEGOTIATE, QUEUE, FUSE, COMPRESS,
 // COMMUNICATE, DECOMPRESS, UNFUSE, with string arguments (bucket, tensors,
-// bytes, compressor, cf, ...).
+// bytes, compressor, cf, ...). Device buckets record FUSE, COMMUNICATE and
+// UNFUSE when the engine stream reaches them (engine/device_executor.h).
 //
 // Thread-safe. Record() only appends to an in-memory queue under a mutex;
 // a writer thread owned by the Timeline formats and writes, so the engine's
