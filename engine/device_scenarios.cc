@@ -493,10 +493,11 @@ double NumberAfter(const std::string& line, const std::string& key) {
 }
 
 // A timeline written while device buckets run (Engine::StartTimeline):
-// a bucket of 6 tensors and one of a single tensor (reduced in its own
-// output). Each bucket's track gets the host's NEGOTIATE and QUEUE, and
-// FUSE, COMMUNICATE, UNFUSE, timed where the engine stream reached each
-// boundary: one after the other, each starting where the one before ended.
+// 6 tensors (a fused bucket, or more than one when they reach the engine in
+// different cycles), then a single tensor (reduced in its own output). Each
+// bucket's track gets the host's NEGOTIATE and QUEUE, and FUSE, COMMUNICATE,
+// UNFUSE, timed where the engine stream reached each boundary: one after the
+// other, each starting where the one before ended.
 absl::Status TimelineOnDevice(SimRuntime* sim, int rank, Engine& engine) {
   TERSE_ASSIGN_OR_RETURN(RankDevice d, MakeDevice(sim, engine));
   const char* dir = std::getenv("TEST_TMPDIR");
@@ -584,7 +585,9 @@ absl::Status TimelineOnDevice(SimRuntime* sim, int rank, Engine& engine) {
     runs += static_cast<int>(events.size() / 3);
   }
   std::remove(path.c_str());
-  return Expect(runs == 2, absl::StrCat(runs, " device bucket runs timed"));
+  // The six tensors form one bucket, or more when they reach the engine in
+  // different cycles; the single tensor is a bucket of its own.
+  return Expect(runs >= 2, absl::StrCat(runs, " device bucket runs timed"));
 }
 
 std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
