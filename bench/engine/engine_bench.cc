@@ -135,18 +135,25 @@ void Die(const std::string& what) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-// Runs `steps` timed steps (after one warm-up) and returns the slowest
-// rank's time of each. `barrier` runs untimed before every step.
+// Runs `steps` timed steps (after one warm-up) and returns this rank's time
+// of each. `barrier` runs untimed before every step; when `starts` is not
+// null it receives the clock at each timed step's start, so that the skew
+// of the ranks' starts (how unevenly the barrier let them go) can be told
+// apart from the step itself.
 std::vector<double> TimeSteps(int steps, const std::function<void()>& reset,
                               const std::function<void()>& barrier,
-                              const std::function<void()>& step) {
+                              const std::function<void()>& step,
+                              std::vector<double>* starts = nullptr) {
   std::vector<double> times;
   for (int s = -1; s < steps; ++s) {
     reset();
     barrier();
     const double start = Now();
     step();
-    if (s >= 0) times.push_back(Now() - start);
+    if (s >= 0) {
+      times.push_back(Now() - start);
+      if (starts != nullptr) starts->push_back(start);
+    }
   }
   return times;
 }
@@ -161,8 +168,24 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Per step, how far apart the ranks started it: max - min over ranks of the
+// step's start (one machine, so one clock). Call when MPI is the caller's.
+std::vector<double> StartSkew(std::vector<double> starts) {
+  std::vector<double> earliest(starts.size());
+  for (size_t i = 0; i < starts.size(); ++i) earliest[i] = -starts[i];
+  MPI_Allreduce(MPI_IN_PLACE, starts.data(), static_cast<int>(starts.size()),
+                MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, earliest.data(),
+                static_cast<int>(earliest.size()), MPI_DOUBLE, MPI_MAX,
+                MPI_COMM_WORLD);
+  for (size_t i = 0; i < starts.size(); ++i) starts[i] += earliest[i];
+  return starts;
+}
+
 struct Result {
   std::vector<double> terse, terse_adjacent, per_tensor, flat;
+  // Each way's StartSkew, every step.
+  std::vector<double> terse_skew, adjacent_skew, per_tensor_skew, flat_skew;
   // (a)'s time until its last AllreduceAsync returned, per step.
   std::vector<double> terse_enqueue;
 };
@@ -174,16 +197,21 @@ void RunMpiWays(const Workload& w, const Options& opt, int size, Result* r) {
   auto mpi_barrier = [] { MPI_Barrier(MPI_COMM_WORLD); };
 
   std::vector<float> flat(w.total);
+  std::vector<double> starts;
   std::vector<double> t = TimeSteps(
       opt.steps, [&] { std::fill(flat.begin(), flat.end(), rank + 1.0f); },
       mpi_barrier,
       [&] {
         MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(w.total),
                       MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      });
+      },
+      &starts);
   if (flat[0] != want || flat[w.total - 1] != want) Die("flat: wrong sum");
   MaxOverRanks(&t);
   r->flat.insert(r->flat.end(), t.begin(), t.end());
+  std::vector<double> skew = StartSkew(starts);
+  r->flat_skew.insert(r->flat_skew.end(), skew.begin(), skew.end());
+  starts.clear();
   flat = std::vector<float>();
 
   Tensors tensors(w, /*adjacent=*/false);
@@ -195,14 +223,19 @@ void RunMpiWays(const Workload& w, const Options& opt, int size, Result* r) {
                         static_cast<int>(w.sizes[i]), MPI_FLOAT, MPI_SUM,
                         MPI_COMM_WORLD);
         }
-      });
+      },
+      &starts);
   if (!tensors.Check(w, want)) Die("per tensor: wrong sum");
   MaxOverRanks(&t);
   r->per_tensor.insert(r->per_tensor.end(), t.begin(), t.end());
+  skew = StartSkew(starts);
+  r->per_tensor_skew.insert(r->per_tensor_skew.end(), skew.begin(),
+                            skew.end());
 }
 
 void RunTerse(const Workload& w, const Options& opt, int size, bool adjacent,
-              std::vector<double>* out, std::vector<double>* enqueue_out) {
+              std::vector<double>* out, std::vector<double>* enqueue_out,
+              std::vector<double>* skew_out) {
   Config config = Config::Defaults();
   absl::StatusOr<Config> env = Config::FromEnvironment();
   if (env.ok()) config = *env;
@@ -221,6 +254,7 @@ void RunTerse(const Workload& w, const Options& opt, int size, bool adjacent,
   }
   std::vector<Handle> handles(w.sizes.size());
   std::vector<double> enqueue;  // Every step's, warm-up first (dropped).
+  std::vector<double> starts;
   std::vector<double> t = TimeSteps(
       opt.steps, [&] { tensors.Fill(w, rank + 1.0f); },
       [] {
@@ -241,12 +275,15 @@ void RunTerse(const Workload& w, const Options& opt, int size, bool adjacent,
           absl::Status s = Wait(h);
           if (!s.ok()) Die(s.ToString());
         }
-      });
+      },
+      &starts);
   if (!tensors.Check(w, want)) Die("terse: wrong sum");
   absl::Status down = Shutdown();
   if (!down.ok()) Die(down.ToString());
   MaxOverRanks(&t);  // The engine is stopped: MPI is ours again.
   out->insert(out->end(), t.begin(), t.end());
+  std::vector<double> skew = StartSkew(starts);
+  skew_out->insert(skew_out->end(), skew.begin(), skew.end());
   enqueue.erase(enqueue.begin());  // The warm-up step's.
   MaxOverRanks(&enqueue);
   enqueue_out->insert(enqueue_out->end(), enqueue.begin(), enqueue.end());
@@ -313,8 +350,10 @@ int main(int argc, char** argv) {
     for (int round = 0; round < opt.rounds; ++round) {
       RunMpiWays(w, opt, size, &r);
       std::vector<double> unused;
-      RunTerse(w, opt, size, /*adjacent=*/false, &r.terse, &r.terse_enqueue);
-      RunTerse(w, opt, size, /*adjacent=*/true, &r.terse_adjacent, &unused);
+      RunTerse(w, opt, size, /*adjacent=*/false, &r.terse, &r.terse_enqueue,
+               &r.terse_skew);
+      RunTerse(w, opt, size, /*adjacent=*/true, &r.terse_adjacent, &unused,
+               &r.adjacent_skew);
     }
     const double a = Median(r.terse), a2 = Median(r.terse_adjacent);
     const double b = Median(r.per_tensor), c = Median(r.flat);
@@ -343,6 +382,14 @@ int main(int argc, char** argv) {
           "%-9s (a') over (b): %.2fx; ceiling (c) over (b): %.2fx = the most "
           "any fusion can gain here, (a) reaches %.0f%% of it\n",
           w.name.c_str(), b / a2, b / c, 100.0 * (b / a) / (b / c));
+      // Included in every way's time above: a rank's step starts when its
+      // barrier returns, so a rank let go early waits for the late ones.
+      std::printf(
+          "%-9s start skew over ranks, median ms: (a) %.2f  (b) %.2f  "
+          "(a') %.2f  (c) %.2f\n",
+          w.name.c_str(), Median(r.terse_skew) * 1e3,
+          Median(r.per_tensor_skew) * 1e3, Median(r.adjacent_skew) * 1e3,
+          Median(r.flat_skew) * 1e3);
     }
     absl::StrAppend(&json, ",\"", w.name, "\":{\"tensors\":", w.sizes.size(),
                     ",\"bytes\":", w.total * 4, ",\"terse_ms\":", Ms(a),
@@ -353,7 +400,11 @@ int main(int argc, char** argv) {
                     ",\"flat_ms\":", Ms(c),
                     ",\"terse_adjacent_speedup_vs_per_tensor\":", b / a2,
                     ",\"ceiling_flat_speedup_vs_per_tensor\":", b / c,
-                    ",\"terse_share_of_ceiling\":", (b / a) / (b / c), "}}");
+                    ",\"terse_share_of_ceiling\":", (b / a) / (b / c),
+                    ",\"start_skew_ms\":{\"terse\":", Ms(Median(r.terse_skew)),
+                    ",\"per_tensor\":", Ms(Median(r.per_tensor_skew)),
+                    ",\"terse_adjacent\":", Ms(Median(r.adjacent_skew)),
+                    ",\"flat\":", Ms(Median(r.flat_skew)), "}}}");
   }
   json += "}";
   if (rank == 0) std::printf("%s\n", json.c_str());
