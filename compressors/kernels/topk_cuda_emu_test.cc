@@ -66,9 +66,22 @@ Outcome RunFilter(const float* dx, int64_t d, int64_t k) {
   return out;
 }
 
+// Each input shape runs under one of cuda_emu's thread orders, so that
+// every order meets both branches (a missing __syncthreads shows only in an
+// order that runs the reader first).
+cuda_emu::ThreadOrder OrderFor(int i) {
+  constexpr cuda_emu::ThreadOrder kOrders[] = {
+      cuda_emu::ThreadOrder::kAscending, cuda_emu::ThreadOrder::kDescending,
+      cuda_emu::ThreadOrder::kShuffled};
+  return kOrders[i % 3];
+}
+
 class TopKCudaEmuTest : public ::testing::Test {
  protected:
   void SetUp() override { cuda_emu::SetDeviceShape({2, 2}); }  // 4 blocks.
+  void TearDown() override {
+    cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
+  }
 };
 
 TEST_F(TopKCudaEmuTest, MatchesCpuOnEveryShape) {
@@ -76,12 +89,15 @@ TEST_F(TopKCudaEmuTest, MatchesCpuOnEveryShape) {
   for (int shape = 0; shape < 7; ++shape) {
     const std::vector<float> x = Inputs(d, shape, 11 + shape);
     const float* dx = DeviceCopy(x);
+    cuda_emu::SetThreadOrder(OrderFor(shape), shape);
     for (int64_t k : {int64_t{1}, d / 1000, d / 100, d / 32}) {
       ASSERT_TRUE(cuda::FilterTopKApplies(d, k));
       std::vector<uint32_t> cpu(k);
       TopK(x.data(), d, k, cpu.data(), 1);
       const Outcome got = RunFilter(dx, d, k);
-      ASSERT_EQ(got.indices, cpu) << "shape " << shape << " k " << k;
+      ASSERT_EQ(got.indices, cpu)
+          << "shape " << shape << " k " << k << ", threads "
+          << cuda_emu::ThreadOrderName(OrderFor(shape));
       // The one-pass branch where the sample guides it; the select over x
       // where it cannot (ties, zeros, fewer nonzeros than k).
       if (shape == 0 || shape == 4) EXPECT_EQ(got.took_fallback, 0) << k;
@@ -97,6 +113,7 @@ TEST_F(TopKCudaEmuTest, MatchesCpuOnOtherGridsAndOffsets) {
   const int64_t d = (int64_t{1} << 18) + 1;
   const std::vector<float> all = Inputs(d + 3, 0, 5);
   const float* dall = DeviceCopy(all);
+  int run = 0;
   for (cuda_emu::DeviceShape shape :
        {cuda_emu::DeviceShape{1, 1}, cuda_emu::DeviceShape{3, 1}}) {
     cuda_emu::SetDeviceShape(shape);
@@ -104,9 +121,13 @@ TEST_F(TopKCudaEmuTest, MatchesCpuOnOtherGridsAndOffsets) {
       const int64_t k = d / 100;
       std::vector<uint32_t> cpu(k);
       TopK(all.data() + offset, d, k, cpu.data(), 1);
+      cuda_emu::SetThreadOrder(OrderFor(run), run);
       const Outcome got = RunFilter(dall + offset, d, k);
-      ASSERT_EQ(got.indices, cpu) << shape.sms << " SMs, offset " << offset;
+      ASSERT_EQ(got.indices, cpu)
+          << shape.sms << " SMs, offset " << offset << ", threads "
+          << cuda_emu::ThreadOrderName(OrderFor(run));
       EXPECT_EQ(got.took_fallback, 0);
+      ++run;
     }
   }
 }
@@ -119,6 +140,7 @@ TEST_F(TopKCudaEmuTest, PublicTopKMatchesCpu) {
   for (int shape : {0, 1, 2}) {
     const std::vector<float> all = Inputs(most + 3, shape, 21 + shape);
     const float* dall = DeviceCopy(all);
+    cuda_emu::SetThreadOrder(OrderFor(shape), shape);
     for (int64_t d :
          {int64_t{1}, int64_t{1000}, int64_t{8192 * 3 + 17}, most}) {
       for (int64_t offset : {int64_t{0}, int64_t{1}}) {
@@ -130,7 +152,8 @@ TEST_F(TopKCudaEmuTest, PublicTopKMatchesCpu) {
           ASSERT_EQ(cuda::TopK(dall + offset, d, k, dout, nullptr), 0);
           ASSERT_EQ(std::vector<uint32_t>(dout, dout + k), cpu)
               << "shape " << shape << " d " << d << " offset " << offset
-              << " k " << k;
+              << " k " << k << ", threads "
+              << cuda_emu::ThreadOrderName(OrderFor(shape));
         }
       }
     }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "common/half.h"
@@ -57,6 +58,34 @@ Arena& TheArena() {
 DeviceShape& Shape() {
   static DeviceShape shape;
   return shape;
+}
+
+struct OrderSetting {
+  ThreadOrder order = ThreadOrder::kAscending;
+  uint64_t seed = 0;
+};
+OrderSetting& Order() {
+  static OrderSetting setting;  // Host side is single-threaded.
+  return setting;
+}
+
+uint64_t SplitMix(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The threads in the order of one scheduler pass (see SetThreadOrder).
+void PassOrder(uint64_t* rng, std::vector<int>* order) {
+  const int n = static_cast<int>(order->size());
+  for (int i = 0; i < n; ++i) {
+    (*order)[i] = Order().order == ThreadOrder::kDescending ? n - 1 - i : i;
+  }
+  if (Order().order != ThreadOrder::kShuffled) return;
+  for (int i = n - 1; i > 0; --i) {  // Fisher-Yates.
+    std::swap((*order)[i], (*order)[SplitMix(rng) % (i + 1)]);
+  }
 }
 
 // The grid barrier lives in the arena: blocks are processes.
@@ -149,9 +178,12 @@ int RunBlock(unsigned index, void (*body)(void*), void* ctx,
     makecontext(&f.context, FiberMain, 0);
   }
   int finished = 0;
+  uint64_t rng = Order().seed ^ (uint64_t{index} * 0xd1b54a32d192ed03ull);
+  std::vector<int> order(threads);
   while (finished < threads) {
     bool ran = false;
-    for (int t = 0; t < threads; ++t) {
+    PassOrder(&rng, &order);
+    for (int t : order) {
       Fiber& f = b.fibers[t];
       if (f.done || !f.runnable) continue;
       ran = true;
@@ -175,6 +207,22 @@ int RunBlock(unsigned index, void (*body)(void*), void* ctx,
 
 void SetDeviceShape(DeviceShape shape) { Shape() = shape; }
 DeviceShape GetDeviceShape() { return Shape(); }
+
+void SetThreadOrder(ThreadOrder order, uint64_t seed) {
+  Order() = {order, seed};
+}
+
+const char* ThreadOrderName(ThreadOrder order) {
+  switch (order) {
+    case ThreadOrder::kAscending:
+      return "ascending";
+    case ThreadOrder::kDescending:
+      return "descending";
+    case ThreadOrder::kShuffled:
+      return "shuffled";
+  }
+  return "?";
+}
 
 void SyncThreads() { Arrive(&block->barrier); }
 

@@ -14,9 +14,11 @@
 // waits for the warp's 32 lanes and hands each the lanes' values; grid.sync()
 // is a barrier of the blocks' first threads in the arena, between two
 // __syncthreads. Blocks run in parallel, as processes; threads of a block
-// interleave only at barriers, so a missing __syncthreads between a write
-// and another thread's read may go unnoticed here (the GPU tests run the
-// same source). Atomics are the compiler's __atomic builtins, on either kind
+// interleave only at barriers, in an order SetThreadOrder picks. A missing
+// __syncthreads between one thread's write and another's read shows only in
+// an order that runs the reader first: run a kernel under both
+// kAscending and kDescending (and kShuffled) to catch it either way (the
+// GPU tests run the same source). Atomics are the compiler's __atomic builtins, on either kind
 // of memory. cp.async copies at once. A kernel whose threads cannot all
 // reach a barrier aborts its block (a deadlock report) instead of hanging.
 //
@@ -88,6 +90,16 @@ struct DeviceShape {
 };
 void SetDeviceShape(DeviceShape shape);
 DeviceShape GetDeviceShape();
+
+// The order in which a block's scheduler runs its runnable threads, each
+// until its next barrier: by ascending or descending thread index, or in a
+// fresh pseudo-random order at every pass (from `seed` and the block
+// index, so a failure repeats). A kernel that is right under the rules
+// gives the same result under every order; one that reads another thread's
+// write without a barrier between them does not. Default kAscending.
+enum class ThreadOrder { kAscending, kDescending, kShuffled };
+void SetThreadOrder(ThreadOrder order, uint64_t seed = 0);
+const char* ThreadOrderName(ThreadOrder order);
 
 // Per block process; thread_idx is the running fiber's.
 extern dim3 thread_idx;

@@ -1,0 +1,129 @@
+// cuda_emu's own contract: barriers order a block's threads, warp exchanges
+// hand every lane the others' values, and the thread order a test picks
+// shows a missing __syncthreads (SetThreadOrder). The kernels here are
+// written in this file, as a .cu would write them.
+#include "compressors/kernels/cuda_emu/cuda_emu.h"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Thread t + 1 (`next`) or t - 1, the ends reading their own.
+__device__ int Neighbour(int t, bool next) {
+  return next ? (t + 1 < kThreads ? t + 1 : t) : (t > 0 ? t - 1 : t);
+}
+
+// Each thread writes its slot, then reads its neighbour's (`next`: thread
+// t + 1's, else t - 1's), `barrier` whether a __syncthreads
+// stands between the write and the read. `salt` differs per launch, so that
+// a slot left from an earlier launch (__shared__ is static here) reads wrong.
+__global__ void NeighbourKernel(int salt, bool next, bool barrier, int* out) {
+  __shared__ int slots[kThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  slots[t] = salt + t;
+  if (barrier) __syncthreads();
+  out[t] = slots[Neighbour(t, next)];
+}
+
+// The right answer for every thread, or false.
+bool RunNeighbour(int salt, bool next, bool barrier) {
+  std::vector<int> out(kThreads, -1);
+  std::tuple<int, bool, bool, int*> args(salt, next, barrier, out.data());
+  cuda_emu::RunGrid(
+      dim3(1), dim3(kThreads),
+      [](void* c) {
+        auto* a = static_cast<std::tuple<int, bool, bool, int*>*>(c);
+        NeighbourKernel(std::get<0>(*a), std::get<1>(*a), std::get<2>(*a),
+                        std::get<3>(*a));
+      },
+      &args);
+  for (int t = 0; t < kThreads; ++t) {
+    if (out[t] != salt + Neighbour(t, next)) return false;
+  }
+  return true;
+}
+
+// A warp sum by shuffles, then lane 0 of each warp adds into the block's
+// total through shared memory.
+__global__ void WarpSumKernel(const int* x, int* total) {
+  __shared__ int partial[kThreads / 32];
+  const int t = static_cast<int>(threadIdx.x);
+  int v = x[t];
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v += __shfl_down_sync(0xffffffffu, v, offset);
+  }
+  if ((t & 31) == 0) partial[t / 32] = v;
+  __syncthreads();
+  if (t == 0) {
+    int sum = 0;
+    for (int w = 0; w < kThreads / 32; ++w) sum += partial[w];
+    *total = sum;
+  }
+}
+
+class CudaEmuOrderTest : public ::testing::TestWithParam<cuda_emu::ThreadOrder> {
+ protected:
+  void SetUp() override { cuda_emu::SetThreadOrder(GetParam(), 7); }
+  void TearDown() override {
+    cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
+  }
+};
+
+TEST_P(CudaEmuOrderTest, BarrierOrdersWritesBeforeReads) {
+  for (int salt : {1000, 2000}) {
+    EXPECT_TRUE(RunNeighbour(salt, /*next=*/true, /*barrier=*/true));
+    EXPECT_TRUE(RunNeighbour(salt + 1, /*next=*/false, /*barrier=*/true));
+  }
+}
+
+TEST_P(CudaEmuOrderTest, WarpShufflesAndBarriersSum) {
+  std::vector<int> x(kThreads);
+  for (int t = 0; t < kThreads; ++t) x[t] = t * t - 7 * t;
+  int64_t want = 0;
+  for (int v : x) want += v;
+  int total = 0;
+  std::tuple<const int*, int*> args(x.data(), &total);
+  cuda_emu::RunGrid(
+      dim3(1), dim3(kThreads),
+      [](void* c) {
+        auto* a = static_cast<std::tuple<const int*, int*>*>(c);
+        WarpSumKernel(std::get<0>(*a), std::get<1>(*a));
+      },
+      &args);
+  EXPECT_EQ(total, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Orders, CudaEmuOrderTest,
+    ::testing::Values(cuda_emu::ThreadOrder::kAscending,
+                      cuda_emu::ThreadOrder::kDescending,
+                      cuda_emu::ThreadOrder::kShuffled),
+    [](const ::testing::TestParamInfo<cuda_emu::ThreadOrder>& info) {
+      return std::string(cuda_emu::ThreadOrderName(info.param));
+    });
+
+// Without the barrier, the read of a neighbour that has not run yet sees the
+// last launch's value: ascending order catches a read of thread t + 1's
+// slot, descending one of t - 1's, a shuffled order both.
+TEST(CudaEmuTest, EachOrderShowsTheMissingBarrierItRunsTheReaderFirstFor) {
+  using cuda_emu::ThreadOrder;
+  cuda_emu::SetThreadOrder(ThreadOrder::kAscending);
+  EXPECT_FALSE(RunNeighbour(3000, /*next=*/true, /*barrier=*/false));
+  EXPECT_TRUE(RunNeighbour(3100, /*next=*/false, /*barrier=*/false));
+  cuda_emu::SetThreadOrder(ThreadOrder::kDescending);
+  EXPECT_TRUE(RunNeighbour(3200, /*next=*/true, /*barrier=*/false));
+  EXPECT_FALSE(RunNeighbour(3300, /*next=*/false, /*barrier=*/false));
+  cuda_emu::SetThreadOrder(ThreadOrder::kShuffled, 11);
+  EXPECT_FALSE(RunNeighbour(3400, /*next=*/true, /*barrier=*/false));
+  EXPECT_FALSE(RunNeighbour(3500, /*next=*/false, /*barrier=*/false));
+  cuda_emu::SetThreadOrder(ThreadOrder::kAscending);
+}
+
+}  // namespace
