@@ -120,7 +120,8 @@ __global__ void CheckSparseIndicesKernel(const uint32_t* indices, int64_t k,
 // index order, then the lanes fold with __shfl_down_sync at offsets 16, 8,
 // 4, 2, 1. Blocks of at most one chunk take one warp each; longer blocks
 // take one thread block each, whose warps sum successive chunks and whose
-// thread 0 adds the chunk sums in chunk order.
+// thread 0 adds the chunk sums in chunk order, or, when they are fewer than
+// the SMs, the whole grid sums their chunks (ChunkSumsKernel below).
 constexpr int kLanes = kernels::kFixedSumLanes;
 constexpr int kWideThreads = 256;
 constexpr int kWideWarps = kWideThreads / kLanes;
@@ -201,17 +202,111 @@ __global__ void BlockPerBlockKernel(Op op, const float* x, int64_t d,
   }
 }
 
-// Launches the kernel that fits `block` (see above) on stream s.
+// Fewer long blocks than the GPU has SMs (EF-signSGD's default block is the
+// whole bucket): a thread block each would leave the other SMs idle. Then
+// the whole grid sums every chunk of every block into `chunk_sums`
+// (`per_block` slots a block), one thread a block adds its chunk sums in
+// chunk order (BlockPerBlockKernel's order, so the same bits), and every
+// thread of a grid runs op.Finish for each block.
 template <typename Op>
-void LaunchBlockReduce(const Op& op, const float* x, int64_t d, int64_t block,
-                       int64_t blocks, cudaStream_t s) {
-  if (block <= kernels::kFixedSumChunk) {
+__global__ void ChunkSumsKernel(Op op, const float* x, int64_t d,
+                                int64_t block, int64_t per_block,
+                                int64_t chunks, double* chunk_sums) {
+  constexpr int64_t kChunk = kernels::kFixedSumChunk;
+  const int64_t first =
+      (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kLanes;
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  for (int64_t c = first; c < chunks; c += warps) {
+    const int64_t b = c / per_block;
+    const int64_t block_end = b * block + block < d ? b * block + block : d;
+    const int64_t begin = b * block + (c % per_block) * kChunk;
+    if (begin >= block_end) continue;  // The last block's missing chunks.
+    const int64_t end = begin + kChunk < block_end ? begin + kChunk : block_end;
+    const double sum = ChunkSum(op, x, begin, end);
+    if (lane == 0) chunk_sums[c] = sum;
+  }
+}
+
+__global__ void AddChunkSumsKernel(const double* chunk_sums, int64_t d,
+                                   int64_t block, int64_t per_block,
+                                   int64_t blocks, double* totals) {
+  constexpr int64_t kChunk = kernels::kFixedSumChunk;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < blocks;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t end = b * block + block < d ? b * block + block : d;
+    const int64_t chunks = (end - b * block + kChunk - 1) / kChunk;
+    double total = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      total = __dadd_rn(total, chunk_sums[b * per_block + c]);
+    }
+    totals[b] = total;
+  }
+}
+
+template <typename Op>
+__global__ void FinishBlocksKernel(Op op, const float* x, int64_t d,
+                                   int64_t block, int64_t blocks,
+                                   const double* totals) {
+  const int rank = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  const int size = static_cast<int>(gridDim.x * blockDim.x);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * block;
+    const int64_t end = begin + block < d ? begin + block : d;
+    op.Finish(x, b, begin, end, totals[b], rank, size);
+  }
+}
+
+// Launches the kernels that fit `block` and `blocks` (see above) on stream
+// s of `device`; `what` names the caller in errors.
+template <typename Op>
+absl::Status LaunchBlockReduce(int device, const char* what, const Op& op,
+                               const float* x, int64_t d, int64_t block,
+                               int64_t blocks, cudaStream_t s) {
+  constexpr int64_t kChunk = kernels::kFixedSumChunk;
+  if (block <= kChunk) {
     WarpPerBlockKernel<<<Blocks(blocks * kLanes), kThreads, 0, s>>>(
         op, x, d, block, blocks);
-  } else {
+    return LaunchError(what);
+  }
+  int sms = 0;
+  const cudaError_t asked =
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (asked != cudaSuccess) {
+    return absl::InternalError(std::string(what) +
+                               ": cudaDeviceGetAttribute: " +
+                               cudaGetErrorString(asked));
+  }
+  if (blocks >= sms) {
     const int grid = static_cast<int>(blocks < 4096 ? blocks : 4096);
     BlockPerBlockKernel<<<grid, kWideThreads, 0, s>>>(op, x, d, block, blocks);
+    return LaunchError(what);
   }
+  const int64_t per_block = (block + kChunk - 1) / kChunk;
+  const int64_t chunks = per_block * blocks;
+  void* scratch = nullptr;
+  const cudaError_t got =
+      cudaMallocAsync(&scratch, (chunks + blocks) * sizeof(double), s);
+  if (got != cudaSuccess) {
+    return absl::ResourceExhaustedError(std::string(what) +
+                                        ": cudaMallocAsync: " +
+                                        cudaGetErrorString(got));
+  }
+  double* chunk_sums = static_cast<double*>(scratch);
+  double* totals = chunk_sums + chunks;
+  ChunkSumsKernel<<<Blocks(chunks * kLanes), kThreads, 0, s>>>(
+      op, x, d, block, per_block, chunks, chunk_sums);
+  AddChunkSumsKernel<<<Blocks(blocks), kThreads, 0, s>>>(
+      chunk_sums, d, block, per_block, blocks, totals);
+  FinishBlocksKernel<<<Blocks(d), kThreads, 0, s>>>(op, x, d, block, blocks,
+                                                     totals);
+  absl::Status launched = LaunchError(what);
+  const cudaError_t freed = cudaFreeAsync(scratch, s);
+  if (launched.ok() && freed != cudaSuccess) {
+    launched = absl::InternalError(std::string(what) + ": cudaFreeAsync: " +
+                                   cudaGetErrorString(freed));
+  }
+  return launched;
 }
 
 // EF-signSGD's scale: mean |x| of the block, float(sum / count).
@@ -490,8 +585,9 @@ absl::Status SignEncode(int device, void* stream, const float* x, int64_t d,
   if (!set.ok()) return set;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int64_t blocks = (d + block - 1) / block;
-  LaunchBlockReduce(SignScaleOp{scales}, x, d, block, blocks, s);
-  absl::Status st = LaunchError("SignEncode (scales)");
+  absl::Status st = LaunchBlockReduce(device, "SignEncode (scales)",
+                                      SignScaleOp{scales}, x, d, block, blocks,
+                                      s);
   if (!st.ok()) return st;
   SignBitsKernel<<<Blocks((d + 7) / 8), kThreads, 0, s>>>(x, d, bits);
   return LaunchError("SignEncode (bits)");
@@ -521,9 +617,8 @@ absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
   const int64_t buckets = (d + bucket - 1) / bucket;
   const QsgdEncodeOp op{levels, bits, seeds, norms,
                         reinterpret_cast<uint32_t*>(codes)};
-  LaunchBlockReduce(op, x, d, bucket, buckets,
-                    static_cast<cudaStream_t>(stream));
-  return LaunchError("QsgdEncode");
+  return LaunchBlockReduce(device, "QsgdEncode", op, x, d, bucket, buckets,
+                           static_cast<cudaStream_t>(stream));
 }
 
 absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
