@@ -300,13 +300,14 @@ absl::Status LaunchBlockReduce(int device, const char* what, const Op& op,
       chunk_sums, d, block, per_block, blocks, totals);
   FinishBlocksKernel<<<Blocks(d), kThreads, 0, s>>>(op, x, d, block, blocks,
                                                      totals);
-  absl::Status launched = LaunchError(what);
+  const absl::Status launched = LaunchError(what);
   const cudaError_t freed = cudaFreeAsync(scratch, s);
-  if (launched.ok() && freed != cudaSuccess) {
-    launched = absl::InternalError(std::string(what) + ": cudaFreeAsync: " +
-                                   cudaGetErrorString(freed));
+  if (!launched.ok()) return launched;
+  if (freed != cudaSuccess) {
+    return absl::InternalError(std::string(what) + ": cudaFreeAsync: " +
+                               cudaGetErrorString(freed));
   }
-  return launched;
+  return absl::OkStatus();
 }
 
 // EF-signSGD's scale: mean |x| of the block, float(sum / count).
