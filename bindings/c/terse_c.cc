@@ -33,10 +33,6 @@ struct terse_error {
   std::string message;
 };
 
-struct terse_bucket_reports {
-  std::vector<terse::BucketReport> reports;
-};
-
 namespace terse {
 namespace {
 
@@ -315,6 +311,10 @@ absl::StatusOr<ReduceOp> MakeReduceOp(int op) {
 terse_error* Enqueue(const EnqueueFn& enqueue, bool has_result,
                      terse_done_fn done, void* user_data, int64_t* handle) {
   return ::terse::Enqueue(enqueue, has_result, done, user_data, handle);
+}
+
+absl::Status CheckOut(const void* out, const char* what) {
+  return ::terse::CheckOut(out, what);
 }
 
 }  // namespace cabi
@@ -596,168 +596,5 @@ terse_error* terse_init_with_comm(const char* const* names,
   if (!config.ok()) return terse::ToError(config.status());
   return terse::ToError(terse::InitWith(*config, sets, world));
 }
-
-terse_error* terse_add_process_set(const int* ranks, int n, int* id) {
-  if (!id) return terse::ToError(terse::CheckOut(id, "id"));
-  if (n < 0 || (n > 0 && ranks == nullptr)) {
-    return terse::ToError(absl::InvalidArgumentError(
-        absl::StrCat("add_process_set: bad rank list of ", n)));
-  }
-  absl::StatusOr<int32_t> added =
-      terse::AddProcessSet(std::vector<int>(ranks, ranks + n));
-  if (!added.ok()) return terse::ToError(added.status());
-  *id = *added;
-  return nullptr;
-}
-
-terse_error* terse_remove_process_set(int id) {
-  return terse::ToError(terse::RemoveProcessSet(id));
-}
-
-terse_error* terse_process_set_size(int id, int* size) {
-  if (!size) return terse::ToError(terse::CheckOut(size, "size"));
-  absl::StatusOr<std::vector<int>> ranks = terse::ProcessSetRanks(id);
-  if (!ranks.ok()) return terse::ToError(ranks.status());
-  *size = static_cast<int>(ranks->size());
-  return nullptr;
-}
-
-terse_error* terse_process_set_ranks(int id, int* ranks, int capacity) {
-  if (!ranks && capacity > 0) {
-    return terse::ToError(terse::CheckOut(ranks, "ranks"));
-  }
-  absl::StatusOr<std::vector<int>> got = terse::ProcessSetRanks(id);
-  if (!got.ok()) return terse::ToError(got.status());
-  if (static_cast<int>(got->size()) > capacity) {
-    return terse::ToError(absl::InvalidArgumentError(
-        absl::StrCat("process set ", id, " has ", got->size(),
-                     " ranks; capacity ", capacity)));
-  }
-  std::copy(got->begin(), got->end(), ranks);
-  return nullptr;
-}
-
-terse_error* terse_join(int* last_rank) {
-  if (!last_rank)
-    return terse::ToError(terse::CheckOut(last_rank, "last_rank"));
-  return terse::Store(terse::Join(), last_rank);
-}
-
-terse_error* terse_bucket_reports_get(terse_bucket_reports** reports) {
-  if (!reports) return terse::ToError(terse::CheckOut(reports, "reports"));
-  absl::StatusOr<std::vector<terse::BucketReport>> got = terse::BucketReports();
-  if (!got.ok()) return terse::ToError(got.status());
-  *reports = new terse_bucket_reports{*std::move(got)};
-  return nullptr;
-}
-
-int terse_bucket_reports_count(const terse_bucket_reports* reports) {
-  return static_cast<int>(reports->reports.size());
-}
-
-int terse_bucket_report_bucket(const terse_bucket_reports* reports, int index) {
-  return reports->reports.at(index).bucket;
-}
-
-int terse_bucket_report_tensors(const terse_bucket_reports* reports,
-                                int index) {
-  return reports->reports.at(index).tensors;
-}
-
-int64_t terse_bucket_report_bytes(const terse_bucket_reports* reports,
-                                  int index) {
-  return reports->reports.at(index).bytes;
-}
-
-const char* terse_bucket_report_policy(const terse_bucket_reports* reports,
-                                       int index) {
-  return reports->reports.at(index).policy.c_str();
-}
-
-const char* terse_bucket_report_compressor(const terse_bucket_reports* reports,
-                                           int index) {
-  return reports->reports.at(index).compressor.c_str();
-}
-
-double terse_bucket_report_cf(const terse_bucket_reports* reports, int index) {
-  return reports->reports.at(index).cf;
-}
-
-int64_t terse_bucket_report_bytes_sent(const terse_bucket_reports* reports,
-                                       int index) {
-  return reports->reports.at(index).bytes_sent;
-}
-
-int64_t terse_bucket_report_steps(const terse_bucket_reports* reports,
-                                  int index) {
-  return reports->reports.at(index).steps;
-}
-
-int32_t terse_bucket_report_process_set(const terse_bucket_reports* reports,
-                                        int index) {
-  return reports->reports.at(index).process_set;
-}
-
-void terse_bucket_reports_free(terse_bucket_reports* reports) {
-  delete reports;
-}
-
-terse_error* terse_bytes_sent(int64_t* bytes) {
-  if (!bytes) return terse::ToError(terse::CheckOut(bytes, "bytes"));
-  return terse::Store(terse::BytesSent(), bytes);
-}
-
-terse_error* terse_notify_learning_rate_drop(void) {
-  return terse::ToError(terse::NotifyLearningRateDrop());
-}
-
-terse_error* terse_start_timeline(const char* path) {
-  if (path == nullptr || path[0] == '\0') {
-    return terse::ToError(
-        absl::InvalidArgumentError("start_timeline: empty file path"));
-  }
-  return terse::ToError(terse::StartTimeline(path));
-}
-
-terse_error* terse_stop_timeline(void) {
-  return terse::ToError(terse::StopTimeline());
-}
-
-terse_error* terse_save_compression_state(char** data, size_t* size) {
-  if (!data || !size) {
-    return terse::ToError(terse::CheckOut(nullptr, "data or size"));
-  }
-  absl::StatusOr<std::string> state = terse::SaveCompressionState();
-  if (!state.ok()) return terse::ToError(state.status());
-  // At least one byte, so an empty state is not a NULL pointer.
-  *data = static_cast<char*>(std::malloc(state->size() + 1));
-  if (*data == nullptr) {
-    return terse::ToError(absl::ResourceExhaustedError(
-        "out of memory for the compression state"));
-  }
-  std::memcpy(*data, state->data(), state->size());
-  *size = state->size();
-  return nullptr;
-}
-
-terse_error* terse_load_compression_state(const char* data, size_t size) {
-  if (data == nullptr && size > 0) {
-    return terse::ToError(terse::CheckOut(data, "data"));
-  }
-  return terse::ToError(terse::LoadCompressionState(
-      size == 0 ? std::string() : std::string(data, size)));
-}
-
-terse_error* terse_save_compression_state_to_file(const char* path) {
-  if (path == nullptr) return terse::ToError(terse::CheckOut(path, "path"));
-  return terse::ToError(terse::SaveCompressionStateToFile(path));
-}
-
-terse_error* terse_load_compression_state_from_file(const char* path) {
-  if (path == nullptr) return terse::ToError(terse::CheckOut(path, "path"));
-  return terse::ToError(terse::LoadCompressionStateFromFile(path));
-}
-
-void terse_free(void* memory) { std::free(memory); }
 
 }  // extern "C"

@@ -1,5 +1,6 @@
 // The C ABI's shared plumbing (terse_c.cc), for the files of this package
-// that define more of terse_c.h's entry points (terse_c_exchange.cc).
+// that define more of terse_c.h's entry points (terse_c_exchange.cc,
+// terse_c_state.cc).
 // Private to bindings/c; not part of the ABI.
 #ifndef TERSE_BINDINGS_C_TERSE_C_INTERNAL_H_
 #define TERSE_BINDINGS_C_TERSE_C_INTERNAL_H_
@@ -53,6 +54,17 @@ using EnqueueFn = std::function<absl::StatusOr<Handle>(DoneCallback callback)>;
 // else *handle receives the handle. NULL on success.
 terse_error* Enqueue(const EnqueueFn& enqueue, bool has_result,
                      terse_done_fn done, void* user_data, int64_t* handle);
+
+// InvalidArgument "<what> is NULL" when `out` is null.
+absl::Status CheckOut(const void* out, const char* what);
+
+// Stores an OK `value` into *out and returns NULL, or returns its error.
+template <typename T>
+terse_error* Store(absl::StatusOr<T> value, T* out) {
+  if (!value.ok()) return ToError(value.status());
+  *out = *value;
+  return nullptr;
+}
 
 }  // namespace cabi
 }  // namespace terse
