@@ -6,32 +6,12 @@
 #include <string>
 
 #include "compressors/device/device_ops_cuda.h"
+#include "compressors/device/device_ops_cuda_internal.h"
 #include "compressors/kernels/fixed_order_sum.h"
 
 namespace terse {
 namespace device_ops_cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-int Blocks(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 4096 ? (blocks < 1 ? 1 : blocks) : 4096);
-}
-
-absl::Status SetDevice(int device, const char* what) {
-  const cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      std::string(what) + ": cudaSetDevice: " + cudaGetErrorString(err));
-}
-
-absl::Status LaunchError(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(std::string(what) + ": " +
-                             cudaGetErrorString(err));
-}
 
 __global__ void AddKernel(const float* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
