@@ -92,8 +92,7 @@ __global__ void CountSketchAddKernel(const float* x, int64_t n, uint64_t seed,
 __global__ void CountSketchFinishKernel(int64_t n, int64_t buckets,
                                         const uint32_t* max_bits,
                                         const unsigned long long* sums,
-                                        const uint32_t* kinds,
-                                        double* sketch) {
+                                        const uint32_t* kinds, double* sketch) {
   namespace cs = kernels::count_sketch;
   const double unscale = cs::PowerOfTwo(-cs::ScaleExponent(*max_bits, n));
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < buckets;

@@ -350,8 +350,8 @@ absl::Status CudaDeviceOps::CountSketch(Stream* stream, const float* x,
   }
   TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CountSketch: x"));
   TERSE_RETURN_IF_ERROR(Check(sketch, buckets * 8, "CountSketch: sketch"));
-  TERSE_RETURN_IF_ERROR(Check(scratch, CountSketchScratchBytes(buckets),
-                              "CountSketch: scratch"));
+  TERSE_RETURN_IF_ERROR(
+      Check(scratch, CountSketchScratchBytes(buckets), "CountSketch: scratch"));
   return device_ops_cuda::CountSketch(ordinal_, stream->native_handle(), x, n,
                                       seed, sketch, buckets, scratch);
 }

@@ -272,8 +272,8 @@ TEST(DeviceOpsCudaEmuTest, CountSketchIsTheCpus) {
       x[n / 3] = -std::numeric_limits<float>::infinity();
       x[n - 1] = std::numeric_limits<float>::quiet_NaN();
     }
-    for (int64_t buckets : {int64_t{1}, int64_t{64}, int64_t{1024},
-                            int64_t{1500}}) {
+    for (int64_t buckets :
+         {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{1500}}) {
       const std::string what =
           absl::StrCat("CountSketch of ", n, " into ", buckets, " (",
                        cuda_emu::ThreadOrderName(order), ")");

@@ -509,13 +509,11 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
     TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
     TERSE_ASSIGN_OR_RETURN(double* dk, f.Upload(std::vector<double>(k, 0.0)));
-    TERSE_ASSIGN_OR_RETURN(
-        uint8_t * scratch,
-        f.Upload(std::vector<uint8_t>(DeviceOps::CountSketchScratchBytes(k),
-                                      0xa5)));
+    TERSE_ASSIGN_OR_RETURN(uint8_t * scratch,
+                           f.Upload(std::vector<uint8_t>(
+                               DeviceOps::CountSketchScratchBytes(k), 0xa5)));
     TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dx, d, seed, dk, k, scratch));
-    TERSE_RETURN_IF_ERROR(
-        ops->CountSketch(s, dy, d - 3, seed, dk, k, scratch));
+    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dy, d - 3, seed, dk, k, scratch));
     std::vector<double> want(k, 0.0);
     kernels::AddCountSketch(seed, 0, x, absl::MakeSpan(want));
     kernels::AddCountSketch(seed, 0, absl::MakeConstSpan(y0.data(), d - 3),

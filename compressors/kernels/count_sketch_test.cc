@@ -244,8 +244,8 @@ TEST(CountSketchTest, HugeAndTinyMagnitudesAreExact) {
   bool positive;
   cs::Hash(8, 17, 4, &j, &positive);
   const std::vector<double> s = Sketch(8, mixed, 4);
-  EXPECT_EQ(s[j], (positive ? 1 : -1) *
-                      double{std::numeric_limits<float>::max()});
+  EXPECT_EQ(s[j],
+            (positive ? 1 : -1) * double{std::numeric_limits<float>::max()});
 }
 
 TEST(CountSketchTest, NonFiniteValuesPoisonOnlyTheirBuckets) {
@@ -299,9 +299,9 @@ TEST(CountSketchCommonTest, ScaleKeepsEveryPartialSumInInt64) {
   EXPECT_EQ(cs::ScaleExponent(0, 5), 0);
   for (float m : {std::numeric_limits<float>::max(), 1.0f, 0.999f, 3e-39f,
                   std::numeric_limits<float>::denorm_min()}) {
-    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{1000},
-                      int64_t{1} << 27, (int64_t{1} << 40) + 1,
-                      std::numeric_limits<int64_t>::max()}) {
+    for (int64_t n :
+         {int64_t{1}, int64_t{2}, int64_t{1000}, int64_t{1} << 27,
+          (int64_t{1} << 40) + 1, std::numeric_limits<int64_t>::max()}) {
       int e2;
       std::frexp(m, &e2);
       const int e = cs::ScaleExponent(cs::FloatBits(m), n);
@@ -323,11 +323,12 @@ TEST(CountSketchCommonTest, ScaleKeepsEveryPartialSumInInt64) {
 // mixed index, multiply-shift by a 128-bit product, the sign from bit 0.
 TEST(CountSketchCommonTest, HashIsSplitMix64AndMultiplyShift) {
   for (uint64_t seed : {uint64_t{0}, uint64_t{7}, ~uint64_t{0}}) {
-    for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{12345},
-                      int64_t{1} << 40}) {
+    for (int64_t i :
+         {int64_t{0}, int64_t{1}, int64_t{12345}, int64_t{1} << 40}) {
       for (uint64_t k : {uint64_t{1}, uint64_t{64}, uint64_t{1024},
                          uint64_t{1500}, uint64_t{1} << 40}) {
-        uint64_t state = seed ^ static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ull;
+        uint64_t state =
+            seed ^ static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ull;
         uint64_t copy = state;
         const uint64_t bits = SplitMix64(&state);
         EXPECT_EQ(cs::SplitMix64(&copy), bits);

@@ -253,9 +253,9 @@ inline uint32_t atomicOr(uint32_t* p, uint32_t v) {
 }
 inline uint32_t atomicMax(uint32_t* p, uint32_t v) {
   uint32_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-  while (old < v && !__atomic_compare_exchange_n(p, &old, v, false,
-                                                 __ATOMIC_SEQ_CST,
-                                                 __ATOMIC_SEQ_CST)) {
+  while (old < v &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_SEQ_CST)) {
   }
   return old;
 }

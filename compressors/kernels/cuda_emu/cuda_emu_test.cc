@@ -124,13 +124,12 @@ TEST_P(CudaEmuOrderTest, AtomicsAcrossThreadsAndBlocks) {
   constexpr unsigned kBlocks = 5, kBlockThreads = 96;
   uint32_t max = 0, bits = 0;
   unsigned long long sum = 0;
-  std::tuple<uint32_t*, uint32_t*, unsigned long long*> args(&max, &bits,
-                                                             &sum);
+  using Args = std::tuple<uint32_t*, uint32_t*, unsigned long long*>;
+  Args args(&max, &bits, &sum);
   cuda_emu::RunGrid(
       dim3(kBlocks), dim3(kBlockThreads),
       [](void* c) {
-        auto* a = static_cast<
-            std::tuple<uint32_t*, uint32_t*, unsigned long long*>*>(c);
+        auto* a = static_cast<Args*>(c);
         AtomicsKernel(std::get<0>(*a), std::get<1>(*a), std::get<2>(*a));
       },
       &args);
