@@ -160,13 +160,18 @@ absl::Status DeviceCompression::AddToWindowGain(BucketState& s, const float* a,
     }
     return absl::OkStatus();
   }
-  TERSE_RETURN_IF_ERROR(Ensure(t, 2 * k * 8, &s.sketch));
-  double* sketch = s.sketch.as<double>();
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(sketch, 0, 2 * k * 8));
+  // The two sketches, then the scratch both calls use in turn (stream
+  // order).
   TERSE_RETURN_IF_ERROR(
-      ops->CountSketch(t.stream, dev, n, s.window_sketch_seed, sketch, k));
+      Ensure(t, 2 * k * 8 + DeviceOps::CountSketchScratchBytes(k), &s.sketch));
+  double* sketch = s.sketch.as<double>();
+  void* scratch = sketch + 2 * k;
+  TERSE_RETURN_IF_ERROR(t.stream->Memset(sketch, 0, 2 * k * 8));
+  TERSE_RETURN_IF_ERROR(ops->CountSketch(t.stream, dev, n, s.window_sketch_seed,
+                                         sketch, k, scratch));
   TERSE_RETURN_IF_ERROR(ops->CountSketch(t.stream, s.window_grad.as<float>(), n,
-                                         s.window_sketch_seed, sketch + k, k));
+                                         s.window_sketch_seed, sketch + k, k,
+                                         scratch));
   s.host_sketch.resize(2 * k);
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_sketch.data(), sketch, 2 * k * 8));

@@ -336,15 +336,24 @@ absl::Status CudaDeviceOps::OrthonormalizeColumns(Stream* stream, float* p,
 
 absl::Status CudaDeviceOps::CountSketch(Stream* stream, const float* x,
                                         int64_t n, uint64_t seed,
-                                        double* sketch, int64_t buckets) {
+                                        double* sketch, int64_t buckets,
+                                        void* scratch) {
+  static_assert(device_ops_cuda::CountSketchScratchBytes(1024) ==
+                    CountSketchScratchBytes(1024),
+                "one scratch size for the kernels and the contract");
   if (n < 0 || buckets < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("CountSketch: n = ", n, ", buckets = ", buckets));
   }
+  if (reinterpret_cast<uintptr_t>(scratch) % 8 != 0) {
+    return absl::InvalidArgumentError("CountSketch: scratch is not aligned");
+  }
   TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CountSketch: x"));
   TERSE_RETURN_IF_ERROR(Check(sketch, buckets * 8, "CountSketch: sketch"));
+  TERSE_RETURN_IF_ERROR(
+      Check(scratch, CountSketchScratchBytes(buckets), "CountSketch: scratch"));
   return device_ops_cuda::CountSketch(ordinal_, stream->native_handle(), x, n,
-                                      seed, sketch, buckets);
+                                      seed, sketch, buckets, scratch);
 }
 
 }  // namespace terse

@@ -79,8 +79,8 @@ class CudaDeviceOps : public DeviceOps {
                              int levels, float* dense) override;
 
   absl::Status CountSketch(Stream* stream, const float* x, int64_t n,
-                           uint64_t seed, double* sketch,
-                           int64_t buckets) override;
+                           uint64_t seed, double* sketch, int64_t buckets,
+                           void* scratch) override;
 
  private:
   // OK when [ptr, ptr + bytes) is device memory of ordinal_ (or bytes <= 0).

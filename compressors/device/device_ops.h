@@ -172,15 +172,22 @@ class DeviceOps {
                                              int64_t rows, int64_t r) = 0;
 
   // kernels::AddCountSketch (compressors/kernels/count_sketch.h) of x[0, n)
-  // with `seed`: sketch[h(i)] += s(i) * x[i] (`buckets` doubles, added to
-  // in index order within each bucket). gravac's portfolio sketches its
-  // window sums on the device with it, so that only the sketch (k doubles,
-  // not the gradient-sized sums) reaches the host. Bitwise the CPU's on
-  // both devices (CUDA: one thread per bucket, which scans the whole
-  // vector in index order: O(n k) hashing, slow for large buckets).
+  // with `seed`: sketch[h(i)] += s(i) * x[i] (`buckets` doubles). gravac's
+  // portfolio sketches its window sums on the device with it, so that only
+  // the sketch (k doubles, not the gradient-sized sums) reaches the host.
+  // Bitwise the CPU's on both devices: the CPU kernel sums each bucket
+  // exactly in fixed point, so CUDA adds in parallel, in any order
+  // (O(n + buckets * blocks) work; device_ops_cuda.h). `scratch`: at least
+  // CountSketchScratchBytes(buckets) bytes of device memory, 8-byte
+  // aligned, overlapping neither x nor sketch; its contents on entry do not
+  // matter, and after the call the stream owns it until the work has run
+  // (consecutive calls on one stream may share it).
   virtual absl::Status CountSketch(Stream* stream, const float* x, int64_t n,
                                    uint64_t seed, double* sketch,
-                                   int64_t buckets) = 0;
+                                   int64_t buckets, void* scratch) = 0;
+  static constexpr int64_t CountSketchScratchBytes(int64_t buckets) {
+    return 12 * buckets + 8;
+  }
 };
 
 // The ops for `runtime`'s device `ordinal`: the simulated device or CUDA;

@@ -6,32 +6,12 @@
 #include <string>
 
 #include "compressors/device/device_ops_cuda.h"
+#include "compressors/device/device_ops_cuda_internal.h"
 #include "compressors/kernels/fixed_order_sum.h"
 
 namespace terse {
 namespace device_ops_cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-int Blocks(int64_t n) {
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < 4096 ? (blocks < 1 ? 1 : blocks) : 4096);
-}
-
-absl::Status SetDevice(int device, const char* what) {
-  const cudaError_t err = cudaSetDevice(device);
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      std::string(what) + ": cudaSetDevice: " + cudaGetErrorString(err));
-}
-
-absl::Status LaunchError(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(std::string(what) + ": " +
-                             cudaGetErrorString(err));
-}
 
 __global__ void AddKernel(const float* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -525,29 +505,6 @@ __global__ void OrthonormalizeKernel(float* p, int64_t rows, int64_t r,
   }
 }
 
-// kernels::AddCountSketch's hashing per index (count_sketch.cc): bucket
-// j's thread adds, in index order, the signed values of the indices that
-// hash to j, so every bucket's double sum rounds as the CPU's does.
-__global__ void CountSketchKernel(const float* x, int64_t n, uint64_t seed,
-                                  double* sketch, int64_t buckets) {
-  const uint64_t k = static_cast<uint64_t>(buckets);
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < buckets;
-       j += int64_t{gridDim.x} * blockDim.x) {
-    double sum = sketch[j];
-    for (int64_t i = 0; i < n; ++i) {
-      uint64_t state = seed ^ static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ull;
-      const uint64_t bits = SplitMix64Device(&state);
-      // ((bits >> 1) * k) >> 63 of the 128-bit product, as the CPU.
-      const uint64_t h = bits >> 1;
-      const uint64_t bucket = (__umul64hi(h, k) << 1) | ((h * k) >> 63);
-      if (bucket != static_cast<uint64_t>(j)) continue;
-      const double v = static_cast<double>(x[i]);
-      sum = __dadd_rn(sum, (bits & 1) ? v : -v);
-    }
-    sketch[j] = sum;
-  }
-}
-
 }  // namespace
 
 absl::Status OrthonormalizeColumns(int device, void* stream, float* p,
@@ -760,17 +717,6 @@ absl::Status CheckSparseIndices(int device, void* stream,
   if (k <= 0) return absl::OkStatus();
   CheckSparseIndicesKernel<<<Blocks(k), kThreads, 0, s>>>(indices, k, d, bad);
   return LaunchError("CheckSparseIndices");
-}
-
-absl::Status CountSketch(int device, void* stream, const float* x, int64_t n,
-                         uint64_t seed, double* sketch, int64_t buckets) {
-  if (n <= 0 || buckets <= 0) return absl::OkStatus();
-  absl::Status set = SetDevice(device, "CountSketch");
-  if (!set.ok()) return set;
-  CountSketchKernel<<<Blocks(buckets), kThreads, 0,
-                      static_cast<cudaStream_t>(stream)>>>(x, n, seed, sketch,
-                                                           buckets);
-  return LaunchError("CountSketch");
 }
 
 }  // namespace device_ops_cuda

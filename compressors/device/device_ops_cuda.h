@@ -1,8 +1,9 @@
 // The CUDA kernels behind CudaDeviceOps (cuda_device_ops.h) that
 // compressors/kernels does not have: element-wise add, fp16/bf16 casts, a
 // squared norm reduced on the device, and PowerSGD's products and
-// orthonormalisation. Declared in plain C++ so that host code needs no CUDA
-// headers.
+// orthonormalisation (device_ops_cuda.cu), and the count sketch
+// (count_sketch_cuda.cu). Declared in plain C++ so that host code needs no
+// CUDA headers.
 //
 // Pointers are DEVICE pointers; `stream` is a cudaStream_t as void*. Each
 // function makes `device` current, only enqueues work, and returns the
@@ -82,11 +83,26 @@ absl::Status AddOuterProduct(int device, void* stream, const float* p,
 absl::Status OrthonormalizeColumns(int device, void* stream, float* p,
                                    int64_t rows, int64_t r);
 
-// kernels::AddCountSketch into `buckets` doubles (DeviceOps::CountSketch):
-// one thread per bucket, adding its indices' signed values in index order
-// (bitwise the CPU's; O(n * buckets) hashing).
+// kernels::AddCountSketch into `buckets` doubles (DeviceOps::CountSketch),
+// bitwise the CPU's: the largest finite magnitude (a warp max, atomicMax),
+// then each index's fixed-point term added to its bucket's int64 sum
+// (shared memory per block for up to 1024 buckets, then one global atomic
+// per nonzero bucket and block; global atomics beyond), then each bucket
+// converted and added into `sketch`: O(n + buckets * blocks) work, exact
+// integer sums, so the order of the atomics does not matter. The scale
+// comes from the first pass on the device: nothing waits for the host.
+// `scratch`: CountSketchScratchBytes(buckets) bytes of device memory, 8-byte
+// aligned, that the call zeroes and uses in stream order (it may be reused
+// by the next call on the same stream; not by one on another stream
+// before this one has run).
 absl::Status CountSketch(int device, void* stream, const float* x, int64_t n,
-                         uint64_t seed, double* sketch, int64_t buckets);
+                         uint64_t seed, double* sketch, int64_t buckets,
+                         void* scratch);
+// The int64 sums, a 32-bit word of non-finite kinds per bucket, the largest
+// magnitude's bits, padded to 8 bytes.
+constexpr int64_t CountSketchScratchBytes(int64_t buckets) {
+  return 12 * buckets + 8;
+}
 
 }  // namespace device_ops_cuda
 }  // namespace terse

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -247,27 +248,61 @@ TEST(DeviceOpsCudaEmuTest, OrthonormalizeColumnsIsTheCpusWithinARounding) {
   }
 }
 
+// Lengths for every grid shape of the three kernels: one partial warp, a
+// partial block, one block of sums over several max blocks, several blocks
+// of sums with a partial last one. Values over a wide range, some
+// non-finite in the long cases; each sketch adds to a nonzero start, twice
+// through one scratch that starts as garbage. Each length under another
+// thread order (the shared sums are zeroed and flushed across barriers).
 TEST(DeviceOpsCudaEmuTest, CountSketchIsTheCpus) {
-  const int64_t n = 5001;
-  const std::vector<float> x = Inputs(n, 51);
-  for (int64_t buckets : {int64_t{1}, int64_t{64}, int64_t{1024}}) {
-    const std::vector<double> start = [&] {
-      std::vector<double> v(buckets);
-      for (int64_t j = 0; j < buckets; ++j) v[j] = 0.5 * j;  // Added to.
-      return v;
-    }();
-    Sim sim;
-    double* ssketch = sim.Up(start);
-    ASSERT_TRUE(
-        sim.ops()
-            ->CountSketch(sim.stream(), sim.Up(x), n, 77, ssketch, buckets)
-            .ok());
-    double* esketch = Emu(start);
-    ASSERT_TRUE(
-        emu::CountSketch(0, nullptr, Emu(x), n, 77, esketch, buckets).ok());
-    ExpectSameBits(Host(esketch, buckets), sim.Down(ssketch, buckets),
-                   absl::StrCat("CountSketch into ", buckets));
+  constexpr cuda_emu::ThreadOrder kOrders[] = {
+      cuda_emu::ThreadOrder::kAscending, cuda_emu::ThreadOrder::kDescending,
+      cuda_emu::ThreadOrder::kShuffled};
+  int run = 0;
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{257}, int64_t{5001},
+                    int64_t{3 * 4096 + 17}}) {
+    const cuda_emu::ThreadOrder order = kOrders[run % 3];
+    cuda_emu::SetThreadOrder(order, ++run);
+    std::vector<float> x = Inputs(n, 51 + n), y = Normal(n, 52 + n, 1e-3f);
+    // One magnitude above the rest, in a lane, warp and block other than
+    // the first: the scale follows the largest magnitude's binade.
+    if (n > 1) x[n - 2] = -1e12f;
+    if (n > 5000) {
+      x[n / 2] = std::numeric_limits<float>::infinity();
+      x[n / 3] = -std::numeric_limits<float>::infinity();
+      x[n - 1] = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (int64_t buckets :
+         {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{1500}}) {
+      const std::string what =
+          absl::StrCat("CountSketch of ", n, " into ", buckets, " (",
+                       cuda_emu::ThreadOrderName(order), ")");
+      std::vector<double> start(buckets);
+      for (int64_t j = 0; j < buckets; ++j) start[j] = 0.5 * j;  // Added to.
+      const std::vector<uint8_t> garbage(
+          DeviceOps::CountSketchScratchBytes(buckets), 0xa5);
+      Sim sim;
+      double* ssketch = sim.Up(start);
+      uint8_t* sscratch = sim.Up(garbage);
+      for (const std::vector<float>* v : {&x, &y}) {
+        ASSERT_TRUE(sim.ops()
+                        ->CountSketch(sim.stream(), sim.Up(*v), n, 77, ssketch,
+                                      buckets, sscratch)
+                        .ok());
+      }
+      double* esketch = Emu(start);
+      uint8_t* escratch = Emu(garbage);
+      for (const std::vector<float>* v : {&x, &y}) {
+        ASSERT_TRUE(emu::CountSketch(0, nullptr, Emu(*v), n, 77, esketch,
+                                     buckets, escratch)
+                        .ok());
+      }
+      ASSERT_EQ(emu::CountSketchScratchBytes(buckets),
+                static_cast<int64_t>(garbage.size()));
+      ExpectSameBits(Host(esketch, buckets), sim.Down(ssketch, buckets), what);
+    }
   }
+  cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
 }
 
 TEST(DeviceOpsCudaEmuTest, ElementwiseCastsNormsAndProducts) {

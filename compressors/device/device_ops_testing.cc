@@ -500,15 +500,20 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
           absl::StrCat("SquaredNorm: device ", got[0], ", cpu ", want));
     }
   }
-  // CountSketch: into k = 1, 64 and 1024 buckets, twice (the second adds
-  // to the first), bitwise the CPU kernel's on both devices.
-  for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}}) {
+  // CountSketch: into k = 1, 64, 1024 and 1500 buckets (CUDA sums up to
+  // 1024 in shared memory), twice through one scratch (the second adds to
+  // the first), bitwise the CPU kernel's on both devices; then values over
+  // 61 binary orders of magnitude and non-finite ones.
+  for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{1500}}) {
     const uint64_t seed = 0x5eed0000u + static_cast<uint64_t>(k);
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));
     TERSE_ASSIGN_OR_RETURN(float* dy, f.Upload(y0));
     TERSE_ASSIGN_OR_RETURN(double* dk, f.Upload(std::vector<double>(k, 0.0)));
-    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dx, d, seed, dk, k));
-    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dy, d - 3, seed, dk, k));
+    TERSE_ASSIGN_OR_RETURN(uint8_t * scratch,
+                           f.Upload(std::vector<uint8_t>(
+                               DeviceOps::CountSketchScratchBytes(k), 0xa5)));
+    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dx, d, seed, dk, k, scratch));
+    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dy, d - 3, seed, dk, k, scratch));
     std::vector<double> want(k, 0.0);
     kernels::AddCountSketch(seed, 0, x, absl::MakeSpan(want));
     kernels::AddCountSketch(seed, 0, absl::MakeConstSpan(y0.data(), d - 3),
@@ -516,6 +521,20 @@ absl::Status CheckDeviceOpsAgainstCpu(DeviceRuntime* runtime, int ordinal,
     TERSE_ASSIGN_OR_RETURN(std::vector<double> got, f.Download(dk, k));
     TERSE_RETURN_IF_ERROR(
         SameBits(got, want, absl::StrCat("CountSketch k=", k)));
+  }
+  for (const std::vector<float>& v : {WideValues(d, 12), NonFiniteValues()}) {
+    const int64_t n = static_cast<int64_t>(v.size()), k = 64;
+    TERSE_ASSIGN_OR_RETURN(float* dv, f.Upload(v));
+    TERSE_ASSIGN_OR_RETURN(double* dk, f.Upload(std::vector<double>(k, 1.0)));
+    TERSE_ASSIGN_OR_RETURN(
+        uint8_t * scratch,
+        f.Upload(std::vector<uint8_t>(DeviceOps::CountSketchScratchBytes(k))));
+    TERSE_RETURN_IF_ERROR(ops->CountSketch(s, dv, n, 99, dk, k, scratch));
+    std::vector<double> want(k, 1.0);
+    kernels::AddCountSketch(99, 0, v, absl::MakeSpan(want));
+    TERSE_ASSIGN_OR_RETURN(std::vector<double> got, f.Download(dk, k));
+    TERSE_RETURN_IF_ERROR(
+        SameBits(got, want, absl::StrCat("CountSketch of ", n, " values")));
   }
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{50}, d}) {  // TopK.
     TERSE_ASSIGN_OR_RETURN(float* dx, f.Upload(x));

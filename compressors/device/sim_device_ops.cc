@@ -441,13 +441,19 @@ absl::Status SimDeviceOps::CheckSparseIndices(Stream* stream,
 
 absl::Status SimDeviceOps::CountSketch(Stream* stream, const float* x,
                                        int64_t n, uint64_t seed, double* sketch,
-                                       int64_t buckets) {
+                                       int64_t buckets, void* scratch) {
   if (n < 0 || buckets < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("CountSketch: n = ", n, ", buckets = ", buckets));
   }
+  if (reinterpret_cast<uintptr_t>(scratch) % 8 != 0) {
+    return absl::InvalidArgumentError("CountSketch: scratch is not aligned");
+  }
   TERSE_RETURN_IF_ERROR(Check(x, n * 4, "CountSketch: x"));
   TERSE_RETURN_IF_ERROR(Check(sketch, buckets * 8, "CountSketch: sketch"));
+  // Checked (CUDA's contract) though the CPU kernel needs none of it.
+  TERSE_RETURN_IF_ERROR(Check(scratch, CountSketchScratchBytes(buckets),
+                              "CountSketch: scratch"));
   return stream->LaunchHost([x, n, seed, sketch, buckets] {
     kernels::AddCountSketch(seed, 0, absl::MakeConstSpan(x, n),
                             absl::MakeSpan(sketch, buckets));

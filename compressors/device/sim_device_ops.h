@@ -79,8 +79,8 @@ class SimDeviceOps : public DeviceOps {
                              int levels, float* dense) override;
 
   absl::Status CountSketch(Stream* stream, const float* x, int64_t n,
-                           uint64_t seed, double* sketch,
-                           int64_t buckets) override;
+                           uint64_t seed, double* sketch, int64_t buckets,
+                           void* scratch) override;
 
  private:
   absl::Status Check(const void* ptr, int64_t bytes, const char* what);

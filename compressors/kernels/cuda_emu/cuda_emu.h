@@ -251,6 +251,14 @@ inline double atomicAdd(double* p, double v) {
 inline uint32_t atomicOr(uint32_t* p, uint32_t v) {
   return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
 }
+inline uint32_t atomicMax(uint32_t* p, uint32_t v) {
+  uint32_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v &&
+         !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
 
 // Arithmetic with the rounding named (round to nearest: the host's mode;
 // build with -ffp-contract=off so that no product is fused into an add).

@@ -4,6 +4,7 @@
 // written in this file, as a .cu would write them.
 #include "compressors/kernels/cuda_emu/cuda_emu.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -68,6 +69,25 @@ __global__ void WarpSumKernel(const int* x, int* total) {
   }
 }
 
+// Every thread of several blocks updates shared and global words: thread t
+// of block b offers (t * 7919 + b * 104729) % 1000003 to a block-wide
+// shared maximum, whose first thread takes it into the global one and sets
+// its block's bit; every thread adds 2^32 - 1 (carries into the high word).
+__global__ void AtomicsKernel(uint32_t* max, uint32_t* bits,
+                              unsigned long long* sum) {
+  __shared__ uint32_t block_max;
+  if (threadIdx.x == 0) block_max = 0;
+  __syncthreads();
+  atomicMax(&block_max,
+            (threadIdx.x * 7919u + blockIdx.x * 104729u) % 1000003u);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicMax(max, block_max);
+    atomicOr(bits, 1u << blockIdx.x);
+  }
+  atomicAdd(sum, 0xffffffffull);
+}
+
 class CudaEmuOrderTest : public ::testing::TestWithParam<cuda_emu::ThreadOrder> {
  protected:
   void SetUp() override { cuda_emu::SetThreadOrder(GetParam(), 7); }
@@ -100,6 +120,30 @@ TEST_P(CudaEmuOrderTest, WarpShufflesAndBarriersSum) {
   EXPECT_EQ(total, want);
 }
 
+TEST_P(CudaEmuOrderTest, AtomicsAcrossThreadsAndBlocks) {
+  constexpr unsigned kBlocks = 5, kBlockThreads = 96;
+  uint32_t max = 0, bits = 0;
+  unsigned long long sum = 0;
+  using Args = std::tuple<uint32_t*, uint32_t*, unsigned long long*>;
+  Args args(&max, &bits, &sum);
+  cuda_emu::RunGrid(
+      dim3(kBlocks), dim3(kBlockThreads),
+      [](void* c) {
+        auto* a = static_cast<Args*>(c);
+        AtomicsKernel(std::get<0>(*a), std::get<1>(*a), std::get<2>(*a));
+      },
+      &args);
+  uint32_t want = 0;
+  for (unsigned b = 0; b < kBlocks; ++b) {
+    for (unsigned t = 0; t < kBlockThreads; ++t) {
+      want = std::max(want, (t * 7919u + b * 104729u) % 1000003u);
+    }
+  }
+  EXPECT_EQ(max, want);
+  EXPECT_EQ(bits, (1u << kBlocks) - 1);
+  EXPECT_EQ(sum, 0xffffffffull * kBlocks * kBlockThreads);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Orders, CudaEmuOrderTest,
     ::testing::Values(cuda_emu::ThreadOrder::kAscending,
@@ -124,6 +168,14 @@ TEST(CudaEmuTest, EachOrderShowsTheMissingBarrierItRunsTheReaderFirstFor) {
   EXPECT_FALSE(RunNeighbour(3400, /*next=*/true, /*barrier=*/false));
   EXPECT_FALSE(RunNeighbour(3500, /*next=*/false, /*barrier=*/false));
   cuda_emu::SetThreadOrder(ThreadOrder::kAscending);
+}
+
+TEST(CudaEmuTest, AtomicMaxReturnsTheOldValue) {
+  uint32_t word = 10;
+  EXPECT_EQ(atomicMax(&word, 7u), 10u);
+  EXPECT_EQ(word, 10u);
+  EXPECT_EQ(atomicMax(&word, 12u), 10u);
+  EXPECT_EQ(word, 12u);
 }
 
 }  // namespace
