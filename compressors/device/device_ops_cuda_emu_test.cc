@@ -137,11 +137,25 @@ void CheckSign(const std::vector<float>& x, int64_t block) {
   ExpectSameBits(Host(edense, d), sim.Down(sdense, d), what + " decode");
 }
 
-TEST(DeviceOpsCudaEmuTest, SignEncodeAndDecodeAreTheCpus) {
+// Every case runs under each of cuda_emu's thread orders: a kernel that
+// reads another thread's write without a barrier between them gives another
+// result in one of them.
+class DeviceOpsCudaEmuTest
+    : public ::testing::TestWithParam<cuda_emu::ThreadOrder> {
+ protected:
+  void SetUp() override { cuda_emu::SetThreadOrder(GetParam(), 3); }
+  void TearDown() override {
+    cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
+  }
+};
+
+TEST_P(DeviceOpsCudaEmuTest, SignEncodeAndDecodeAreTheCpus) {
   for (int64_t d : {int64_t{5}, int64_t{4097}, int64_t{70001}}) {
     const std::vector<float> x = Inputs(d, 3 + d);
-    for (int64_t block :
-         {int64_t{64}, int64_t{1000}, int64_t{4096}, int64_t{4097}, d}) {
+    // 40001: two thread blocks of 10 and 8 chunks; the first takes two
+    // rounds of its 8 warps.
+    for (int64_t block : {int64_t{64}, int64_t{1000}, int64_t{4096},
+                          int64_t{4097}, int64_t{40001}, d}) {
       CheckSign(x, block);
     }
   }
@@ -193,11 +207,12 @@ void CheckQsgd(const std::vector<float>& x, int64_t bucket, int levels,
   ExpectSameBits(Host(edense, d), sim.Down(sdense, d), what + " decode");
 }
 
-TEST(DeviceOpsCudaEmuTest, QsgdEncodeAndDecodeAreTheCpus) {
+TEST_P(DeviceOpsCudaEmuTest, QsgdEncodeAndDecodeAreTheCpus) {
   std::mt19937_64 rng(17);
   for (int64_t d : {int64_t{5}, int64_t{4097}, int64_t{70001}}) {
     const std::vector<float> x = Inputs(d, 5 + d);
-    for (int64_t bucket : {int64_t{512}, int64_t{4096}, int64_t{4097}, d}) {
+    for (int64_t bucket :
+         {int64_t{512}, int64_t{4096}, int64_t{4097}, int64_t{40001}, d}) {
       for (int levels : {1, 4, 127}) CheckQsgd(x, bucket, levels, &rng);
     }
   }
@@ -207,7 +222,7 @@ TEST(DeviceOpsCudaEmuTest, QsgdEncodeAndDecodeAreTheCpus) {
   }
 }
 
-TEST(DeviceOpsCudaEmuTest, OrthonormalizeColumnsIsTheCpusWithinARounding) {
+TEST_P(DeviceOpsCudaEmuTest, OrthonormalizeColumnsIsTheCpusWithinARounding) {
   struct Case {
     int64_t rows, r;
     std::vector<float> p;
@@ -254,7 +269,7 @@ TEST(DeviceOpsCudaEmuTest, OrthonormalizeColumnsIsTheCpusWithinARounding) {
 // non-finite in the long cases; each sketch adds to a nonzero start, twice
 // through one scratch that starts as garbage. Each length under another
 // thread order (the shared sums are zeroed and flushed across barriers).
-TEST(DeviceOpsCudaEmuTest, CountSketchIsTheCpus) {
+TEST_P(DeviceOpsCudaEmuTest, CountSketchIsTheCpus) {
   constexpr cuda_emu::ThreadOrder kOrders[] = {
       cuda_emu::ThreadOrder::kAscending, cuda_emu::ThreadOrder::kDescending,
       cuda_emu::ThreadOrder::kShuffled};
@@ -305,7 +320,7 @@ TEST(DeviceOpsCudaEmuTest, CountSketchIsTheCpus) {
   cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
 }
 
-TEST(DeviceOpsCudaEmuTest, ElementwiseCastsNormsAndProducts) {
+TEST_P(DeviceOpsCudaEmuTest, ElementwiseCastsNormsAndProducts) {
   const int64_t n = 70001;
   const std::vector<float> x = Inputs(n, 31), y = Normal(n, 32);
   Sim sim;
@@ -379,6 +394,15 @@ TEST(DeviceOpsCudaEmuTest, ElementwiseCastsNormsAndProducts) {
   const std::vector<float> cpu_m = sim.Down(sm, rows * cols);
   for (int64_t i = 0; i < rows * cols; ++i) ASSERT_NEAR(em[i], cpu_m[i], 1e-4);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Orders, DeviceOpsCudaEmuTest,
+    ::testing::Values(cuda_emu::ThreadOrder::kAscending,
+                      cuda_emu::ThreadOrder::kDescending,
+                      cuda_emu::ThreadOrder::kShuffled),
+    [](const ::testing::TestParamInfo<cuda_emu::ThreadOrder>& info) {
+      return std::string(cuda_emu::ThreadOrderName(info.param));
+    });
 
 }  // namespace
 }  // namespace terse

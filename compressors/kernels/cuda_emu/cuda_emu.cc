@@ -126,18 +126,36 @@ struct Block {
   std::vector<WarpState> warps;
   void (*body)(void*) = nullptr;
   void* ctx = nullptr;
+  // Set when __syncthreads released the block: the scheduler starts a new
+  // pass, so the threads leave the barrier in the thread order's order.
+  bool restart_pass = false;
+  // Set when a warp's exchange released its lanes: the scheduler runs that
+  // warp's lanes next, so a warp moves through its shuffles as one, as its
+  // lanes do on a GPU, before other warps run on.
+  int released_warp = -1;
 };
 Block* block = nullptr;  // This process's block, while it runs.
 
-// Suspends the running fiber until the barrier's last arrival.
+// Suspends the running fiber until the barrier's last arrival. The last
+// to arrive at a warp's barrier runs on, and its warp's lanes run next; the
+// last at the block's yields too, so that the whole block resumes in the
+// thread order (otherwise the last arrival would always be the first past
+// __syncthreads).
 void Arrive(Barrier* b) {
+  const int self = block->current;
   if (++b->arrived == b->size) {
     b->arrived = 0;
     for (int f : b->waiting) block->fibers[f].runnable = true;
     b->waiting.clear();
+    if (b == &block->barrier) {
+      block->restart_pass = true;
+      swapcontext(&block->fibers[self].context, &block->scheduler);
+      thread_idx = dim3(self);
+    } else {
+      block->released_warp = self / 32;
+    }
     return;
   }
-  const int self = block->current;
   block->fibers[self].runnable = false;
   b->waiting.push_back(self);
   swapcontext(&block->fibers[self].context, &block->scheduler);
@@ -180,17 +198,34 @@ int RunBlock(unsigned index, void (*body)(void*), void* ctx,
   int finished = 0;
   uint64_t rng = Order().seed ^ (uint64_t{index} * 0xd1b54a32d192ed03ull);
   std::vector<int> order(threads);
+  std::vector<std::vector<int>> lanes(threads / 32);  // Each warp's, in order.
+  auto run = [&](int t) {
+    Fiber& f = b.fibers[t];
+    if (f.done || !f.runnable) return false;
+    b.current = t;
+    thread_idx = dim3(t);
+    swapcontext(&b.scheduler, &f.context);
+    if (f.done) ++finished;
+    return true;
+  };
   while (finished < threads) {
     bool ran = false;
     PassOrder(&rng, &order);
+    for (std::vector<int>& l : lanes) l.clear();
+    for (int t : order) lanes[t / 32].push_back(t);
+    b.restart_pass = false;
+    b.released_warp = -1;
     for (int t : order) {
-      Fiber& f = b.fibers[t];
-      if (f.done || !f.runnable) continue;
-      ran = true;
-      b.current = t;
-      thread_idx = dim3(t);
-      swapcontext(&b.scheduler, &f.context);
-      if (f.done) ++finished;
+      if (b.restart_pass) break;
+      ran |= run(t);
+      while (b.released_warp >= 0 && !b.restart_pass) {
+        const int warp = b.released_warp;
+        b.released_warp = -1;
+        for (int lane : lanes[warp]) {
+          if (b.restart_pass) break;
+          run(lane);
+        }
+      }
     }
     if (!ran) {
       std::fprintf(stderr,

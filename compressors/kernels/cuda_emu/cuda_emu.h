@@ -14,11 +14,14 @@
 // waits for the warp's 32 lanes and hands each the lanes' values; grid.sync()
 // is a barrier of the blocks' first threads in the arena, between two
 // __syncthreads. Blocks run in parallel, as processes; threads of a block
-// interleave only at barriers, in an order SetThreadOrder picks. A missing
-// __syncthreads between one thread's write and another's read shows only in
-// an order that runs the reader first: run a kernel under both
-// kAscending and kDescending (and kShuffled) to catch it either way (the
-// GPU tests run the same source). Atomics are the compiler's __atomic builtins, on either kind
+// interleave only at barriers, in an order SetThreadOrder picks: the block
+// leaves a __syncthreads in that order, and a warp whose lanes meet at a
+// shuffle or vote runs on as one (as on a GPU) before other warps do. A
+// missing __syncthreads between one thread's write and another's read
+// shows only in an order that runs the reader (or, for a write after a
+// read, the writer) first: run a kernel under both kAscending and
+// kDescending (and kShuffled) to catch it either way (the GPU tests run
+// the same source). Atomics are the compiler's __atomic builtins, on either kind
 // of memory. cp.async copies at once. A kernel whose threads cannot all
 // reach a barrier aborts its block (a deadlock report) instead of hanging.
 //

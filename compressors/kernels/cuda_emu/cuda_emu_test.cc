@@ -170,6 +170,55 @@ TEST(CudaEmuTest, EachOrderShowsTheMissingBarrierItRunsTheReaderFirstFor) {
   cuda_emu::SetThreadOrder(ThreadOrder::kAscending);
 }
 
+// Each thread takes a ticket after a barrier, then after a warp shuffle:
+// the block leaves __syncthreads in the thread order, and a warp runs
+// through its shuffles as one before the next warp starts.
+__global__ void TicketKernel(uint32_t* counters, uint32_t* after_barrier,
+                             uint32_t* after_shuffle) {
+  const int t = static_cast<int>(threadIdx.x);
+  (void)__shfl_down_sync(0xffffffffu, t, 1);  // Warps reach the barrier
+  __syncthreads();                             // as one.
+  after_barrier[t] = atomicAdd(&counters[0], 1u);
+  (void)__shfl_down_sync(0xffffffffu, t, 1);
+  (void)__shfl_down_sync(0xffffffffu, t, 2);
+  after_shuffle[t] = atomicAdd(&counters[1], 1u);
+}
+
+TEST(CudaEmuTest, ThreadsLeaveBarriersInTheThreadOrderAndWarpsAsOne) {
+  for (cuda_emu::ThreadOrder order :
+       {cuda_emu::ThreadOrder::kAscending, cuda_emu::ThreadOrder::kDescending}) {
+    cuda_emu::SetThreadOrder(order);
+    uint32_t counters[2] = {0, 0};
+    std::vector<uint32_t> barrier(kThreads), shuffle(kThreads);
+    std::tuple<uint32_t*, uint32_t*, uint32_t*> args(counters, barrier.data(),
+                                                      shuffle.data());
+    cuda_emu::RunGrid(
+        dim3(1), dim3(kThreads),
+        [](void* c) {
+          auto* a = static_cast<std::tuple<uint32_t*, uint32_t*, uint32_t*>*>(c);
+          TicketKernel(std::get<0>(*a), std::get<1>(*a), std::get<2>(*a));
+        },
+        &args);
+    const bool up = order == cuda_emu::ThreadOrder::kAscending;
+    // The block leaves the barrier in the thread order.
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(barrier[t], static_cast<uint32_t>(up ? t : kThreads - 1 - t))
+          << "thread " << t << ", " << cuda_emu::ThreadOrderName(order);
+    }
+    // A warp's lanes take their second tickets one after another.
+    for (int w = 0; w < kThreads / 32; ++w) {
+      uint32_t lo = UINT32_MAX, hi = 0;
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, shuffle[w * 32 + l]);
+        hi = std::max(hi, shuffle[w * 32 + l]);
+      }
+      EXPECT_EQ(hi - lo, 31u) << "warp " << w << ", "
+                              << cuda_emu::ThreadOrderName(order);
+    }
+  }
+  cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
+}
+
 TEST(CudaEmuTest, AtomicMaxReturnsTheOldValue) {
   uint32_t word = 10;
   EXPECT_EQ(atomicMax(&word, 7u), 10u);
