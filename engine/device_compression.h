@@ -230,6 +230,39 @@ class DeviceCompression : public ExternalCompressionState {
       const std::vector<std::pair<int, const double*>>& device_stats,
       Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
       std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // QSGD (device_qsgd.cc). QsgdEncodeLevel: `x` (device) quantised at
+  // `levels` with this rank's draws for `step` (the CPU compressor's
+  // per-bucket seeds, uploaded once a step), the norms into `norms`, the
+  // codes into `codes` (device buffers, grown as needed); `level` (device,
+  // when not null) gets 0 + their decoding, this rank's contribution.
+  absl::Status QsgdEncodeLevel(BucketState& s, const float* x, int levels,
+                               int64_t step, DeviceBuffer* norms,
+                               DeviceBuffer* codes, float* level)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Enqueues the copy of the encoding at `levels` in s.values (norms) and
+  // s.sign_bits (codes) to the host (s.host_values, s.host_bits), which
+  // ExchangeQsgd reads after the caller waited for the stream.
+  absl::Status QsgdCopyToHost(BucketState& s, int levels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where rank r's payload body lies in s.sign_received, and its
+  // parameters.
+  struct QsgdSlot {
+    int64_t at = 0, bucket = 1, buckets = 0;
+    int levels = 1;
+  };
+  // Sends this rank's payload at `levels` (the CPU path's, built from the
+  // host copies of QsgdCopyToHost) with `stats` as its trailer, allgathered
+  // over `control` (every rank's the same size); validates every rank's as
+  // the CPU decoder does (InvalidArgument naming the rank) and uploads the
+  // bodies to s.sign_received. The trailers summed in rank order go to
+  // *summed (when not null), the payload's bytes to *payload_bytes.
+  absl::StatusOr<std::vector<QsgdSlot>> ExchangeQsgd(
+      BucketState& s, int levels, std::vector<double> stats,
+      Communicator* control, int64_t* payload_bytes,
+      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // dense (device) += the decoding of the payload in `slot`.
+  absl::Status QsgdDecodeSlot(BucketState& s, const QsgdSlot& slot,
+                              float* dense) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
                                         int64_t step, Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -143,10 +143,12 @@ struct DeviceCompression::BucketState {
   // host copy), each rank's slot 8-byte aligned.
   DeviceBuffer sign_bits, sign_received;
   std::vector<uint8_t> host_bits, up_bytes;
-  // qsgd: per norm bucket seeds (device, and their host copy); its codes
-  // and bodies reuse the efsignsgd buffers above.
+  // qsgd: per norm bucket seeds (device, and their host copy) of step
+  // seeds_step; its norms, codes and bodies reuse `values` and the
+  // efsignsgd buffers above.
   DeviceBuffer seeds;
   std::vector<uint64_t> host_seeds;
+  int64_t seeds_step = -1;
   // powersgd: its state and this rank's own reconstruction (device).
   std::unique_ptr<DevicePowerSgd> powersgd;
   DeviceBuffer local;
