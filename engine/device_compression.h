@@ -351,7 +351,8 @@ class DeviceCompression : public ExternalCompressionState {
   // ||C(a)||^2 of each of the decision's gain probes, compressed locally on
   // the device as the reducer's ProbeGain (sparsifiers decoded as the wire
   // rounds them, fp16 / bf16 cast and back, PowerSGD on a rank alone with
-  // the probe's own warm starts), into stats[kStatsTrailer + i].
+  // the probe's own warm starts), into stats[kStatsTrailer + i]. The probes
+  // run in stream order; the host waits once, for the norms.
   absl::Status ProbeGains(BucketState& s, const gravac::Decision& decision,
                           const float* a, int64_t step,
                           std::vector<double>* stats)

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -171,10 +172,13 @@ struct DeviceCompression::BucketState {
   // Each level's selection (device): indices, values as selected, count.
   DeviceBuffer selected_indices[2], selected_values[2];
   int64_t selected_count[2] = {0, 0};
-  // RandomK's positions for the two levels of a step (host, read by the
-  // stream's uploads).
-  std::vector<uint32_t> randomk_positions[2];
-  int randomk_next = 0;
+  // RandomK's positions (host, read by the stream's uploads): one vector
+  // for each selection of a step (its levels, its gain probes), so none is
+  // rewritten before the stream copied it. randomk_used of them are taken;
+  // PolicyStep starts each step at the first (the previous step waited for
+  // its stream).
+  std::deque<std::vector<uint32_t>> randomk_positions;
+  size_t randomk_used = 0;
   // Messages gathered on the device (ExchangeSparseOnDevice): this rank's,
   // every rank's (8-byte aligned slots), the index checks' flags, the
   // decoded 16-bit values, and the host copies of the headers, trailers

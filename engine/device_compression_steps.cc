@@ -504,10 +504,12 @@ absl::StatusOr<int64_t> DeviceCompression::Select(BucketState& s,
       return ops->ThresholdSearch(t.stream, x, n, k, opt, indices);
     }
     case CompressorId::kRandomK: {
-      // The shared-seed positions, drawn on the host (RandomKStep's), kept
-      // until the stream has copied them (the next Synchronize).
-      std::vector<uint32_t>& host = s.randomk_positions[s.randomk_next];
-      s.randomk_next ^= 1;
+      // The shared-seed positions, drawn on the host (RandomKStep's) into
+      // a vector of this selection's own, which the stream copies later.
+      if (s.randomk_used == s.randomk_positions.size()) {
+        s.randomk_positions.emplace_back();
+      }
+      std::vector<uint32_t>& host = s.randomk_positions[s.randomk_used++];
       kernels::RandomKIndices(
           kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
                            s.stream_hash),

@@ -160,6 +160,9 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   const Clock::time_point start = Clock::now();
   const double previous_seconds = PreviousStepSeconds(s, start);
   const gravac::Decision decision = s.policy->Decide();
+  // The previous step waited for its stream: RandomK's host positions are
+  // free again.
+  s.randomk_used = 0;
   CompressorId kind = CompressorId::kNone;
   if (decision.compressor != "none") {
     TERSE_ASSIGN_OR_RETURN(kind, CompressorIdFromName(decision.compressor));

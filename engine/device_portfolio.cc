@@ -234,11 +234,11 @@ absl::Status DeviceCompression::ProbeGains(BucketState& s,
           absl::StrCat("bucket ", s.id, ": a gain probe of ",
                        gravac::ChoiceName(c), " on a device bucket"));
     }
+    // In stream order: the next probe reuses the scratch after this norm
+    // read it (RandomK's host positions are each selection's own).
     TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, out, n, norms + i));
-    // RandomK's host positions and the probe scratch are reused by the
-    // next probe: this one must have run.
-    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
   }
+  // The one wait: the norms' copy to the host.
   s.host_probe_norms.resize(m);
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_probe_norms.data(), norms, m * 8));
