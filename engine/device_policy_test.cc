@@ -136,14 +136,20 @@ Outcome BeforeTheFirstPick(const Outcome& run) {
   out.cpu.resize(steps);
   out.device_steps.resize(steps);
   out.cpu_steps.resize(steps);
+  if (!out.device_pending.empty()) {
+    out.device_pending.resize(steps);
+    out.cpu_pending.resize(steps);
+  }
   out.device_report.clear();
   out.cpu_report.clear();
   return out;
 }
 
 // The exploration of a portfolio run, compared: at least `at_least` steps
-// before the first pick by throughput, every one bitwise the CPU path's,
-// and every candidate's gain measured by the end (no "gain=?").
+// before the first pick by throughput, every one bitwise the CPU path's
+// (with the pending statistics, when recorded: a gain probe's norm is
+// seen there even where its gain, clamped to 1, is not), and every
+// candidate's gain measured by the end (no "gain=?").
 absl::Status CompareExploration(const Outcome& run, size_t at_least,
                                 const std::string& what) {
   const Outcome compared = BeforeTheFirstPick(run);
@@ -182,7 +188,7 @@ TEST_P(DevicePortfolioTest, DecidesAndReducesAsTheCpuPathBitForBit) {
       absl::Status st = RunDeviceAndCpu(
           size, "gravac", "10", c.steps, &run, &sim,
           [](int rank) { return rank; }, Portfolio(c.candidates, c.gain),
-          device_gather);
+          device_gather, {}, nullptr, /*record_pending=*/true);
       ASSERT_TRUE(st.ok()) << st;
       st = CompareExploration(run, c.compared, c.name);
       ASSERT_TRUE(st.ok()) << st;
