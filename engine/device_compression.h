@@ -35,8 +35,8 @@
 //
 // The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc,
 // redsync or randomk family; gravac's portfolio of dense, fp16, bf16,
-// powersgd, topk, dgc, redsync and randomk candidates; accordion with topk,
-// dgc, redsync, randomk or powersgd) run the CompressedReducer's protocol
+// powersgd, topk, dgc, redsync, randomk and qsgd candidates; accordion with
+// topk, dgc, redsync, randomk or powersgd) run the CompressedReducer's protocol
 // here too (PolicyStep): probes, the portfolio's gain probes and window
 // gains (their sums on the device, only their count sketches reach the
 // host: DeviceOps::CountSketch), norms (reduced on the device; only the
@@ -50,8 +50,10 @@
 // Reduce is given, compressed or not.
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
-// on a host copy of the bucket, with a warning): a portfolio with a qsgd
-// candidate.
+// on a host copy of the bucket, with a warning): a policy HandlesPolicy
+// refuses. No configuration Config accepts is one at present (a portfolio
+// whose randomk candidates carried 16-bit values would be, but no setting
+// selects them).
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -330,8 +332,9 @@ class DeviceCompression : public ExternalCompressionState {
   // CompressedReducer (compressed_reducer.cc, compressed_reducer_exchange.cc):
   //
   // Whether the portfolio of `config` (TERSE_GRAVAC_CANDIDATES across
-  // families) runs here: every candidate is dense, fp16, bf16, PowerSGD or
-  // a topk / dgc / redsync / randomk level (randomk with float32 values).
+  // families) runs here: every candidate is dense, fp16, bf16, PowerSGD,
+  // QSGD or a topk / dgc / redsync / randomk level (randomk with float32
+  // values).
   static bool PortfolioOnDevice(const Config& config);
   // The start of a policy step, on the gradient `g` (device) before
   // anything is added: the window gain's sums of g (a decision with
@@ -351,8 +354,9 @@ class DeviceCompression : public ExternalCompressionState {
   // ||C(a)||^2 of each of the decision's gain probes, compressed locally on
   // the device as the reducer's ProbeGain (sparsifiers decoded as the wire
   // rounds them, fp16 / bf16 cast and back, PowerSGD on a rank alone with
-  // the probe's own warm starts), into stats[kStatsTrailer + i]. The probes
-  // run in stream order; the host waits once, for the norms.
+  // the probe's own warm starts, QSGD quantised with the step's draws and
+  // decoded), into stats[kStatsTrailer + i]. The probes run in stream
+  // order; the host waits once, for the norms.
   absl::Status ProbeGains(BucketState& s, const gravac::Decision& decision,
                           const float* a, int64_t step,
                           std::vector<double>* stats)

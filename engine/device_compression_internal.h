@@ -146,7 +146,7 @@ struct DeviceCompression::BucketState {
   std::vector<uint8_t> host_bits, up_bytes;
   // qsgd: per norm bucket seeds (device, and their host copy) of step
   // seeds_step; its norms, codes and bodies reuse `values` and the
-  // efsignsgd buffers above.
+  // efsignsgd buffers above (also under a policy: the sent encoding).
   DeviceBuffer seeds;
   std::vector<uint64_t> host_seeds;
   int64_t seeds_step = -1;
@@ -206,6 +206,9 @@ struct DeviceCompression::BucketState {
   std::map<std::pair<double, int64_t>, std::unique_ptr<DevicePowerSgd>>
       powersgd_probes;
   DeviceBuffer probe_a, probe_out, probe_half, probe_norms;
+  // A qsgd gain probe's norms and codes (the sent encoding's stay in
+  // `values` and `sign_bits` until their copy to the host).
+  DeviceBuffer probe_scales, probe_codes;
   // The 16-bit body an fp16 / bf16 decision sends (SparseLevel's rounding
   // of the probes' values uses `half`).
   DeviceBuffer cast_body;

@@ -3,7 +3,8 @@
 // every rank's payload exchanged as the CPU path's (built on the host from
 // the encoded body, allgathered over the control communicator with the
 // statistics trailer, validated on the host) and decoded on the device; the
-// static step (QsgdStep).
+// static step (QsgdStep). PolicyStep (device_policy_step.cc) and ProbeGains
+// (device_portfolio.cc) use the same pieces for gravac's portfolio.
 #include <algorithm>
 #include <cstring>
 #include <utility>
