@@ -35,8 +35,8 @@
 //
 // The adaptive policies HandlesPolicy accepts (gravac with one topk, dgc,
 // redsync or randomk family; gravac's portfolio of dense, fp16, bf16,
-// powersgd, topk, dgc, redsync and randomk candidates; accordion with topk,
-// dgc, redsync, randomk or powersgd) run the CompressedReducer's protocol
+// powersgd, topk, dgc, redsync, randomk and qsgd candidates; accordion with
+// topk, dgc, redsync, randomk or powersgd) run the CompressedReducer's protocol
 // here too (PolicyStep): probes, the portfolio's gain probes and window
 // gains (their sums on the device, only their count sketches reach the
 // host: DeviceOps::CountSketch), norms (reduced on the device; only the
@@ -50,8 +50,10 @@
 // Reduce is given, compressed or not.
 //
 // Not handled here (DeviceExecutor runs them through the CompressedReducer
-// on a host copy of the bucket, with a warning): a portfolio with a qsgd
-// candidate.
+// on a host copy of the bucket, with a warning): a policy HandlesPolicy
+// refuses. No configuration Config accepts is one at present (a portfolio
+// whose randomk candidates carried 16-bit values would be, but no setting
+// selects them).
 //
 // Threading: Reduce and Forget run on the engine's background thread (the
 // only one enqueuing on the engine streams); the ExternalCompressionState
@@ -230,6 +232,39 @@ class DeviceCompression : public ExternalCompressionState {
       const std::vector<std::pair<int, const double*>>& device_stats,
       Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
       std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // QSGD (device_qsgd.cc). QsgdEncodeLevel: `x` (device) quantised at
+  // `levels` with this rank's draws for `step` (the CPU compressor's
+  // per-bucket seeds, uploaded once a step), the norms into `norms`, the
+  // codes into `codes` (device buffers, grown as needed); `level` (device,
+  // when not null) gets 0 + their decoding, this rank's contribution.
+  absl::Status QsgdEncodeLevel(BucketState& s, const float* x, int levels,
+                               int64_t step, DeviceBuffer* norms,
+                               DeviceBuffer* codes, float* level)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Enqueues the copy of the encoding at `levels` in s.values (norms) and
+  // s.sign_bits (codes) to the host (s.host_values, s.host_bits), which
+  // ExchangeQsgd reads after the caller waited for the stream.
+  absl::Status QsgdCopyToHost(BucketState& s, int levels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where rank r's payload body lies in s.sign_received, and its
+  // parameters.
+  struct QsgdSlot {
+    int64_t at = 0, bucket = 1, buckets = 0;
+    int levels = 1;
+  };
+  // Sends this rank's payload at `levels` (the CPU path's, built from the
+  // host copies of QsgdCopyToHost) with `stats` as its trailer, allgathered
+  // over `control` (every rank's the same size); validates every rank's as
+  // the CPU decoder does (InvalidArgument naming the rank) and uploads the
+  // bodies to s.sign_received. The trailers summed in rank order go to
+  // *summed (when not null), the payload's bytes to *payload_bytes.
+  absl::StatusOr<std::vector<QsgdSlot>> ExchangeQsgd(
+      BucketState& s, int levels, std::vector<double> stats,
+      Communicator* control, int64_t* payload_bytes,
+      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // dense (device) += the decoding of the payload in `slot`.
+  absl::Status QsgdDecodeSlot(BucketState& s, const QsgdSlot& slot,
+                              float* dense) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
                                         int64_t step, Communicator* control)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -297,8 +332,9 @@ class DeviceCompression : public ExternalCompressionState {
   // CompressedReducer (compressed_reducer.cc, compressed_reducer_exchange.cc):
   //
   // Whether the portfolio of `config` (TERSE_GRAVAC_CANDIDATES across
-  // families) runs here: every candidate is dense, fp16, bf16, PowerSGD or
-  // a topk / dgc / redsync / randomk level (randomk with float32 values).
+  // families) runs here: every candidate is dense, fp16, bf16, PowerSGD,
+  // QSGD or a topk / dgc / redsync / randomk level (randomk with float32
+  // values).
   static bool PortfolioOnDevice(const Config& config);
   // The start of a policy step, on the gradient `g` (device) before
   // anything is added: the window gain's sums of g (a decision with
@@ -318,7 +354,9 @@ class DeviceCompression : public ExternalCompressionState {
   // ||C(a)||^2 of each of the decision's gain probes, compressed locally on
   // the device as the reducer's ProbeGain (sparsifiers decoded as the wire
   // rounds them, fp16 / bf16 cast and back, PowerSGD on a rank alone with
-  // the probe's own warm starts), into stats[kStatsTrailer + i].
+  // the probe's own warm starts, QSGD quantised with the step's draws and
+  // decoded), into stats[kStatsTrailer + i]. The probes run in stream
+  // order; the host waits once, for the norms.
   absl::Status ProbeGains(BucketState& s, const gravac::Decision& decision,
                           const float* a, int64_t step,
                           std::vector<double>* stats)

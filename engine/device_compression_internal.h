@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -143,10 +144,12 @@ struct DeviceCompression::BucketState {
   // host copy), each rank's slot 8-byte aligned.
   DeviceBuffer sign_bits, sign_received;
   std::vector<uint8_t> host_bits, up_bytes;
-  // qsgd: per norm bucket seeds (device, and their host copy); its codes
-  // and bodies reuse the efsignsgd buffers above.
+  // qsgd: per norm bucket seeds (device, and their host copy) of step
+  // seeds_step; its norms, codes and bodies reuse `values` and the
+  // efsignsgd buffers above (also under a policy: the sent encoding).
   DeviceBuffer seeds;
   std::vector<uint64_t> host_seeds;
+  int64_t seeds_step = -1;
   // powersgd: its state and this rank's own reconstruction (device).
   std::unique_ptr<DevicePowerSgd> powersgd;
   DeviceBuffer local;
@@ -169,10 +172,13 @@ struct DeviceCompression::BucketState {
   // Each level's selection (device): indices, values as selected, count.
   DeviceBuffer selected_indices[2], selected_values[2];
   int64_t selected_count[2] = {0, 0};
-  // RandomK's positions for the two levels of a step (host, read by the
-  // stream's uploads).
-  std::vector<uint32_t> randomk_positions[2];
-  int randomk_next = 0;
+  // RandomK's positions (host, read by the stream's uploads): one vector
+  // for each selection of a step (its levels, its gain probes), so none is
+  // rewritten before the stream copied it. randomk_used of them are taken;
+  // PolicyStep starts each step at the first (the previous step waited for
+  // its stream).
+  std::deque<std::vector<uint32_t>> randomk_positions;
+  size_t randomk_used = 0;
   // Messages gathered on the device (ExchangeSparseOnDevice): this rank's,
   // every rank's (8-byte aligned slots), the index checks' flags, the
   // decoded 16-bit values, and the host copies of the headers, trailers
@@ -200,6 +206,9 @@ struct DeviceCompression::BucketState {
   std::map<std::pair<double, int64_t>, std::unique_ptr<DevicePowerSgd>>
       powersgd_probes;
   DeviceBuffer probe_a, probe_out, probe_half, probe_norms;
+  // A qsgd gain probe's norms and codes (the sent encoding's stay in
+  // `values` and `sign_bits` until their copy to the host).
+  DeviceBuffer probe_scales, probe_codes;
   // The 16-bit body an fp16 / bf16 decision sends (SparseLevel's rounding
   // of the probes' values uses `half`).
   DeviceBuffer cast_body;

@@ -1,6 +1,6 @@
 // One step of each compressor DeviceCompression runs on the device (see
-// device_compression.h); state, residuals and checkpoints are in
-// device_compression.cc.
+// device_compression.h) but QSGD (device_qsgd.cc); state, residuals and
+// checkpoints are in device_compression.cc.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -8,10 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/compressor.h"
-#include "compressors/device/qsgd_bits.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/payload.h"
-#include "compressors/qsgd_compressor.h"
 #include "engine/device_compression.h"
 #include "engine/device_compression_internal.h"
 
@@ -266,154 +264,6 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
   return FinishGathered(s, a, decision, payload_bytes, control, decode_into);
 }
 
-namespace {
-
-// Level of element i's code in a packed QSGD code stream (the CPU
-// decoder's bit order).
-uint32_t QsgdLevelAt(const uint8_t* codes, uint64_t i, int bits) {
-  const uint64_t pos = i * bits;
-  uint32_t code = 0;
-  for (int done = 0; done < bits;) {
-    const int bit = static_cast<int>((pos + done) & 7);
-    const int take = std::min(8 - bit, bits - done);
-    code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
-             ((1u << take) - 1))
-            << done;
-    done += take;
-  }
-  return code >> 1;
-}
-
-}  // namespace
-
-absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
-    BucketState& s, float* a, int64_t step, Communicator* control) {
-  const gravac::Decision decision = s.policy->Decide();
-  const Target& t = s.target;
-  DeviceOps* ops = s.ops;
-  const int64_t n = s.count;
-  // The CPU compressor's parameters.
-  const int levels = QsgdLevels(decision.send_cf, s.options);
-  const int64_t bucket = std::max<int64_t>(
-      1, std::min<int64_t>(s.options.qsgd_bucket_size, UINT32_MAX));
-  const int64_t buckets = (n + bucket - 1) / bucket;
-  const int bits = qsgd_bits::CodeBits(levels);
-  const int64_t packed = qsgd_bits::PackedBytes(n, bits);
-  const int64_t words = qsgd_bits::PackedWords(n, bits);
-  // Per-bucket seeds, as the CPU compressor draws them for this rank.
-  const uint64_t base = kernels::MixSeed(
-      kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
-                       s.stream_hash),
-      static_cast<uint64_t>(rank_));
-  s.host_seeds.resize(buckets);
-  for (int64_t b = 0; b < buckets; ++b) {
-    s.host_seeds[b] = kernels::MixSeed(base, static_cast<uint64_t>(b));
-  }
-  TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(buckets, 1) * 8, &s.seeds));
-  TERSE_RETURN_IF_ERROR(
-      Ensure(t, std::max<int64_t>(buckets, 1) * 4, &s.values));
-  TERSE_RETURN_IF_ERROR(
-      Ensure(t, std::max<int64_t>(words, 1) * 4, &s.sign_bits));
-  TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
-  float* norms = s.values.as<float>();
-  uint8_t* codes = s.sign_bits.as<uint8_t>();
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(s.seeds.data(), s.host_seeds.data(), buckets * 8));
-  TERSE_RETURN_IF_ERROR(t.stream->Memset(codes, 0, words * 4));
-  TERSE_RETURN_IF_ERROR(ops->QsgdEncode(t.stream, a, n, bucket, levels,
-                                        s.seeds.as<uint64_t>(), norms, codes));
-  s.host_values.resize(buckets);
-  s.host_bits.resize(packed);
-  TERSE_RETURN_IF_ERROR(
-      t.stream->Memcpy(s.host_values.data(), norms, buckets * 4));
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(s.host_bits.data(), codes, packed));
-  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
-
-  // The CPU compressor's payload: levels and bucket size as parameters,
-  // the norms then the codes as the body; the statistics trailer behind.
-  PayloadHeader h;
-  h.compressor = CompressorId::kQsgd;
-  h.value_type = ValueType::kFloat32;
-  h.index_coding = IndexCoding::kImplicit;
-  h.dense_count = static_cast<uint64_t>(n);
-  h.entry_count = static_cast<uint64_t>(n);
-  h.ext_bytes = 8;
-  h.body_bytes = static_cast<uint64_t>(4 * buckets + packed);
-  Payload payload;
-  PayloadRegions regions = StartPayload(h, &payload);
-  StoreLe<uint32_t>(regions.ext, static_cast<uint32_t>(levels));
-  StoreLe<uint32_t>(regions.ext + 4, static_cast<uint32_t>(bucket));
-  std::memcpy(regions.body, s.host_values.data(), buckets * 4);
-  std::memcpy(regions.body + 4 * buckets, s.host_bits.data(), packed);
-  const int64_t payload_bytes = static_cast<int64_t>(payload.bytes.size());
-  std::vector<uint8_t> gathered;
-  std::vector<int64_t> sizes;
-  TERSE_RETURN_IF_ERROR(GatherWithStats(std::move(payload), /*norm_ef=*/0.0,
-                                        /*fixed_size=*/true, control, &gathered,
-                                        &sizes));
-  const int64_t each = sizes[0];
-
-  // Validate every rank's payload on the host, as the CPU decoder does
-  // (levels above s refused), then upload the bodies in aligned slots.
-  struct Slot {
-    int64_t at = 0, bucket = 1, buckets = 0;
-    int levels = 1;
-  };
-  std::vector<Slot> slots(control->size());
-  s.up_bytes.clear();
-  for (int r = 0; r < control->size(); ++r) {
-    auto bad = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bucket ", s.id, ": the qsgd payload from rank ", r,
-                       " does not decode: ", why));
-    };
-    absl::StatusOr<PayloadView> view = ParsePayload(
-        absl::MakeConstSpan(gathered.data() + r * each, payload_bytes),
-        CompressorId::kQsgd, static_cast<uint64_t>(n));
-    if (!view.ok()) return bad(view.status().message());
-    if (view->header.ext_bytes != 8 ||
-        view->header.entry_count != static_cast<uint64_t>(n)) {
-      return bad("bad payload: qsgd layout");
-    }
-    const uint32_t their_levels = LoadLe<uint32_t>(view->ext.data());
-    const uint32_t their_bucket = LoadLe<uint32_t>(view->ext.data() + 4);
-    if (their_levels < 1 || their_levels > 32767 || their_bucket < 1) {
-      return bad("bad payload: qsgd parameters");
-    }
-    Slot& slot = slots[r];
-    slot.levels = static_cast<int>(their_levels);
-    slot.bucket = their_bucket;
-    slot.buckets = (n + slot.bucket - 1) / slot.bucket;
-    const int their_bits = qsgd_bits::CodeBits(slot.levels);
-    if (view->header.body_bytes != static_cast<uint64_t>(4 * slot.buckets) +
-                                       qsgd_bits::PackedBytes(n, their_bits)) {
-      return bad("bad payload: qsgd body size");
-    }
-    const uint8_t* their_codes = view->body.data() + 4 * slot.buckets;
-    for (int64_t i = 0; i < n; ++i) {
-      if (QsgdLevelAt(their_codes, i, their_bits) > their_levels) {
-        return bad("bad payload: qsgd level > s");
-      }
-    }
-    slot.at = static_cast<int64_t>(s.up_bytes.size());
-    s.up_bytes.insert(s.up_bytes.end(), view->body.begin(), view->body.end());
-    s.up_bytes.resize((s.up_bytes.size() + 7) / 8 * 8, 0);
-  }
-  const int64_t total = static_cast<int64_t>(s.up_bytes.size());
-  TERSE_RETURN_IF_ERROR(
-      Ensure(t, std::max<int64_t>(total, 8), &s.sign_received));
-  uint8_t* received = s.sign_received.as<uint8_t>();
-  TERSE_RETURN_IF_ERROR(t.stream->Memcpy(received, s.up_bytes.data(), total));
-  auto decode_into = [&](int r, float* dense) {
-    const Slot& slot = slots[r];
-    const uint8_t* body = received + slot.at;
-    return ops->QsgdDecodeAdd(t.stream, reinterpret_cast<const float*>(body),
-                              body + 4 * slot.buckets, n, slot.bucket,
-                              slot.levels, dense);
-  };
-  return FinishGathered(s, a, decision, payload_bytes, control, decode_into);
-}
-
 absl::StatusOr<BucketReport> DeviceCompression::SparseStep(
     BucketState& s, float* a, int64_t step, Communicator* control,
     const DeviceAllgatherv& allgatherv) {
@@ -654,10 +504,12 @@ absl::StatusOr<int64_t> DeviceCompression::Select(BucketState& s,
       return ops->ThresholdSearch(t.stream, x, n, k, opt, indices);
     }
     case CompressorId::kRandomK: {
-      // The shared-seed positions, drawn on the host (RandomKStep's), kept
-      // until the stream has copied them (the next Synchronize).
-      std::vector<uint32_t>& host = s.randomk_positions[s.randomk_next];
-      s.randomk_next ^= 1;
+      // The shared-seed positions, drawn on the host (RandomKStep's) into
+      // a vector of this selection's own, which the stream copies later.
+      if (s.randomk_used == s.randomk_positions.size()) {
+        s.randomk_positions.emplace_back();
+      }
+      std::vector<uint32_t>& host = s.randomk_positions[s.randomk_used++];
       kernels::RandomKIndices(
           kernels::MixSeed(config_.seed, static_cast<uint64_t>(step),
                            s.stream_hash),

@@ -12,6 +12,8 @@
 #include "collectives/registry.h"
 #include "collectives/sim_communicator.h"
 #include "common/status.h"
+#include "engine/checkpoint_format.h"
+#include "engine/checkpoint_io.h"
 #include "engine/device_compression.h"
 
 namespace terse {
@@ -52,6 +54,22 @@ std::string StepLine(const BucketReport& r) {
                       r.cf, " bytes ", r.bytes_sent);
 }
 
+// The pending statistics of the one bucket in a checkpoint of `reducer`
+// (a device reducer's come from its DeviceCompression).
+absl::StatusOr<std::vector<double>> PendingNorms(
+    const CompressedReducer& reducer) {
+  TERSE_ASSIGN_OR_RETURN(const std::string bytes, reducer.SaveState());
+  checkpoint::StringSource source(bytes);
+  TERSE_ASSIGN_OR_RETURN(const checkpoint::Checkpoint saved,
+                         checkpoint::ReadCheckpoint(&source));
+  if (saved.header.buckets_size() != 1) {
+    return absl::InternalError(absl::StrCat(
+        "a checkpoint of ", saved.header.buckets_size(), " buckets, not 1"));
+  }
+  const auto& norms = saved.header.buckets(0).pending_norms();
+  return std::vector<double>(norms.begin(), norms.end());
+}
+
 }  // namespace
 
 // Two tensors; 70001 elements, enough for DGC to sample (not exact top-k).
@@ -83,7 +101,7 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
                              const std::function<int(int)>& ordinal_of,
                              const std::map<std::string, std::string>& extra,
                              bool device_gather, const CorruptGathered& corrupt,
-                             const Bucket* bucket_in) {
+                             const Bucket* bucket_in, bool record_pending) {
   TERSE_ASSIGN_OR_RETURN(const Config config,
                          DeviceCompressionConfig(compression, cf, extra));
   const Bucket bucket =
@@ -97,6 +115,9 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
   run->store_residual.assign(size, {});
   run->device_steps.assign(steps, std::vector<std::string>(size));
   run->cpu_steps = run->device_steps;
+  run->device_pending.assign(record_pending ? steps : 0,
+                             std::vector<std::vector<double>>(size));
+  run->cpu_pending = run->device_pending;
   return RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
     CompressedReducer device_reducer(config, rank, size);
     CompressedReducer cpu_reducer(config, rank, size);
@@ -157,6 +178,12 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
         run->device_steps[step][rank] =
             StepLine(device_reducer.Reports().at(0));
         run->cpu_steps[step][rank] = StepLine(cpu_reducer.Reports().at(0));
+        if (record_pending) {
+          TERSE_ASSIGN_OR_RETURN(run->device_pending[step][rank],
+                                 PendingNorms(device_reducer));
+          TERSE_ASSIGN_OR_RETURN(run->cpu_pending[step][rank],
+                                 PendingNorms(cpu_reducer));
+        }
       }
       TERSE_ASSIGN_OR_RETURN(std::vector<ResidualStore::Entry> entries,
                              dc.ExportResiduals());
@@ -173,6 +200,21 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
 }
 
 absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what) {
+  for (size_t step = 0; step < run.device_pending.size(); ++step) {
+    for (size_t r = 0; r < run.device_pending[step].size(); ++r) {
+      const std::vector<double>& d = run.device_pending[step][r];
+      const std::vector<double>& c = run.cpu_pending[step][r];
+      for (size_t i = 0; i < std::max(d.size(), c.size()); ++i) {
+        if (i >= d.size() || i >= c.size() ||
+            std::memcmp(&d[i], &c[i], sizeof(double)) != 0) {
+          return absl::InternalError(absl::StrCat(
+              what, " step ", step, " rank ", r, ": pending statistic ", i,
+              " device ", i < d.size() ? absl::StrCat(d[i]) : "none", ", cpu ",
+              i < c.size() ? absl::StrCat(c[i]) : "none"));
+        }
+      }
+    }
+  }
   for (size_t step = 0; step < run.device_steps.size(); ++step) {
     for (size_t r = 0; r < run.device_steps[step].size(); ++r) {
       if (run.device_steps[step][r] != run.cpu_steps[step][r]) {

@@ -45,6 +45,11 @@ struct Outcome {
   // [step][rank]: each path's report after the step, as
   // "<policy> sent <compressor> cf <cf> bytes <bytes>" (the decisions).
   std::vector<std::vector<std::string>> device_steps, cpu_steps;
+  // [step][rank]: each path's pending statistics after the step (the
+  // norms the policy observes one step later, averaged over ranks: the gain
+  // probes' among them, which a decision may not show), read from a
+  // checkpoint of its reducer; empty unless RunDeviceAndCpu recorded them.
+  std::vector<std::vector<std::vector<double>>> device_pending, cpu_pending;
 };
 
 // `size` loopback ranks, rank r on `runtime`'s device ordinal_of(r), run
@@ -55,6 +60,9 @@ struct Outcome {
 // through the host. `corrupt` (when set) runs on the gathered device
 // messages of every rank before they are read (fault injection).
 // `bucket` (when set) replaces DeviceCompressionBucket() (the same sizes).
+// `record_pending`: the policy's pending statistics of every step too
+// (Outcome::device_pending, cpu_pending; a checkpoint of both reducers a
+// step).
 using CorruptGathered = std::function<void(
     int rank, void* gathered, const std::vector<int64_t>& recv_bytes)>;
 absl::Status RunDeviceAndCpu(
@@ -63,10 +71,11 @@ absl::Status RunDeviceAndCpu(
     const std::function<int(int)>& ordinal_of,
     const std::map<std::string, std::string>& extra = {},
     bool device_gather = false, const CorruptGathered& corrupt = {},
-    const Bucket* bucket = nullptr);
+    const Bucket* bucket = nullptr, bool record_pending = false);
 
 // OK when every step's results are bitwise equal and the reports agree
-// (every step's, when recorded).
+// (every step's, when recorded), and so do the pending statistics (when
+// recorded).
 absl::Status ExpectBitwiseEqual(const Outcome& run, const std::string& what);
 // OK when every step's results agree within `tolerance` times the step's
 // largest CPU magnitude (float products summed in another order: PowerSGD

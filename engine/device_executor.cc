@@ -377,20 +377,19 @@ absl::Status DeviceExecutor::RunBucket(
         },
         gather));
   } else if (reduce) {
-    // A policy DeviceCompression does not run (gravac's portfolio with a
-    // QSGD candidate): the reducer's CPU kernels on the bucket, its
-    // residuals, velocities and payloads on the host (payloads over the
-    // control communicator). Memory the host cannot address (CUDA) goes
-    // through the context's pinned staging buffer, a copy each way per
-    // step: correct, not fast.
+    // A policy DeviceCompression does not run (none that Config accepts at
+    // present; see device_compression.h): the reducer's CPU kernels on the
+    // bucket, its residuals, velocities and payloads on the host (payloads
+    // over the control communicator). Memory the host cannot address
+    // (CUDA) goes through the context's pinned staging buffer, a copy each
+    // way per step: correct, not fast.
     void* data = region;
     const bool stage = !ctx->runtime->host_addressable();
     if (it->second.runs == 0) {
       TERSE_LOG(Warning) << "bucket " << bucket.id << " on "
                          << Device::KindName(ctx->runtime->kind())
                          << ": compression '" << choice.name
-                         << "' does not run on the device (a qsgd candidate "
-                            "in TERSE_GRAVAC_CANDIDATES): the CPU reducer "
+                         << "' does not run on the device: the CPU reducer "
                             "runs it on a host copy of the bucket"
                          << (stage ? ", one copy each way per step" : "");
     }

@@ -33,11 +33,12 @@
 // Compression of device buckets: static fp16, bf16, topk, dgc, powersgd,
 // randomk, efsignsgd and qsgd (and redsync, threshold), gravac with one
 // topk, dgc, redsync or randomk family, gravac's portfolio (dense, fp16,
-// bf16, powersgd, topk, dgc, redsync and randomk candidates) and
+// bf16, powersgd, topk, dgc, redsync, randomk and qsgd candidates) and
 // accordion, and TERSE_MOMENTUM_CORRECTION run on the device, in stream
 // order, with their residuals and velocities in device memory
 // (DeviceCompression, engine/device_compression.h), on CUDA and on the
-// simulated device. The rest (a portfolio with a qsgd candidate) runs
+// simulated device. The rest (a policy DeviceCompression::HandlesPolicy
+// refuses: none that Config accepts at present) would run
 // through the engine's CompressedReducer (its CPU kernels, residuals and
 // velocities, payloads over the control communicator; a warning names the
 // bucket on its first step) after the engine stream is synchronised: on

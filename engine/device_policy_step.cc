@@ -15,6 +15,7 @@
 #include "compressors/compressor.h"
 #include "compressors/kernels/randomk.h"
 #include "compressors/payload.h"
+#include "compressors/qsgd_compressor.h"
 #include "engine/device_compression.h"
 #include "engine/device_compression_internal.h"
 #include "engine/types.h"
@@ -160,6 +161,9 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   const Clock::time_point start = Clock::now();
   const double previous_seconds = PreviousStepSeconds(s, start);
   const gravac::Decision decision = s.policy->Decide();
+  // The previous step waited for its stream: RandomK's host positions are
+  // free again.
+  s.randomk_used = 0;
   CompressorId kind = CompressorId::kNone;
   if (decision.compressor != "none") {
     TERSE_ASSIGN_OR_RETURN(kind, CompressorIdFromName(decision.compressor));
@@ -170,7 +174,10 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   // the 16-bit body summed over ranks, nothing left behind.
   const bool cast = !decision.dense() && (kind == CompressorId::kFp16 ||
                                           kind == CompressorId::kBf16);
-  if ((probes || (!decision.dense() && !rounds && !cast)) &&
+  // QSGD (the portfolio's qsgd:BITS): encoded on the device, the CPU
+  // path's payloads allgathered with the statistics, decoded on the device.
+  const bool quantized = !decision.dense() && kind == CompressorId::kQsgd;
+  if ((probes || (!decision.dense() && !rounds && !cast && !quantized)) &&
       !IsDeviceSparsifier(kind)) {
     return absl::UnimplementedError(
         absl::StrCat("bucket ", s.id, ": ", s.policy->Describe(), " sends ",
@@ -199,7 +206,7 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   // Compress: gravac's two levels (level two from level one's output), or
   // what the decision sends. Over the device communicator the payloads are
   // built on the device (ExchangeSparseOnDevice), not here.
-  const bool sparse_send = !decision.dense() && !rounds && !cast;
+  const bool sparse_send = !decision.dense() && !rounds && !cast && !quantized;
   // RandomK's values are summable (shared-seed positions): summed by the
   // device collective, not gathered.
   const bool summable_send = sparse_send && kind == CompressorId::kRandomK;
@@ -217,7 +224,8 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
   Payload* p2_out = on_device ? nullptr : &p2;
   const float* local = a;  // This rank's own decoded contribution.
   Payload* sending = nullptr;
-  int sent_level = 0;  // Its selection's slot (on the device).
+  int sent_level = 0;   // Its selection's slot (on the device).
+  int qsgd_levels = 0;  // A quantized send's levels s.
   if (probes || sparse_send) {
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level1));
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level2));
@@ -268,6 +276,16 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
       TERSE_RETURN_IF_ERROR(
           ops->SquaredNorm(t.stream, level1, n, norms + kSent));
     }
+  } else if (quantized) {
+    // The encoding at the decision's levels (as the reducer's compressor
+    // maps its CF), its copy to the host (waited for with the norms, below)
+    // and this rank's own decoding of it (the reducer's Decompress).
+    TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level1));
+    qsgd_levels = QsgdLevels(decision.send_cf, s.options);
+    TERSE_RETURN_IF_ERROR(QsgdEncodeLevel(s, a, qsgd_levels, step, &s.values,
+                                          &s.sign_bits, s.level1.as<float>()));
+    TERSE_RETURN_IF_ERROR(QsgdCopyToHost(s, qsgd_levels));
+    local = s.level1.as<float>();
   }
   // The statistics this step sends: the reducer's, then the gain probes'
   // norms, then (on the step that closes a gain window) the window sums or
@@ -283,7 +301,7 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                     : decision.compressor;
     sent_cf = decision.send_cf;
   }
-  if (sending != nullptr) {
+  if (sending != nullptr || quantized) {
     // Error feedback before the sum replaces a: residual = a - sent.
     if (step_norms) {
       TERSE_RETURN_IF_ERROR(
@@ -296,7 +314,9 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                                           r.buffer.as<float>(), seg.count));
       r.valid = true;
     }
-    TERSE_RETURN_IF_ERROR(MaskSent(s, local));
+    // Momentum correction masks what a sparsifier sent, not QSGD's dense
+    // levels (the reducer's MomentumCorrection::IsSparsifier).
+    if (!quantized) TERSE_RETURN_IF_ERROR(MaskSent(s, local));
   }
   // The window gain: what this rank sends joins the window (PowerSGD's
   // share is known only inside its step, below).
@@ -323,7 +343,7 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     }
     if (decision.dense()) {
       stats[kStatNormSent] = stats[kStatNormEf];
-    } else if (sending != nullptr || cast) {
+    } else if (sending != nullptr || cast || quantized) {
       stats[kStatNormSent] = s.host_norms[kSent];
     }
   }
@@ -355,6 +375,18 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     TERSE_RETURN_IF_ERROR(
         ops->ScatterAdd(t.stream, s.selected_indices[sent_level].as<uint32_t>(),
                         values, kept, a));
+  } else if (quantized) {
+    // Every rank's payload with its statistics as the trailer (the CPU
+    // path's message), over the control communicator; the sum decoded in
+    // rank order (as the CPU path).
+    TERSE_ASSIGN_OR_RETURN(
+        const std::vector<QsgdSlot> slots,
+        ExchangeQsgd(s, qsgd_levels, stats, control, &bytes, &stats));
+    stats_gathered = true;
+    TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
+    for (const QsgdSlot& slot : slots) {
+      TERSE_RETURN_IF_ERROR(QsgdDecodeSlot(s, slot, a));
+    }
   } else if (rounds) {
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.local));
     float* own = s.local.as<float>();

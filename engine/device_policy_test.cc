@@ -1,11 +1,11 @@
 // The adaptive policies on device buckets (DeviceCompression::PolicyStep),
 // on the simulated device, ranks as threads over loopback: gravac with one
 // topk, dgc or redsync family, gravac's portfolio (dense, fp16, bf16,
-// PowerSGD, topk, dgc, redsync, randomk; window gains and gain probes) and
-// accordion with topk, dgc, redsync or powersgd take the same decisions,
-// step by step, as the CompressedReducer (the CPU path) on the same
-// gradients and reduce to bitwise the same results, with 2 and 3 ranks,
-// with the sparse messages through the host and over the device
+// PowerSGD, topk, dgc, redsync, randomk, QSGD; window gains and gain
+// probes) and accordion with topk, dgc, redsync or powersgd take the same
+// decisions, step by step, as the CompressedReducer (the CPU path) on the
+// same gradients and reduce to bitwise the same results, with 2 and 3
+// ranks, with the sparse messages through the host and over the device
 // communicator; the decisions explore more than one choice (the comparison
 // is not of one static compressor); error feedback conserves the gradient
 // (fp64 oracle). The throughput guard is off and omega 0, so the decisions
@@ -111,13 +111,14 @@ INSTANTIATE_TEST_SUITE_P(
 // the surveys' gain probes) no decision reads a measured time. The first
 // pick by T_c ("best T_c") does, so the comparisons cover the steps before
 // it, and there must be enough of them.
-std::map<std::string, std::string> Portfolio(const std::string& candidates,
-                                             const std::string& gain) {
+std::map<std::string, std::string> Portfolio(
+    const std::string& candidates, const std::string& gain,
+    const std::string& epsilon = "0.3") {
   return {{"TERSE_GRAVAC_CANDIDATES", candidates},
           {"TERSE_GRAVAC_GAIN", gain},
           {"TERSE_GRAVAC_GAIN_WINDOW", "2"},
           {"TERSE_GRAVAC_WINDOW", "4"},
-          {"TERSE_GRAVAC_EPSILON", "0.3"},
+          {"TERSE_GRAVAC_EPSILON", epsilon},
           {"TERSE_GRAVAC_EWMA", "0.5"},
           {"TERSE_GRAVAC_OMEGA", "0"},
           {"TERSE_GRAVAC_THROUGHPUT_GUARD", "off"}};
@@ -136,14 +137,20 @@ Outcome BeforeTheFirstPick(const Outcome& run) {
   out.cpu.resize(steps);
   out.device_steps.resize(steps);
   out.cpu_steps.resize(steps);
+  if (!out.device_pending.empty()) {
+    out.device_pending.resize(steps);
+    out.cpu_pending.resize(steps);
+  }
   out.device_report.clear();
   out.cpu_report.clear();
   return out;
 }
 
 // The exploration of a portfolio run, compared: at least `at_least` steps
-// before the first pick by throughput, every one bitwise the CPU path's,
-// and every candidate's gain measured by the end (no "gain=?").
+// before the first pick by throughput, every one bitwise the CPU path's
+// (with the pending statistics, when recorded: a gain probe's norm is
+// seen there even where its gain, clamped to 1, is not), and every
+// candidate's gain measured by the end (no "gain=?").
 absl::Status CompareExploration(const Outcome& run, size_t at_least,
                                 const std::string& what) {
   const Outcome compared = BeforeTheFirstPick(run);
@@ -166,6 +173,10 @@ struct PortfolioCase {
   std::string name, candidates, gain;
   int steps = 0;
   size_t compared = 0;  // At least this many steps before the first pick.
+  // Sent among the compared steps: each "<compressor>" or
+  // "<compressor> cf <cf>" here.
+  std::vector<std::string> must_send = {};
+  std::string epsilon = "0.3";
 };
 
 class DevicePortfolioTest : public ::testing::TestWithParam<PortfolioCase> {};
@@ -181,8 +192,9 @@ TEST_P(DevicePortfolioTest, DecidesAndReducesAsTheCpuPathBitForBit) {
       Outcome run;
       absl::Status st = RunDeviceAndCpu(
           size, "gravac", "10", c.steps, &run, &sim,
-          [](int rank) { return rank; }, Portfolio(c.candidates, c.gain),
-          device_gather);
+          [](int rank) { return rank; },
+          Portfolio(c.candidates, c.gain, c.epsilon), device_gather, {},
+          nullptr, /*record_pending=*/true);
       ASSERT_TRUE(st.ok()) << st;
       st = CompareExploration(run, c.compared, c.name);
       ASSERT_TRUE(st.ok()) << st;
@@ -197,6 +209,14 @@ TEST_P(DevicePortfolioTest, DecidesAndReducesAsTheCpuPathBitForBit) {
         sent.insert(line.substr(at, line.find(' ', at) - at));
       }
       EXPECT_GE(sent.size(), 5u) << lines;
+      for (const std::string& want : c.must_send) {
+        bool found = false;
+        for (const auto& step : compared.device_steps) {
+          found =
+              found || step[0].find(" sent " + want + " ") != std::string::npos;
+        }
+        EXPECT_TRUE(found) << want << " never sent" << lines;
+      }
       for (int r = 0; r < size; ++r) {
         // The residuals are held on the device, not in the reducer's store.
         for (float v : run.store_residual[r]) ASSERT_EQ(v, 0.0f);
@@ -220,7 +240,29 @@ INSTANTIATE_TEST_SUITE_P(
         PortfolioCase{"step",
                       "none,fp16,bf16,powersgd:2,topk:10,dgc:20,redsync:16,"
                       "randomk:8",
-                      "step", 20, 8}),
+                      "step", 20, 8},
+        // QSGD at two levels (8 and 4 bits: CF 4 and 8) among the other
+        // families: its trials and sends (the CPU path's payloads with the
+        // statistics trailer, encoded and decoded on the device) and its
+        // window gains.
+        PortfolioCase{"window_qsgd",
+                      "none,fp16,powersgd:2,topk:10,dgc:20,qsgd:8,qsgd:4",
+                      "window",
+                      40,
+                      25,
+                      {"qsgd cf 4", "qsgd cf 8"}},
+        // The step gain's surveys probe both QSGD levels (the step's
+        // draws, as the send's) and two randomk levels besides a randomk
+        // send (each selection's own host positions: no wait between the
+        // probes); epsilon low enough for randomk:8 to be tried.
+        PortfolioCase{"step_qsgd",
+                      "none,fp16,powersgd:2,topk:10,randomk:8,randomk:16,"
+                      "qsgd:8,qsgd:4",
+                      "step",
+                      20,
+                      8,
+                      {"qsgd", "randomk"},
+                      "0.1"}),
     [](const ::testing::TestParamInfo<PortfolioCase>& i) {
       return i.param.name;
     });
@@ -250,22 +292,31 @@ TEST(DevicePortfolioSmallTest, WindowSumsOfASmallBucketEqualTheCpuPath) {
 // The portfolio with TERSE_MOMENTUM_CORRECTION on a gradient ("grad.")
 // tensor: velocities on the device, the window summing g - sent step by
 // step (the residual is not a - sent then); the same decisions and results
-// as the CPU path.
+// as the CPU path. With QSGD among the candidates too, whose sent levels
+// are not masked out of residual and velocity (not a sparsifier).
 TEST(DevicePortfolioMomentumTest, PortfolioWithMomentumEqualsTheCpuPath) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
   Bucket bucket = DeviceCompressionBucket();
   bucket.members[0].name = "grad.layer0.weight";
-  std::map<std::string, std::string> settings =
-      Portfolio("none,fp16,powersgd:2,topk:10,dgc:20", "window");
-  settings["TERSE_MOMENTUM_CORRECTION"] = "0.9";
-  for (const bool device_gather : {false, true}) {
-    Outcome run;
-    absl::Status st = RunDeviceAndCpu(
-        3, "gravac", "10", 24, &run, &sim, [](int rank) { return rank; },
-        settings, device_gather, {}, &bucket);
-    ASSERT_TRUE(st.ok()) << st;
-    st = CompareExploration(run, 15, "portfolio with momentum");
-    EXPECT_TRUE(st.ok()) << st;
+  for (const std::string candidates : {"none,fp16,powersgd:2,topk:10,dgc:20",
+                                       "none,fp16,powersgd:2,topk:10,qsgd:8"}) {
+    std::map<std::string, std::string> settings =
+        Portfolio(candidates, "window");
+    settings["TERSE_MOMENTUM_CORRECTION"] = "0.9";
+    for (const bool device_gather : {false, true}) {
+      Outcome run;
+      absl::Status st = RunDeviceAndCpu(
+          3, "gravac", "10", 24, &run, &sim, [](int rank) { return rank; },
+          settings, device_gather, {}, &bucket);
+      ASSERT_TRUE(st.ok()) << st;
+      st = CompareExploration(run, 15, "portfolio with momentum");
+      EXPECT_TRUE(st.ok()) << candidates << ": " << st;
+      bool qsgd = false;
+      for (const auto& step : BeforeTheFirstPick(run).device_steps) {
+        qsgd = qsgd || step[0].find(" sent qsgd ") != std::string::npos;
+      }
+      EXPECT_EQ(qsgd, candidates.find("qsgd") != std::string::npos);
+    }
   }
   EXPECT_EQ(sim.live_allocations(), 0);
 }
@@ -292,6 +343,28 @@ TEST(DevicePortfolioConservationTest, SentPlusResidualIsTheGradientSum) {
     families.insert(line.substr(line.find(" sent ")));
   }
   EXPECT_GE(families.size(), 4u);
+}
+
+// The same with QSGD among the candidates: its residual a - own decoding
+// (on the device) and the decoded sum over ranks lose nothing either.
+TEST(DevicePortfolioConservationTest, QsgdSentPlusResidualIsTheGradientSum) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const int size = 3, steps = 16;
+  Outcome run;
+  absl::Status st = RunDeviceAndCpu(
+      size, "gravac", "10", steps, &run, &sim, [](int rank) { return rank; },
+      Portfolio("none,powersgd:2,topk:10,qsgd:8,qsgd:4", "window"),
+      /*device_gather=*/true);
+  ASSERT_TRUE(st.ok()) << st;
+  st = CheckConservation(run, size);
+  ASSERT_TRUE(st.ok()) << st;
+  int qsgd = 0;
+  for (int step = 0; step < steps; ++step) {
+    if (run.device_steps[step][0].find(" sent qsgd ") != std::string::npos) {
+      ++qsgd;
+    }
+  }
+  EXPECT_GE(qsgd, 2) << run.device_steps[steps - 1][0];
 }
 
 // With the throughput guard on, gravac's first two steps measure dense

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/kernels/randomk.h"
+#include "compressors/qsgd_compressor.h"
 #include "engine/device_compression.h"
 #include "engine/device_compression_internal.h"
 #include "engine/momentum_correction.h"
@@ -29,10 +30,10 @@ bool DeviceCompression::PortfolioOnDevice(const Config& config) {
   for (const gravac::Choice& c : *candidates) {
     const std::string& f = c.compressor;
     // randomk's probes and sends decode float32 values on the device
-    // (SparseLevel); QSGD has no device step under a policy.
+    // (SparseLevel).
     const bool native =
         f == "none" || f == "fp16" || f == "bf16" || f == "powersgd" ||
-        f == "topk" || f == "dgc" || f == "redsync" ||
+        f == "topk" || f == "dgc" || f == "redsync" || f == "qsgd" ||
         (f == "randomk" &&
          OptionsFromConfig(config).randomk_value_type == ValueType::kFloat32);
     if (!native) return false;
@@ -234,16 +235,23 @@ absl::Status DeviceCompression::ProbeGains(BucketState& s,
       // rounds the values, on the device.
       TERSE_RETURN_IF_ERROR(
           SparseLevel(s, kind, a, c.cf, step, /*which=*/1, out, nullptr));
+    } else if (c.compressor == "qsgd") {
+      // Quantised with the step's draws (the reducer's probe compresses
+      // with the step's context, as its send) and decoded; the probe's
+      // own buffers, the sent encoding waiting in `values` / `sign_bits`.
+      TERSE_RETURN_IF_ERROR(QsgdEncodeLevel(s, a, QsgdLevels(c.cf, s.options),
+                                            step, &s.probe_scales,
+                                            &s.probe_codes, out));
     } else {
       return absl::UnimplementedError(
           absl::StrCat("bucket ", s.id, ": a gain probe of ",
                        gravac::ChoiceName(c), " on a device bucket"));
     }
+    // In stream order: the next probe reuses the scratch after this norm
+    // read it (RandomK's host positions are each selection's own).
     TERSE_RETURN_IF_ERROR(ops->SquaredNorm(t.stream, out, n, norms + i));
-    // RandomK's host positions and the probe scratch are reused by the
-    // next probe: this one must have run.
-    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
   }
+  // The one wait: the norms' copy to the host.
   s.host_probe_norms.resize(m);
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.host_probe_norms.data(), norms, m * 8));

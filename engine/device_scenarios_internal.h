@@ -58,8 +58,7 @@ absl::Status MomentumAcrossDeviceKinds(SimRuntime* sim, int rank,
                                        Engine& engine);
 absl::Status PortfolioProbesAcrossDeviceKinds(SimRuntime* sim, int rank,
                                               Engine& engine);
-absl::Status StagedPortfolioEqualsCpu(SimRuntime* sim, int rank,
-                                      Engine& engine);
+absl::Status QsgdPortfolioOnDevice(SimRuntime* sim, int rank, Engine& engine);
 
 }  // namespace device_scenarios_internal
 }  // namespace testing
