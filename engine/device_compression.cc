@@ -278,7 +278,8 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
             ? PowerSgdStep(*s, g, step, allreduce)
         : s->id_kind == CompressorId::kRandomK
             ? RandomKStep(*s, g, step, allreduce)
-        : s->id_kind == CompressorId::kEfSignSgd ? EfSignSgdStep(*s, g, control)
+        : s->id_kind == CompressorId::kEfSignSgd
+            ? EfSignSgdStep(*s, g, control, allgatherv)
         : s->id_kind == CompressorId::kQsgd
             ? QsgdStep(*s, g, step, control)
             : SparseStep(*s, g, step, control, allgatherv);

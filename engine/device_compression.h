@@ -9,20 +9,22 @@
 // through the device collective, residual a - own share on the device), randomk
 // (the shared-seed positions drawn on the host, gathered on the device, the
 // values summed by the device collective), efsignsgd (per-block scales and sign
-// bits encoded on the device, the CPU path's payload allgathered over the
-// control communicator, decoded on the device in rank order), qsgd (the same
-// with per-bucket norms and stochastically rounded codes, the CPU compressor's
-// seeds) and the sparsifiers topk, dgc, redsync and threshold (error feedback:
-// a = g + residual on the device; selection as the CPU sparsifier selects,
-// gather and the residual update a - sent on the device). Sparse messages are
-// byte for byte the CPU path's wire format (the compressors/payload.h payload
-// plus the reducer's statistics trailer): over the device communicator they are
-// built, gathered, validated (indices on the device, headers on the host) and
-// decoded on the device, and only DGC's / RedSync's / threshold's counts and
-// the 40-byte headers reach the host; staged, the k entries come to the host,
-// which builds, allgathers over the control communicator and validates them,
-// and the entries are scattered in rank order on the device. Results equal the
-// CompressedReducer's on the same inputs bit for bit on the simulated device.
+// bits encoded on the device, every rank's payload decoded on the device in
+// rank order), qsgd (the same with per-bucket norms and stochastically rounded
+// codes, the CPU compressor's seeds) and the sparsifiers topk, dgc, redsync and
+// threshold (error feedback: a = g + residual on the device; selection as the
+// CPU sparsifier selects, gather and the residual update a - sent on the
+// device). Gathered messages are byte for byte the CPU path's wire format (the
+// compressors/payload.h payload plus the reducer's statistics trailer). Over
+// the device communicator the sparse ones are built, gathered, validated
+// (indices on the device, headers on the host) and decoded on the device, and
+// only DGC's / RedSync's / threshold's counts and the 40-byte headers reach the
+// host; efsignsgd's likewise (encoded into the message on the device; only its
+// 48-byte header and parameters reach the host). Staged, and for qsgd always,
+// the entries or bodies come to the host, which builds, allgathers over the
+// control communicator and validates them, and they are uploaded and decoded
+// in rank order on the device. Results equal the CompressedReducer's on the
+// same inputs bit for bit on the simulated device.
 //
 // Residuals live in device allocations of the bucket's DeviceRuntime, one
 // per tensor (keyed by name, as ResidualStore keys them). They join the
@@ -75,6 +77,7 @@
 #include "collectives/communicator.h"
 #include "common/config.h"
 #include "compressors/device/device_ops.h"
+#include "compressors/payload.h"
 #include "compressors/registry.h"
 #include "device/runtime.h"
 #include "engine/bucket_assigner.h"
@@ -142,7 +145,9 @@ class DeviceCompression : public ExternalCompressionState {
   // path's payload and statistics trailer, byte for byte) over it: built on
   // the device, gathered device to device, validated on the device
   // (CheckSparseIndices) and the host (headers, 40 bytes a rank), decoded
-  // on the device; the entries never cross to the host. Empty (staged
+  // on the device; the entries never cross to the host. Static efsignsgd
+  // buckets send theirs over it too (ExchangeDenseOnDevice: only the
+  // headers and parameters, 48 bytes a rank, reach the host). Empty (staged
   // collectives, TERSE_GPU_OPERATIONS=mpi) or another coding: they go
   // through the host and `control`.
   absl::Status Reduce(const Bucket& bucket, void* data, ReduceOp op,
@@ -276,8 +281,50 @@ class DeviceCompression : public ExternalCompressionState {
       int64_t payload_bytes, Communicator* control,
       const std::function<absl::Status(int rank, float* dense)>& decode_into)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EF-signSGD's step: with `allgatherv`, EfSignSgdOnDevice; without
+  // (staged), the payload built, allgathered over `control` and validated
+  // on the host, the bodies uploaded and decoded on the device.
   absl::StatusOr<BucketReport> EfSignSgdStep(BucketState& s, float* data,
-                                             Communicator* control)
+                                             Communicator* control,
+                                             const DeviceAllgatherv& allgatherv)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A device check of one rank's gathered body (ExchangeDenseOnDevice):
+  // run(rank, body, bad) enqueues on the bucket's stream a check of the
+  // body (device) that writes 0 to `bad` (a device uint32) when it decodes
+  // and nonzero when not; `failure` says what a nonzero flag means.
+  struct DeviceBodyCheck {
+    std::function<absl::Status(int rank, const uint8_t* body, uint32_t* bad)>
+        run;
+    std::string failure;
+  };
+  // Sends this rank's payload of a dense-coded compressor (EF-signSGD,
+  // QSGD) as the CPU path's message over `allgatherv`
+  // (device_dense_exchange.cc): `header` (ext_bytes 8) and the parameters
+  // `ext` (8 bytes, little-endian) from the host, the body encoded on the
+  // device by encode(body) (body: device memory of header.body_bytes
+  // rounded up to whole 4-byte words, 8-byte aligned), then the statistics
+  // trailer (zeros, the payload's byte count last). Every rank's message
+  // has the same size (the ranks share the options), so no sizes are
+  // exchanged and `control` is not used but for its size. Validates every
+  // rank's message: its header and parameters on the host (they must be
+  // this rank's, the 48 bytes that come to the host), its body on the
+  // device with `check` (when check.run is set). InvalidArgument naming
+  // the bucket and the rank when one does not decode. Returns every rank's
+  // body (device, in s.messages: valid until the bucket's next exchange);
+  // the payload's bytes go to *bytes.
+  absl::StatusOr<std::vector<const uint8_t*>> ExchangeDenseOnDevice(
+      BucketState& s, const PayloadHeader& header, uint64_t ext,
+      const std::function<absl::Status(uint8_t* body)>& encode,
+      const DeviceBodyCheck& check, Communicator* control,
+      const DeviceAllgatherv& allgatherv, int64_t* bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EF-signSGD's step over the device communicator, blocks of `block`
+  // elements: the scales and bits encoded into the message on the device,
+  // exchanged by ExchangeDenseOnDevice, decoded on the device in rank
+  // order (FinishGathered).
+  absl::StatusOr<BucketReport> EfSignSgdOnDevice(
+      BucketState& s, float* data, const gravac::Decision& decision,
+      int64_t block, Communicator* control, const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> RandomKStep(BucketState& s, float* data,
                                            int64_t step,
