@@ -302,22 +302,25 @@ class DeviceCompression : public ExternalCompressionState {
   // (device_dense_exchange.cc): `header` (ext_bytes 8) and the parameters
   // `ext` (8 bytes, little-endian) from the host, the body encoded on the
   // device by encode(body) (body: device memory of header.body_bytes
-  // rounded up to whole 4-byte words, 8-byte aligned), then the statistics
-  // trailer (zeros, the payload's byte count last). Every rank's message
-  // has the same size (the ranks share the options), so no sizes are
-  // exchanged and `control` is not used but for its size. Validates every
-  // rank's message: its header and parameters on the host (they must be
-  // this rank's, the 48 bytes that come to the host), its body on the
-  // device with `check` (when check.run is set). InvalidArgument naming
-  // the bucket and the rank when one does not decode. Returns every rank's
-  // body (device, in s.messages: valid until the bucket's next exchange);
-  // the payload's bytes go to *bytes.
+  // rounded up to whole 4-byte words, 8-byte aligned, zeroed), then the
+  // statistics trailer `stats` (at least kStatsTrailer doubles, the
+  // payload's byte count put in its last slot). Every rank's message has
+  // the same size (the ranks share the options and the decision), so no
+  // sizes are exchanged and `control` is not used but for its size.
+  // Validates every rank's message: its header and parameters on the host
+  // (they must be this rank's, the 48 bytes that come to the host), its
+  // body on the device with `check` (when check.run is set).
+  // InvalidArgument naming the bucket and the rank when one does not
+  // decode. Returns every rank's body (device, in s.messages: valid until
+  // the bucket's next exchange); the payload's bytes go to *bytes, the
+  // trailers summed in rank order to *summed (when not null: only then do
+  // they come to the host).
   absl::StatusOr<std::vector<const uint8_t*>> ExchangeDenseOnDevice(
       BucketState& s, const PayloadHeader& header, uint64_t ext,
       const std::function<absl::Status(uint8_t* body)>& encode,
-      const DeviceBodyCheck& check, Communicator* control,
-      const DeviceAllgatherv& allgatherv, int64_t* bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const DeviceBodyCheck& check, std::vector<double> stats,
+      Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
+      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // EF-signSGD's step over the device communicator, blocks of `block`
   // elements: the scales and bits encoded into the message on the device,
   // exchanged by ExchangeDenseOnDevice, decoded on the device in rank

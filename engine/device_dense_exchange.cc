@@ -43,15 +43,19 @@ absl::StatusOr<std::vector<const uint8_t*>>
 DeviceCompression::ExchangeDenseOnDevice(
     BucketState& s, const PayloadHeader& header, uint64_t ext,
     const std::function<absl::Status(uint8_t* body)>& encode,
-    const DeviceBodyCheck& check, Communicator* control,
-    const DeviceAllgatherv& allgatherv, int64_t* bytes) {
-  if (header.ext_bytes != 8) {
-    return absl::InternalError(absl::StrCat(
-        "bucket ", s.id, ": ", header.ext_bytes, " parameter bytes"));
+    const DeviceBodyCheck& check, std::vector<double> stats,
+    Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
+    std::vector<double>* summed) {
+  if (header.ext_bytes != 8 || static_cast<int>(stats.size()) < kStatsTrailer) {
+    return absl::InternalError(
+        absl::StrCat("bucket ", s.id, ": ", header.ext_bytes,
+                     " parameter bytes, ", stats.size(), " statistics"));
   }
   const Target& t = s.target;
   const int size = control->size();
-  const int64_t trailer_bytes = kStatsTrailer * sizeof(double);
+  const size_t num_stats = stats.size();
+  const int64_t trailer_bytes =
+      static_cast<int64_t>(num_stats * sizeof(double));
   const int64_t payload_bytes =
       kHeadBytes + static_cast<int64_t>(header.body_bytes);
   // The slot holds the body rounded up to whole 4-byte words (QSGD's
@@ -62,7 +66,6 @@ DeviceCompression::ExchangeDenseOnDevice(
 
   // This rank's message, built on the device: header, parameters and
   // trailer from the host, the body encoded in place.
-  std::vector<double> stats(kStatsTrailer, 0.0);
   stats[kStatSentBytes] = static_cast<double>(payload_bytes);
   s.host_message_ends.resize(kHeadBytes + trailer_bytes);
   WriteHead(header, ext, s.host_message_ends.data());
@@ -84,10 +87,12 @@ DeviceCompression::ExchangeDenseOnDevice(
 
   // Validate every rank's message: its header and parameters on the host
   // (they must be this rank's: every rank has the same options), its body
-  // on the device where the compressor has a check.
+  // on the device where the compressor has a check. Its header, trailer
+  // and check flag come to the host.
   uint8_t* gathered = s.messages.as<uint8_t>();
   uint32_t* flags = s.index_flags.as<uint32_t>();
-  const int64_t each = kHeadBytes + 4;
+  const int64_t flag_at = kHeadBytes + trailer_bytes;
+  const int64_t each = flag_at + 4;
   s.host_checked.assign(size * each, 0);
   std::vector<const uint8_t*> bodies(size);
   for (int r = 0; r < size; ++r) {
@@ -95,12 +100,18 @@ DeviceCompression::ExchangeDenseOnDevice(
     bodies[r] = theirs + kHeadBytes;
     uint8_t* host = s.host_checked.data() + r * each;
     TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host, theirs, kHeadBytes));
+    if (summed != nullptr) {
+      TERSE_RETURN_IF_ERROR(t.stream->Memcpy(
+          host + kHeadBytes, theirs + payload_bytes, trailer_bytes));
+    }
     if (check.run) {
       TERSE_RETURN_IF_ERROR(check.run(r, bodies[r], flags + r));
-      TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host + kHeadBytes, flags + r, 4));
+      TERSE_RETURN_IF_ERROR(t.stream->Memcpy(host + flag_at, flags + r, 4));
     }
   }
   TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  if (summed != nullptr) summed->assign(num_stats, 0.0);
+  std::vector<double> theirs(num_stats);
   for (int r = 0; r < size; ++r) {
     const uint8_t* host = s.host_checked.data() + r * each;
     auto bad = [&](absl::string_view why) {
@@ -116,7 +127,11 @@ DeviceCompression::ExchangeDenseOnDevice(
                              " bytes, not ", header.body_bytes)
               : std::string("header or parameters differ from this rank's"));
     }
-    if (LoadLe<uint32_t>(host + kHeadBytes) != 0) return bad(check.failure);
+    if (LoadLe<uint32_t>(host + flag_at) != 0) return bad(check.failure);
+    if (summed != nullptr) {  // Rank order: the same sum on every rank.
+      std::memcpy(theirs.data(), host + kHeadBytes, trailer_bytes);
+      for (size_t i = 0; i < num_stats; ++i) (*summed)[i] += theirs[i];
+    }
   }
   return bodies;
 }
@@ -143,7 +158,8 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdOnDevice(
                                    reinterpret_cast<float*>(body),
                                    body + 4 * blocks);
           },
-          /*check=*/{}, control, allgatherv, &payload_bytes));
+          /*check=*/{}, std::vector<double>(kStatsTrailer, 0.0), control,
+          allgatherv, &payload_bytes, /*summed=*/nullptr));
   auto decode_into = [&](int r, float* dense) {
     return ops->SignDecodeAdd(t.stream,
                               reinterpret_cast<const float*>(bodies[r]),
