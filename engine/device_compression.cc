@@ -281,7 +281,7 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
         : s->id_kind == CompressorId::kEfSignSgd
             ? EfSignSgdStep(*s, g, control, allgatherv)
         : s->id_kind == CompressorId::kQsgd
-            ? QsgdStep(*s, g, step, control)
+            ? QsgdStep(*s, g, step, control, allgatherv)
             : SparseStep(*s, g, step, control, allgatherv);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));

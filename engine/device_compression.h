@@ -19,12 +19,13 @@
 // the device communicator the sparse ones are built, gathered, validated
 // (indices on the device, headers on the host) and decoded on the device, and
 // only DGC's / RedSync's / threshold's counts and the 40-byte headers reach the
-// host; efsignsgd's likewise (encoded into the message on the device; only its
-// 48-byte header and parameters reach the host). Staged, and for qsgd always,
-// the entries or bodies come to the host, which builds, allgathers over the
-// control communicator and validates them, and they are uploaded and decoded
-// in rank order on the device. Results equal the CompressedReducer's on the
-// same inputs bit for bit on the simulated device.
+// host; efsignsgd's and qsgd's likewise (built on the device, qsgd's codes
+// checked there; only each rank's 48-byte header and parameters, and the
+// trailer where a policy reads it, reach the host). Staged, the entries or
+// bodies come to the host, which builds, allgathers over the control
+// communicator and validates them, and they are uploaded and decoded in rank
+// order on the device. Results equal the CompressedReducer's on the same
+// inputs bit for bit on the simulated device.
 //
 // Residuals live in device allocations of the bucket's DeviceRuntime, one
 // per tensor (keyed by name, as ResidualStore keys them). They join the
@@ -145,11 +146,13 @@ class DeviceCompression : public ExternalCompressionState {
   // path's payload and statistics trailer, byte for byte) over it: built on
   // the device, gathered device to device, validated on the device
   // (CheckSparseIndices) and the host (headers, 40 bytes a rank), decoded
-  // on the device; the entries never cross to the host. Static efsignsgd
-  // buckets send theirs over it too (ExchangeDenseOnDevice: only the
-  // headers and parameters, 48 bytes a rank, reach the host). Empty (staged
-  // collectives, TERSE_GPU_OPERATIONS=mpi) or another coding: they go
-  // through the host and `control`.
+  // on the device; the entries never cross to the host. Efsignsgd and
+  // qsgd buckets (qsgd under gravac's portfolio too) send theirs over it
+  // too (ExchangeDenseOnDevice: only the headers and parameters, 48 bytes
+  // a rank, and a policy's trailers reach the host; qsgd's codes are
+  // checked on the device, CheckQsgdCodes). Empty (staged collectives,
+  // TERSE_GPU_OPERATIONS=mpi) or another coding: they go through the host
+  // and `control`.
   absl::Status Reduce(const Bucket& bucket, void* data, ReduceOp op,
                       int64_t step, const Target& target, Communicator* control,
                       const DeviceAllreduce& allreduce,
@@ -248,30 +251,38 @@ class DeviceCompression : public ExternalCompressionState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Enqueues the copy of the encoding at `levels` in s.values (norms) and
   // s.sign_bits (codes) to the host (s.host_values, s.host_bits), which
-  // ExchangeQsgd reads after the caller waited for the stream.
+  // ExchangeQsgd reads after the caller waited for the stream (staged
+  // only: over the device communicator the encoding stays on the device).
   absl::Status QsgdCopyToHost(BucketState& s, int levels)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Where rank r's payload body lies in s.sign_received, and its
-  // parameters.
+  // Rank r's payload body on the device (its norms, then its codes), and
+  // its parameters.
   struct QsgdSlot {
-    int64_t at = 0, bucket = 1, buckets = 0;
+    const uint8_t* body = nullptr;
+    int64_t bucket = 1, buckets = 0;
     int levels = 1;
   };
-  // Sends this rank's payload at `levels` (the CPU path's, built from the
-  // host copies of QsgdCopyToHost) with `stats` as its trailer, allgathered
-  // over `control` (every rank's the same size); validates every rank's as
-  // the CPU decoder does (InvalidArgument naming the rank) and uploads the
-  // bodies to s.sign_received. The trailers summed in rank order go to
+  // Sends this rank's payload at `levels` (the CPU path's, of the encoding
+  // in s.values and s.sign_bits) with `stats` as its trailer and validates
+  // every rank's as the CPU decoder does (InvalidArgument naming the
+  // bucket and the rank). With `allgatherv`: built on the device and
+  // gathered over it (ExchangeDenseOnDevice; the codes checked on the
+  // device, CheckQsgdCodes), the slots in s.messages. Without: built on the
+  // host from the copies of QsgdCopyToHost, allgathered over `control`
+  // (every rank's the same size), validated on the host, the bodies
+  // uploaded to s.sign_received. The trailers summed in rank order go to
   // *summed (when not null), the payload's bytes to *payload_bytes.
   absl::StatusOr<std::vector<QsgdSlot>> ExchangeQsgd(
       BucketState& s, int levels, std::vector<double> stats,
-      Communicator* control, int64_t* payload_bytes,
-      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      Communicator* control, const DeviceAllgatherv& allgatherv,
+      int64_t* payload_bytes, std::vector<double>* summed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // dense (device) += the decoding of the payload in `slot`.
   absl::Status QsgdDecodeSlot(BucketState& s, const QsgdSlot& slot,
                               float* dense) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
-                                        int64_t step, Communicator* control)
+                                        int64_t step, Communicator* control,
+                                        const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The end of a step whose payloads were gathered (EF-signSGD, QSGD): the
   // residual is a minus this rank's decoded payload, a the sum of every

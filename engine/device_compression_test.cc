@@ -98,17 +98,17 @@ TEST(DeviceCompressionGatherTest, CorruptPeerMessageNamesTheRank) {
   }
 }
 
-// The dense-coded compressors' payloads (EF-signSGD) over the device
-// communicator equal the CPU path bit for bit, and travel there: the
-// device path sends nothing through the control (host) communicator, one
-// message a step (the payload and the statistics trailer, in an 8-byte
-// slot) through the device's. Staged, the same message goes through the
-// control communicator and nothing through the device's.
+// The dense-coded compressors' payloads (EF-signSGD, QSGD) over the device
+// communicator equal the CPU path bit for bit, and travel there: each step
+// the device path sends nothing through the control (host) communicator
+// and one message (the payload and the statistics trailer, in a slot
+// padded to 8 bytes) through the device's. Staged, the same message goes
+// through the control communicator and nothing through the device's.
 TEST(DeviceCompressionGatherTest,
      DenseCodedOverTheDeviceCommunicatorEqualsCpu) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
   const int steps = 3;
-  for (const std::string compression : {"efsignsgd"}) {
+  for (const std::string compression : {"efsignsgd", "qsgd"}) {
     for (const bool device_gather : {true, false}) {
       for (int size : {2, 3}) {
         const std::string what =
@@ -125,14 +125,14 @@ TEST(DeviceCompressionGatherTest,
         const int64_t message = payload + 9 * 8;  // The trailer's 9 doubles.
         for (int r = 0; r < size; ++r) {
           EXPECT_EQ(run.device_report[r].compressor, compression) << what;
-          if (device_gather) {
-            EXPECT_EQ(run.control_bytes[r], 0) << what << " rank " << r;
-            EXPECT_EQ(run.device_bytes[r], steps * ((message + 7) / 8 * 8))
-                << what << " rank " << r;
-          } else {
-            EXPECT_EQ(run.control_bytes[r], steps * message)
-                << what << " rank " << r;
-            EXPECT_EQ(run.device_bytes[r], 0) << what << " rank " << r;
+          for (int step = 0; step < steps; ++step) {
+            const std::string at =
+                absl::StrCat(what, " step ", step, " rank ", r);
+            EXPECT_EQ(run.control_bytes[step][r], device_gather ? 0 : message)
+                << at;
+            EXPECT_EQ(run.device_bytes[step][r],
+                      device_gather ? (message + 7) / 8 * 8 : 0)
+                << at;
           }
         }
       }
@@ -142,9 +142,12 @@ TEST(DeviceCompressionGatherTest,
 }
 
 // A peer's dense-coded message that does not decode (a header that is not
-// the compressor's, a body size or block size that is not this rank's)
-// fails every rank with InvalidArgument naming the bucket and the sender,
-// before any decode reads it.
+// the compressor's, a body size or parameters that are not this rank's:
+// EF-signSGD's block size, QSGD's levels and bucket size) fails every rank
+// with InvalidArgument naming the bucket and the sender, before any decode
+// reads it. (QSGD's codes are checked on the device too, but the engine's
+// levels s = 2^b - 1 fill their b-bit codes: no code can exceed s, so that
+// check never fails here; the cuda_emu test covers CheckQsgdCodes.)
 TEST(DeviceCompressionGatherTest, CorruptDenseCodedPeerNamesTheRank) {
   SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
   struct Case {
@@ -158,6 +161,11 @@ TEST(DeviceCompressionGatherTest, CorruptDenseCodedPeerNamesTheRank) {
        "header or parameters differ"},
       {"efsignsgd", 32, 0, "body of"},  // The body bytes' low byte.
       {"efsignsgd", 40, 7, "header or parameters differ"},  // The block.
+      {"qsgd", 5, static_cast<uint8_t>(CompressorId::kEfSignSgd),
+       "header or parameters differ"},
+      {"qsgd", 32, 0, "body of"},
+      {"qsgd", 40, 3, "header or parameters differ"},  // The levels (1).
+      {"qsgd", 44, 7, "header or parameters differ"},  // The bucket size.
   };
   for (const Case& c : cases) {
     Outcome run;

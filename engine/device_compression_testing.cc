@@ -154,8 +154,8 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
   run->device_pending.assign(record_pending ? steps : 0,
                              std::vector<std::vector<double>>(size));
   run->cpu_pending = run->device_pending;
-  run->control_bytes.assign(size, 0);
-  run->device_bytes.assign(size, 0);
+  run->control_bytes.assign(steps, std::vector<int64_t>(size, 0));
+  run->device_bytes = run->control_bytes;
   return RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
     CountingCommunicator control(comm);
     CompressedReducer device_reducer(config, rank, size);
@@ -184,13 +184,14 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
       // The executor's device collective (TERSE_GPU_OPERATIONS=nccl).
       std::unique_ptr<Communicator> device_comm;
       DeviceCompression::DeviceAllgatherv gather;
+      int64_t gathered = 0;  // The bytes this rank sent through it.
       if (device_gather) {
         device_comm = std::make_unique<SimDeviceCommunicator>(
             BorrowCommunicator(comm), runtime, ordinal);
         gather = [&](const void* send, void* recv,
                      const std::vector<int64_t>& recv_bytes) -> absl::Status {
           TERSE_RETURN_IF_ERROR(stream->Synchronize());
-          run->device_bytes[rank] += recv_bytes[rank];
+          gathered += recv_bytes[rank];
           TERSE_RETURN_IF_ERROR(
               device_comm->Allgatherv(send, recv, recv_bytes));
           if (corrupt) corrupt(rank, recv, recv_bytes);
@@ -200,9 +201,13 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
       for (int step = 0; step < steps; ++step) {
         const std::vector<float> g = DeviceCompressionGradient(rank, step, n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(buffer.data(), g.data(), n * 4));
+        const int64_t control_before = control.sent;
+        const int64_t gathered_before = gathered;
         TERSE_RETURN_IF_ERROR(dc.Reduce(bucket, buffer.data(), ReduceOp::kSum,
                                         step, target, &control, allreduce,
                                         gather));
+        run->control_bytes[step][rank] = control.sent - control_before;
+        run->device_bytes[step][rank] = gathered - gathered_before;
         std::vector<float>& out = run->device[step][rank];
         out.resize(n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(out.data(), buffer.data(), n * 4));
@@ -231,7 +236,6 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
       for (ResidualStore::Entry& e : entries) {
         run->residuals[rank][e.name] = std::move(e.values);
       }
-      run->control_bytes[rank] = control.sent;
       run->device_report[rank] = device_reducer.Reports().at(0);
       run->cpu_report[rank] = cpu_reducer.Reports().at(0);
       run->store_residual[rank] =

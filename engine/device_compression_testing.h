@@ -50,9 +50,9 @@ struct Outcome {
   // probes' among them, which a decision may not show), read from a
   // checkpoint of its reducer; empty unless RunDeviceAndCpu recorded them.
   std::vector<std::vector<std::vector<double>>> device_pending, cpu_pending;
-  // [rank]: the bytes the device path sent over all steps through the
+  // [step][rank]: the bytes the device path sent in the step through the
   // control (host) communicator and through the device allgatherv.
-  std::vector<int64_t> control_bytes, device_bytes;
+  std::vector<std::vector<int64_t>> control_bytes, device_bytes;
 };
 
 // `size` loopback ranks, rank r on `runtime`'s device ordinal_of(r), run

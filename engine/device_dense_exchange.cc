@@ -1,10 +1,11 @@
-// DeviceCompression::ExchangeDenseOnDevice and the steps that use it: the
-// payloads of the dense-coded compressors (EF-signSGD; see
-// device_compression.h) over the device communicator. Each rank's message is
-// the CPU path's, byte for byte: the payload (compressors/payload.h: the
-// 40-byte header, 8 bytes of parameters, the body) and the statistics
-// trailer; in the gathered buffer every rank's lies in a slot of the same
-// size, padded to 8 bytes (zeros), so every body starts 8-byte aligned.
+// DeviceCompression::ExchangeDenseOnDevice and EF-signSGD's step over it:
+// the payloads of the dense-coded compressors (EF-signSGD, and QSGD's in
+// device_qsgd.cc; see device_compression.h) over the device communicator. Each
+// rank's message is the CPU path's, byte for byte: the payload
+// (compressors/payload.h: the 40-byte header, 8 bytes of parameters, the body)
+// and the statistics trailer; in the gathered buffer every rank's lies in a
+// slot of the same size, padded to 8 bytes (zeros), so every body starts 8-byte
+// aligned.
 #include <cstdint>
 #include <cstring>
 #include <functional>
