@@ -278,9 +278,10 @@ absl::Status DeviceCompression::Reduce(const Bucket& bucket, void* data,
             ? PowerSgdStep(*s, g, step, allreduce)
         : s->id_kind == CompressorId::kRandomK
             ? RandomKStep(*s, g, step, allreduce)
-        : s->id_kind == CompressorId::kEfSignSgd ? EfSignSgdStep(*s, g, control)
+        : s->id_kind == CompressorId::kEfSignSgd
+            ? EfSignSgdStep(*s, g, control, allgatherv)
         : s->id_kind == CompressorId::kQsgd
-            ? QsgdStep(*s, g, step, control)
+            ? QsgdStep(*s, g, step, control, allgatherv)
             : SparseStep(*s, g, step, control, allgatherv);
     TERSE_RETURN_IF_ERROR(report.status());
     TERSE_RETURN_IF_ERROR(MarkResidualsWritten(target));

@@ -9,20 +9,23 @@
 // through the device collective, residual a - own share on the device), randomk
 // (the shared-seed positions drawn on the host, gathered on the device, the
 // values summed by the device collective), efsignsgd (per-block scales and sign
-// bits encoded on the device, the CPU path's payload allgathered over the
-// control communicator, decoded on the device in rank order), qsgd (the same
-// with per-bucket norms and stochastically rounded codes, the CPU compressor's
-// seeds) and the sparsifiers topk, dgc, redsync and threshold (error feedback:
-// a = g + residual on the device; selection as the CPU sparsifier selects,
-// gather and the residual update a - sent on the device). Sparse messages are
-// byte for byte the CPU path's wire format (the compressors/payload.h payload
-// plus the reducer's statistics trailer): over the device communicator they are
-// built, gathered, validated (indices on the device, headers on the host) and
-// decoded on the device, and only DGC's / RedSync's / threshold's counts and
-// the 40-byte headers reach the host; staged, the k entries come to the host,
-// which builds, allgathers over the control communicator and validates them,
-// and the entries are scattered in rank order on the device. Results equal the
-// CompressedReducer's on the same inputs bit for bit on the simulated device.
+// bits encoded on the device, every rank's payload decoded on the device in
+// rank order), qsgd (the same with per-bucket norms and stochastically rounded
+// codes, the CPU compressor's seeds) and the sparsifiers topk, dgc, redsync and
+// threshold (error feedback: a = g + residual on the device; selection as the
+// CPU sparsifier selects, gather and the residual update a - sent on the
+// device). Gathered messages are byte for byte the CPU path's wire format (the
+// compressors/payload.h payload plus the reducer's statistics trailer). Over
+// the device communicator the sparse ones are built, gathered, validated
+// (indices on the device, headers on the host) and decoded on the device, and
+// only DGC's / RedSync's / threshold's counts and the 40-byte headers reach the
+// host; efsignsgd's and qsgd's likewise (built on the device, qsgd's codes
+// checked there; only each rank's 48-byte header and parameters, and the
+// trailer where a policy reads it, reach the host). Staged, the entries or
+// bodies come to the host, which builds, allgathers over the control
+// communicator and validates them, and they are uploaded and decoded in rank
+// order on the device. Results equal the CompressedReducer's on the same
+// inputs bit for bit on the simulated device.
 //
 // Residuals live in device allocations of the bucket's DeviceRuntime, one
 // per tensor (keyed by name, as ResidualStore keys them). They join the
@@ -75,6 +78,7 @@
 #include "collectives/communicator.h"
 #include "common/config.h"
 #include "compressors/device/device_ops.h"
+#include "compressors/payload.h"
 #include "compressors/registry.h"
 #include "device/runtime.h"
 #include "engine/bucket_assigner.h"
@@ -142,9 +146,13 @@ class DeviceCompression : public ExternalCompressionState {
   // path's payload and statistics trailer, byte for byte) over it: built on
   // the device, gathered device to device, validated on the device
   // (CheckSparseIndices) and the host (headers, 40 bytes a rank), decoded
-  // on the device; the entries never cross to the host. Empty (staged
-  // collectives, TERSE_GPU_OPERATIONS=mpi) or another coding: they go
-  // through the host and `control`.
+  // on the device; the entries never cross to the host. Efsignsgd and
+  // qsgd buckets (qsgd under gravac's portfolio too) send theirs over it
+  // too (ExchangeDenseOnDevice: only the headers and parameters, 48 bytes
+  // a rank, and a policy's trailers reach the host; qsgd's codes are
+  // checked on the device, CheckQsgdCodes). Empty (staged collectives,
+  // TERSE_GPU_OPERATIONS=mpi) or another coding: they go through the host
+  // and `control`.
   absl::Status Reduce(const Bucket& bucket, void* data, ReduceOp op,
                       int64_t step, const Target& target, Communicator* control,
                       const DeviceAllreduce& allreduce,
@@ -243,30 +251,38 @@ class DeviceCompression : public ExternalCompressionState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Enqueues the copy of the encoding at `levels` in s.values (norms) and
   // s.sign_bits (codes) to the host (s.host_values, s.host_bits), which
-  // ExchangeQsgd reads after the caller waited for the stream.
+  // ExchangeQsgd reads after the caller waited for the stream (staged
+  // only: over the device communicator the encoding stays on the device).
   absl::Status QsgdCopyToHost(BucketState& s, int levels)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Where rank r's payload body lies in s.sign_received, and its
-  // parameters.
+  // Rank r's payload body on the device (its norms, then its codes), and
+  // its parameters.
   struct QsgdSlot {
-    int64_t at = 0, bucket = 1, buckets = 0;
+    const uint8_t* body = nullptr;
+    int64_t bucket = 1, buckets = 0;
     int levels = 1;
   };
-  // Sends this rank's payload at `levels` (the CPU path's, built from the
-  // host copies of QsgdCopyToHost) with `stats` as its trailer, allgathered
-  // over `control` (every rank's the same size); validates every rank's as
-  // the CPU decoder does (InvalidArgument naming the rank) and uploads the
-  // bodies to s.sign_received. The trailers summed in rank order go to
+  // Sends this rank's payload at `levels` (the CPU path's, of the encoding
+  // in s.values and s.sign_bits) with `stats` as its trailer and validates
+  // every rank's as the CPU decoder does (InvalidArgument naming the
+  // bucket and the rank). With `allgatherv`: built on the device and
+  // gathered over it (ExchangeDenseOnDevice; the codes checked on the
+  // device, CheckQsgdCodes), the slots in s.messages. Without: built on the
+  // host from the copies of QsgdCopyToHost, allgathered over `control`
+  // (every rank's the same size), validated on the host, the bodies
+  // uploaded to s.sign_received. The trailers summed in rank order go to
   // *summed (when not null), the payload's bytes to *payload_bytes.
   absl::StatusOr<std::vector<QsgdSlot>> ExchangeQsgd(
       BucketState& s, int levels, std::vector<double> stats,
-      Communicator* control, int64_t* payload_bytes,
-      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      Communicator* control, const DeviceAllgatherv& allgatherv,
+      int64_t* payload_bytes, std::vector<double>* summed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // dense (device) += the decoding of the payload in `slot`.
   absl::Status QsgdDecodeSlot(BucketState& s, const QsgdSlot& slot,
                               float* dense) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> QsgdStep(BucketState& s, float* data,
-                                        int64_t step, Communicator* control)
+                                        int64_t step, Communicator* control,
+                                        const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The end of a step whose payloads were gathered (EF-signSGD, QSGD): the
   // residual is a minus this rank's decoded payload, a the sum of every
@@ -276,8 +292,53 @@ class DeviceCompression : public ExternalCompressionState {
       int64_t payload_bytes, Communicator* control,
       const std::function<absl::Status(int rank, float* dense)>& decode_into)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EF-signSGD's step: with `allgatherv`, EfSignSgdOnDevice; without
+  // (staged), the payload built, allgathered over `control` and validated
+  // on the host, the bodies uploaded and decoded on the device.
   absl::StatusOr<BucketReport> EfSignSgdStep(BucketState& s, float* data,
-                                             Communicator* control)
+                                             Communicator* control,
+                                             const DeviceAllgatherv& allgatherv)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A device check of one rank's gathered body (ExchangeDenseOnDevice):
+  // run(rank, body, bad) enqueues on the bucket's stream a check of the
+  // body (device) that writes 0 to `bad` (a device uint32) when it decodes
+  // and nonzero when not; `failure` says what a nonzero flag means.
+  struct DeviceBodyCheck {
+    std::function<absl::Status(int rank, const uint8_t* body, uint32_t* bad)>
+        run;
+    std::string failure;
+  };
+  // Sends this rank's payload of a dense-coded compressor (EF-signSGD,
+  // QSGD) as the CPU path's message over `allgatherv`
+  // (device_dense_exchange.cc): `header` (ext_bytes 8) and the parameters
+  // `ext` (8 bytes, little-endian) from the host, the body encoded on the
+  // device by encode(body) (body: device memory of header.body_bytes
+  // rounded up to whole 4-byte words, 8-byte aligned, zeroed), then the
+  // statistics trailer `stats` (at least kStatsTrailer doubles, the
+  // payload's byte count put in its last slot). Every rank's message has
+  // the same size (the ranks share the options and the decision), so no
+  // sizes are exchanged and `control` is not used but for its size.
+  // Validates every rank's message: its header and parameters on the host
+  // (they must be this rank's, the 48 bytes that come to the host), its
+  // body on the device with `check` (when check.run is set).
+  // InvalidArgument naming the bucket and the rank when one does not
+  // decode. Returns every rank's body (device, in s.messages: valid until
+  // the bucket's next exchange); the payload's bytes go to *bytes, the
+  // trailers summed in rank order to *summed (when not null: only then do
+  // they come to the host).
+  absl::StatusOr<std::vector<const uint8_t*>> ExchangeDenseOnDevice(
+      BucketState& s, const PayloadHeader& header, uint64_t ext,
+      const std::function<absl::Status(uint8_t* body)>& encode,
+      const DeviceBodyCheck& check, std::vector<double> stats,
+      Communicator* control, const DeviceAllgatherv& allgatherv, int64_t* bytes,
+      std::vector<double>* summed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EF-signSGD's step over the device communicator, blocks of `block`
+  // elements: the scales and bits encoded into the message on the device,
+  // exchanged by ExchangeDenseOnDevice, decoded on the device in rank
+  // order (FinishGathered).
+  absl::StatusOr<BucketReport> EfSignSgdOnDevice(
+      BucketState& s, float* data, const gravac::Decision& decision,
+      int64_t block, Communicator* control, const DeviceAllgatherv& allgatherv)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<BucketReport> RandomKStep(BucketState& s, float* data,
                                            int64_t step,

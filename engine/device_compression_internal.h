@@ -74,6 +74,22 @@ inline absl::Status Ensure(const DeviceCompression::Target& t, int64_t bytes,
   return absl::OkStatus();
 }
 
+// The header of a dense-coded payload (EF-signSGD's, QSGD's): float32,
+// implicit indices, all `n` elements encoded, 8 parameter bytes, `body`
+// bytes of body.
+inline PayloadHeader DenseCodedHeader(CompressorId id, int64_t n,
+                                      int64_t body) {
+  PayloadHeader h;
+  h.compressor = id;
+  h.value_type = ValueType::kFloat32;
+  h.index_coding = IndexCoding::kImplicit;
+  h.dense_count = static_cast<uint64_t>(n);
+  h.entry_count = static_cast<uint64_t>(n);
+  h.ext_bytes = 8;
+  h.body_bytes = static_cast<uint64_t>(body);
+  return h;
+}
+
 // Sends the CPU path's message, `payload` then the statistics trailer
 // (norm_ef = ||a||^2, 0 where no policy reads it, and the payload's byte
 // count), and gathers every

@@ -166,7 +166,8 @@ absl::StatusOr<BucketReport> DeviceCompression::FinishGathered(
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
-    BucketState& s, float* a, Communicator* control) {
+    BucketState& s, float* a, Communicator* control,
+    const DeviceAllgatherv& allgatherv) {
   const gravac::Decision decision = s.policy->Decide();
   const Target& t = s.target;
   DeviceOps* ops = s.ops;
@@ -175,6 +176,10 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
   const int64_t option = std::max<int64_t>(0, s.options.sign_block_size);
   const int64_t block =
       option == 0 || option > n ? std::max<int64_t>(n, 1) : option;
+  if (allgatherv) {
+    return EfSignSgdOnDevice(s, a, decision, block, control, allgatherv);
+  }
+  // Staged: the payload is built, gathered and validated on the host.
   const int64_t blocks = n == 0 ? 0 : (n + block - 1) / block;
   const int64_t bit_bytes = (n + 7) / 8;
   TERSE_RETURN_IF_ERROR(Ensure(t, std::max<int64_t>(blocks, 1) * 4, &s.values));
@@ -193,14 +198,8 @@ absl::StatusOr<BucketReport> DeviceCompression::EfSignSgdStep(
 
   // The CPU compressor's payload: the block size as its parameter, the
   // scales then the bits as its body; the statistics trailer behind it.
-  PayloadHeader h;
-  h.compressor = CompressorId::kEfSignSgd;
-  h.value_type = ValueType::kFloat32;
-  h.index_coding = IndexCoding::kImplicit;
-  h.dense_count = static_cast<uint64_t>(n);
-  h.entry_count = static_cast<uint64_t>(n);
-  h.ext_bytes = 8;
-  h.body_bytes = static_cast<uint64_t>(4 * blocks + bit_bytes);
+  const PayloadHeader h =
+      DenseCodedHeader(CompressorId::kEfSignSgd, n, 4 * blocks + bit_bytes);
   Payload payload;
   PayloadRegions regions = StartPayload(h, &payload);
   StoreLe<uint64_t>(regions.ext, static_cast<uint64_t>(block));

@@ -98,6 +98,95 @@ TEST(DeviceCompressionGatherTest, CorruptPeerMessageNamesTheRank) {
   }
 }
 
+// The dense-coded compressors' payloads (EF-signSGD, QSGD) over the device
+// communicator equal the CPU path bit for bit, and travel there: each step
+// the device path sends nothing through the control (host) communicator
+// and one message (the payload and the statistics trailer, in a slot
+// padded to 8 bytes) through the device's. Staged, the same message goes
+// through the control communicator and nothing through the device's.
+TEST(DeviceCompressionGatherTest,
+     DenseCodedOverTheDeviceCommunicatorEqualsCpu) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const int steps = 3;
+  for (const std::string compression : {"efsignsgd", "qsgd"}) {
+    for (const bool device_gather : {true, false}) {
+      for (int size : {2, 3}) {
+        const std::string what =
+            absl::StrCat(compression, ", ", size, " ranks",
+                         device_gather ? ", over the device" : ", staged");
+        Outcome run;
+        absl::Status st = RunDeviceAndCpu(
+            size, compression, "50", steps, &run, &sim,
+            [](int rank) { return rank; }, {}, device_gather);
+        ASSERT_TRUE(st.ok()) << what << ": " << st;
+        st = ExpectBitwiseEqual(run, what);
+        EXPECT_TRUE(st.ok()) << st;
+        const int64_t payload = run.device_report[0].bytes_sent;
+        const int64_t message = payload + 9 * 8;  // The trailer's 9 doubles.
+        for (int r = 0; r < size; ++r) {
+          EXPECT_EQ(run.device_report[r].compressor, compression) << what;
+          for (int step = 0; step < steps; ++step) {
+            const std::string at =
+                absl::StrCat(what, " step ", step, " rank ", r);
+            EXPECT_EQ(run.control_bytes[step][r], device_gather ? 0 : message)
+                << at;
+            EXPECT_EQ(run.device_bytes[step][r],
+                      device_gather ? (message + 7) / 8 * 8 : 0)
+                << at;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
+// A peer's dense-coded message that does not decode (a header that is not
+// the compressor's, a body size or parameters that are not this rank's:
+// EF-signSGD's block size, QSGD's levels and bucket size) fails every rank
+// with InvalidArgument naming the bucket and the sender, before any decode
+// reads it. (QSGD's codes are checked on the device too, but the engine's
+// levels s = 2^b - 1 fill their b-bit codes: no code can exceed s, so that
+// check never fails here; the cuda_emu test covers CheckQsgdCodes.)
+TEST(DeviceCompressionGatherTest, CorruptDenseCodedPeerNamesTheRank) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  struct Case {
+    std::string compression;
+    int offset;  // Of the byte changed in rank 1's message.
+    uint8_t value;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {"efsignsgd", 5, static_cast<uint8_t>(CompressorId::kQsgd),
+       "header or parameters differ"},
+      {"efsignsgd", 32, 0, "body of"},  // The body bytes' low byte.
+      {"efsignsgd", 40, 7, "header or parameters differ"},  // The block.
+      {"qsgd", 5, static_cast<uint8_t>(CompressorId::kEfSignSgd),
+       "header or parameters differ"},
+      {"qsgd", 32, 0, "body of"},
+      {"qsgd", 40, 3, "header or parameters differ"},  // The levels (1).
+      {"qsgd", 44, 7, "header or parameters differ"},  // The bucket size.
+  };
+  for (const Case& c : cases) {
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        3, c.compression, "50", 2, &run, &sim, [](int rank) { return rank; },
+        {}, /*device_gather=*/true,
+        [&](int rank, void* gathered, const std::vector<int64_t>& bytes) {
+          (void)rank;
+          static_cast<uint8_t*>(gathered)[bytes[0] + c.offset] = c.value;
+        });
+    ASSERT_FALSE(st.ok()) << c.compression << " byte " << c.offset;
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("bucket 3: the " + c.compression +
+                                " payload from rank 1 does not decode"),
+              std::string::npos)
+        << st;
+    EXPECT_NE(st.message().find(c.why), std::string::npos) << st;
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
 // TERSE_MOMENTUM_CORRECTION on device buckets (velocities in device
 // memory, u = m u + g before the residual, sent entries masked out of the
 // residuals and velocities after a sparsifier) equals the CPU path bit for

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
 #include "collectives/registry.h"
 #include "collectives/sim_communicator.h"
@@ -70,6 +71,41 @@ absl::StatusOr<std::vector<double>> PendingNorms(
   return std::vector<double>(norms.begin(), norms.end());
 }
 
+// The control communicator as the device path sees it: counts the bytes
+// this rank sends through it.
+class CountingCommunicator : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
+                         ReduceOp op) override {
+    sent += count * static_cast<int64_t>(DataTypeSize(dtype));
+    return target()->Allreduce(buffer, count, dtype, op);
+  }
+  absl::Status Allgather(const void* send, void* recv,
+                         int64_t bytes_per_rank) override {
+    sent += bytes_per_rank;
+    return target()->Allgather(send, recv, bytes_per_rank);
+  }
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& recv_bytes) override {
+    sent += recv_bytes[rank()];
+    return target()->Allgatherv(send, recv, recv_bytes);
+  }
+  absl::Status Broadcast(void* buffer, int64_t bytes, int root) override {
+    if (rank() == root) sent += bytes;
+    return target()->Broadcast(buffer, bytes, root);
+  }
+  absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
+    sent += 8 * count;
+    return target()->BitwiseAnd(words, count);
+  }
+  absl::Status BitwiseOr(uint64_t* words, int64_t count) override {
+    sent += 8 * count;
+    return target()->BitwiseOr(words, count);
+  }
+  int64_t sent = 0;
+};
+
 }  // namespace
 
 // Two tensors; 70001 elements, enough for DGC to sample (not exact top-k).
@@ -118,7 +154,10 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
   run->device_pending.assign(record_pending ? steps : 0,
                              std::vector<std::vector<double>>(size));
   run->cpu_pending = run->device_pending;
+  run->control_bytes.assign(steps, std::vector<int64_t>(size, 0));
+  run->device_bytes = run->control_bytes;
   return RunLoopbackRanks(size, [&](int rank, Communicator* comm) {
+    CountingCommunicator control(comm);
     CompressedReducer device_reducer(config, rank, size);
     CompressedReducer cpu_reducer(config, rank, size);
     const int ordinal = ordinal_of(rank);
@@ -145,12 +184,14 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
       // The executor's device collective (TERSE_GPU_OPERATIONS=nccl).
       std::unique_ptr<Communicator> device_comm;
       DeviceCompression::DeviceAllgatherv gather;
+      int64_t gathered = 0;  // The bytes this rank sent through it.
       if (device_gather) {
         device_comm = std::make_unique<SimDeviceCommunicator>(
             BorrowCommunicator(comm), runtime, ordinal);
         gather = [&](const void* send, void* recv,
                      const std::vector<int64_t>& recv_bytes) -> absl::Status {
           TERSE_RETURN_IF_ERROR(stream->Synchronize());
+          gathered += recv_bytes[rank];
           TERSE_RETURN_IF_ERROR(
               device_comm->Allgatherv(send, recv, recv_bytes));
           if (corrupt) corrupt(rank, recv, recv_bytes);
@@ -160,8 +201,13 @@ absl::Status RunDeviceAndCpu(int size, const std::string& compression,
       for (int step = 0; step < steps; ++step) {
         const std::vector<float> g = DeviceCompressionGradient(rank, step, n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(buffer.data(), g.data(), n * 4));
+        const int64_t control_before = control.sent;
+        const int64_t gathered_before = gathered;
         TERSE_RETURN_IF_ERROR(dc.Reduce(bucket, buffer.data(), ReduceOp::kSum,
-                                        step, target, comm, allreduce, gather));
+                                        step, target, &control, allreduce,
+                                        gather));
+        run->control_bytes[step][rank] = control.sent - control_before;
+        run->device_bytes[step][rank] = gathered - gathered_before;
         std::vector<float>& out = run->device[step][rank];
         out.resize(n);
         TERSE_RETURN_IF_ERROR(stream->Memcpy(out.data(), buffer.data(), n * 4));

@@ -50,15 +50,20 @@ struct Outcome {
   // probes' among them, which a decision may not show), read from a
   // checkpoint of its reducer; empty unless RunDeviceAndCpu recorded them.
   std::vector<std::vector<std::vector<double>>> device_pending, cpu_pending;
+  // [step][rank]: the bytes the device path sent in the step through the
+  // control (host) communicator and through the device allgatherv.
+  std::vector<std::vector<int64_t>> control_bytes, device_bytes;
 };
 
 // `size` loopback ranks, rank r on `runtime`'s device ordinal_of(r), run
 // `steps` steps of both paths under DeviceCompressionConfig(compression, cf).
 // `extra`: more settings (DeviceCompressionConfig). `device_gather`
-// (simulated device only): the sparse messages go over a
-// SimDeviceCommunicator (DeviceCompression's device allgatherv), else
-// through the host. `corrupt` (when set) runs on the gathered device
-// messages of every rank before they are read (fault injection).
+// (simulated device only): the gathered messages (sparse, efsignsgd) go
+// over a SimDeviceCommunicator (DeviceCompression's device allgatherv),
+// else through the host. The device path's control communicator counts
+// what it sends (Outcome::control_bytes). `corrupt` (when set) runs on the
+// gathered device messages of every rank before they are read (fault
+// injection).
 // `bucket` (when set) replaces DeviceCompressionBucket() (the same sizes).
 // `record_pending`: the policy's pending statistics of every step too
 // (Outcome::device_pending, cpu_pending; a checkpoint of both reducers a

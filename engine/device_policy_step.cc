@@ -278,13 +278,14 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
     }
   } else if (quantized) {
     // The encoding at the decision's levels (as the reducer's compressor
-    // maps its CF), its copy to the host (waited for with the norms, below)
-    // and this rank's own decoding of it (the reducer's Decompress).
+    // maps its CF), its copy to the host when staged (waited for with the
+    // norms, below) and this rank's own decoding of it (the reducer's
+    // Decompress).
     TERSE_RETURN_IF_ERROR(Ensure(t, n * 4, &s.level1));
     qsgd_levels = QsgdLevels(decision.send_cf, s.options);
     TERSE_RETURN_IF_ERROR(QsgdEncodeLevel(s, a, qsgd_levels, step, &s.values,
                                           &s.sign_bits, s.level1.as<float>()));
-    TERSE_RETURN_IF_ERROR(QsgdCopyToHost(s, qsgd_levels));
+    if (!allgatherv) TERSE_RETURN_IF_ERROR(QsgdCopyToHost(s, qsgd_levels));
     local = s.level1.as<float>();
   }
   // The statistics this step sends: the reducer's, then the gain probes'
@@ -377,11 +378,11 @@ absl::StatusOr<BucketReport> DeviceCompression::PolicyStep(
                         values, kept, a));
   } else if (quantized) {
     // Every rank's payload with its statistics as the trailer (the CPU
-    // path's message), over the control communicator; the sum decoded in
-    // rank order (as the CPU path).
-    TERSE_ASSIGN_OR_RETURN(
-        const std::vector<QsgdSlot> slots,
-        ExchangeQsgd(s, qsgd_levels, stats, control, &bytes, &stats));
+    // path's message), over the device communicator (staged: the control
+    // communicator); the sum decoded in rank order (as the CPU path).
+    TERSE_ASSIGN_OR_RETURN(const std::vector<QsgdSlot> slots,
+                           ExchangeQsgd(s, qsgd_levels, stats, control,
+                                        allgatherv, &bytes, &stats));
     stats_gathered = true;
     TERSE_RETURN_IF_ERROR(t.stream->Memset(a, 0, n * 4));
     for (const QsgdSlot& slot : slots) {

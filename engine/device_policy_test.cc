@@ -367,6 +367,46 @@ TEST(DevicePortfolioConservationTest, QsgdSentPlusResidualIsTheGradientSum) {
   EXPECT_GE(qsgd, 2) << run.device_steps[steps - 1][0];
 }
 
+// QSGD sends under the portfolio travel over the device communicator: a
+// step that sends QSGD moves its message (the payload and the statistics
+// trailer) through the device allgatherv and nothing through the control
+// communicator, whose sums the trailer replaces. Staged, the message goes
+// through the control communicator.
+TEST(DevicePortfolioQsgdTest, QsgdSendsTravelOverTheDeviceCommunicator) {
+  SimRuntime sim(SimOptions{std::chrono::microseconds(300), 4});
+  const int size = 2, steps = 16;
+  for (const bool device_gather : {true, false}) {
+    SCOPED_TRACE(device_gather ? "over the device" : "staged");
+    Outcome run;
+    absl::Status st = RunDeviceAndCpu(
+        size, "gravac", "10", steps, &run, &sim, [](int rank) { return rank; },
+        Portfolio("none,powersgd:2,topk:10,qsgd:8,qsgd:4", "window"),
+        device_gather);
+    ASSERT_TRUE(st.ok()) << st;
+    int qsgd = 0;
+    for (int step = 0; step < steps; ++step) {
+      const std::string& line = run.device_steps[step][0];
+      if (line.find(" sent qsgd ") == std::string::npos) continue;
+      ++qsgd;
+      const int64_t payload =
+          std::stoll(line.substr(line.rfind(" bytes ") + 7));
+      for (int r = 0; r < size; ++r) {
+        const int64_t over_control = run.control_bytes[step][r];
+        const int64_t over_device = run.device_bytes[step][r];
+        if (device_gather) {
+          EXPECT_EQ(over_control, 0) << line;
+          EXPECT_GT(over_device, payload) << line;
+        } else {
+          EXPECT_GT(over_control, payload) << line;
+          EXPECT_EQ(over_device, 0) << line;
+        }
+      }
+    }
+    EXPECT_GE(qsgd, 2) << run.device_steps[steps - 1][0];
+  }
+  EXPECT_EQ(sim.live_allocations(), 0);
+}
+
 // With the throughput guard on, gravac's first two steps measure dense
 // (the second, with no residual left and no probes, is reduced in place);
 // those decisions do not depend on time, so both paths agree bit for bit.

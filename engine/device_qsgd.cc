@@ -1,9 +1,11 @@
 // QSGD on device buckets (see device_compression.h): a vector encoded on
 // the device with the CPU compressor's draws (compressors/qsgd_compressor.h),
-// every rank's payload exchanged as the CPU path's (built on the host from
-// the encoded body, allgathered over the control communicator with the
-// statistics trailer, validated on the host) and decoded on the device; the
-// static step (QsgdStep). PolicyStep (device_policy_step.cc) and ProbeGains
+// every rank's payload exchanged as the CPU path's with the statistics
+// trailer (over the device communicator: built, gathered and its codes
+// checked on the device, ExchangeDenseOnDevice; staged: built on the host
+// from the encoded body, allgathered over the control communicator,
+// validated on the host) and decoded on the device; the static step
+// (QsgdStep). PolicyStep (device_policy_step.cc) and ProbeGains
 // (device_portfolio.cc) use the same pieces for gravac's portfolio.
 #include <algorithm>
 #include <cstring>
@@ -110,7 +112,9 @@ absl::Status DeviceCompression::QsgdCopyToHost(BucketState& s, int levels) {
 absl::StatusOr<std::vector<DeviceCompression::QsgdSlot>>
 DeviceCompression::ExchangeQsgd(BucketState& s, int levels,
                                 std::vector<double> stats,
-                                Communicator* control, int64_t* payload_bytes,
+                                Communicator* control,
+                                const DeviceAllgatherv& allgatherv,
+                                int64_t* payload_bytes,
                                 std::vector<double>* summed) {
   const Target& t = s.target;
   const int64_t n = s.count;
@@ -119,14 +123,41 @@ DeviceCompression::ExchangeQsgd(BucketState& s, int levels,
   const int64_t packed = qsgd_bits::PackedBytes(n, qsgd_bits::CodeBits(levels));
   // The CPU compressor's payload: levels and bucket size as parameters,
   // the norms then the codes as the body; the statistics trailer behind.
-  PayloadHeader h;
-  h.compressor = CompressorId::kQsgd;
-  h.value_type = ValueType::kFloat32;
-  h.index_coding = IndexCoding::kImplicit;
-  h.dense_count = static_cast<uint64_t>(n);
-  h.entry_count = static_cast<uint64_t>(n);
-  h.ext_bytes = 8;
-  h.body_bytes = static_cast<uint64_t>(4 * buckets + packed);
+  const PayloadHeader h =
+      DenseCodedHeader(CompressorId::kQsgd, n, 4 * buckets + packed);
+  if (allgatherv) {
+    // Built on the device from the encoding; every rank's parameters are
+    // this rank's (ExchangeDenseOnDevice checks), its codes checked on the
+    // device as the CPU decoder checks them (levels s = 2^b - 1, the
+    // engine's, fill b-bit codes: the check guards other levels).
+    DeviceBodyCheck check;
+    check.run = [&](int, const uint8_t* body, uint32_t* bad) {
+      return s.ops->CheckQsgdCodes(t.stream, body + 4 * buckets, n, levels,
+                                   bad);
+    };
+    check.failure = "qsgd level > s";
+    // The parameters: the levels, then the bucket size (two u32).
+    const uint64_t ext =
+        static_cast<uint64_t>(levels) | static_cast<uint64_t>(bucket) << 32;
+    // The body: the norms, then the codes, device to device.
+    auto encode = [&](uint8_t* body) -> absl::Status {
+      TERSE_RETURN_IF_ERROR(
+          t.stream->Memcpy(body, s.values.data(), 4 * buckets));
+      return t.stream->Memcpy(body + 4 * buckets, s.sign_bits.data(), packed);
+    };
+    TERSE_ASSIGN_OR_RETURN(
+        const std::vector<const uint8_t*> bodies,
+        ExchangeDenseOnDevice(s, h, ext, encode, check, std::move(stats),
+                              control, allgatherv, payload_bytes, summed));
+    std::vector<QsgdSlot> slots(bodies.size());
+    for (size_t r = 0; r < bodies.size(); ++r) {
+      slots[r].body = bodies[r];
+      slots[r].bucket = bucket;
+      slots[r].buckets = buckets;
+      slots[r].levels = levels;
+    }
+    return slots;
+  }
   Payload payload;
   PayloadRegions regions = StartPayload(h, &payload);
   StoreLe<uint32_t>(regions.ext, static_cast<uint32_t>(levels));
@@ -146,6 +177,7 @@ DeviceCompression::ExchangeQsgd(BucketState& s, int levels,
   // Validate every rank's payload on the host, as the CPU decoder does
   // (levels above s refused), then upload the bodies in aligned slots.
   std::vector<QsgdSlot> slots(control->size());
+  std::vector<int64_t> at(control->size());
   if (summed != nullptr) summed->assign(trailer, 0.0);
   s.up_bytes.clear();
   for (int r = 0; r < control->size(); ++r) {
@@ -188,7 +220,7 @@ DeviceCompression::ExchangeQsgd(BucketState& s, int levels,
       std::memcpy(theirs.data(), message + own, trailer * sizeof(double));
       for (size_t i = 0; i < trailer; ++i) (*summed)[i] += theirs[i];
     }
-    slot.at = static_cast<int64_t>(s.up_bytes.size());
+    at[r] = static_cast<int64_t>(s.up_bytes.size());
     s.up_bytes.insert(s.up_bytes.end(), view->body.begin(), view->body.end());
     s.up_bytes.resize((s.up_bytes.size() + 7) / 8 * 8, 0);
   }
@@ -197,20 +229,23 @@ DeviceCompression::ExchangeQsgd(BucketState& s, int levels,
       Ensure(t, std::max<int64_t>(total, 8), &s.sign_received));
   TERSE_RETURN_IF_ERROR(
       t.stream->Memcpy(s.sign_received.data(), s.up_bytes.data(), total));
+  for (int r = 0; r < control->size(); ++r) {
+    slots[r].body = s.sign_received.as<uint8_t>() + at[r];
+  }
   return slots;
 }
 
 absl::Status DeviceCompression::QsgdDecodeSlot(BucketState& s,
                                                const QsgdSlot& slot,
                                                float* dense) {
-  const uint8_t* body = s.sign_received.as<uint8_t>() + slot.at;
   return s.ops->QsgdDecodeAdd(
-      s.target.stream, reinterpret_cast<const float*>(body),
-      body + 4 * slot.buckets, s.count, slot.bucket, slot.levels, dense);
+      s.target.stream, reinterpret_cast<const float*>(slot.body),
+      slot.body + 4 * slot.buckets, s.count, slot.bucket, slot.levels, dense);
 }
 
 absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
-    BucketState& s, float* a, int64_t step, Communicator* control) {
+    BucketState& s, float* a, int64_t step, Communicator* control,
+    const DeviceAllgatherv& allgatherv) {
   const gravac::Decision decision = s.policy->Decide();
   const Target& t = s.target;
   // The CPU compressor's levels; its payload's statistics trailer carries
@@ -219,13 +254,15 @@ absl::StatusOr<BucketReport> DeviceCompression::QsgdStep(
   TERSE_RETURN_IF_ERROR(Ensure(t, s.count * 4, &s.local));
   TERSE_RETURN_IF_ERROR(
       QsgdEncodeLevel(s, a, levels, step, &s.values, &s.sign_bits, nullptr));
-  TERSE_RETURN_IF_ERROR(QsgdCopyToHost(s, levels));
-  TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  if (!allgatherv) {  // Staged: the payload is built on the host.
+    TERSE_RETURN_IF_ERROR(QsgdCopyToHost(s, levels));
+    TERSE_RETURN_IF_ERROR(t.stream->Synchronize());
+  }
   int64_t payload_bytes = 0;
   TERSE_ASSIGN_OR_RETURN(
       const std::vector<QsgdSlot> slots,
       ExchangeQsgd(s, levels, std::vector<double>(kStatsTrailer, 0.0), control,
-                   &payload_bytes, nullptr));
+                   allgatherv, &payload_bytes, nullptr));
   auto decode_into = [&](int r, float* dense) {
     return QsgdDecodeSlot(s, slots[r], dense);
   };

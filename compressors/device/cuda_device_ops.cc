@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "compressors/device/device_ops_cuda.h"
+#include "compressors/device/qsgd_bits.h"
 #include "compressors/kernels/select_cuda.h"
 #include "compressors/kernels/sparse_ops_cuda.h"
 #include "compressors/kernels/topk_cuda.h"
@@ -270,6 +271,21 @@ absl::Status CudaDeviceOps::QsgdEncode(Stream* stream, const float* x,
   }
   return device_ops_cuda::QsgdEncode(ordinal_, stream->native_handle(), x, d,
                                      bucket, levels, seeds, norms, codes);
+}
+
+absl::Status CudaDeviceOps::CheckQsgdCodes(Stream* stream, const uint8_t* codes,
+                                           int64_t d, int levels,
+                                           uint32_t* bad) {
+  if (d < 0 || levels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckQsgdCodes: d = ", d, ", levels = ", levels));
+  }
+  TERSE_RETURN_IF_ERROR(
+      Check(codes, qsgd_bits::PackedBytes(d, qsgd_bits::CodeBits(levels)),
+            "CheckQsgdCodes: codes"));
+  TERSE_RETURN_IF_ERROR(Check(bad, 4, "CheckQsgdCodes: bad"));
+  return device_ops_cuda::CheckQsgdCodes(ordinal_, stream->native_handle(),
+                                         codes, d, levels, bad);
 }
 
 absl::Status CudaDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,

@@ -74,6 +74,8 @@ class CudaDeviceOps : public DeviceOps {
   absl::Status QsgdEncode(Stream* stream, const float* x, int64_t d,
                           int64_t bucket, int levels, const uint64_t* seeds,
                           float* norms, uint8_t* codes) override;
+  absl::Status CheckQsgdCodes(Stream* stream, const uint8_t* codes, int64_t d,
+                              int levels, uint32_t* bad) override;
   absl::Status QsgdDecodeAdd(Stream* stream, const float* norms,
                              const uint8_t* codes, int64_t d, int64_t bucket,
                              int levels, float* dense) override;

@@ -137,6 +137,12 @@ class DeviceOps {
                                   int64_t bucket, int levels,
                                   const uint64_t* seeds, float* norms,
                                   uint8_t* codes) = 0;
+  // The CPU decoder's check of a peer's codes: writes 0 to *bad (device)
+  // when each of the d codes packed in `codes` at `levels` (as QsgdEncode
+  // packs them: PackedBytes(d, CodeBits(levels)) bytes, any alignment) has
+  // a level <= levels, and nonzero when one does not.
+  virtual absl::Status CheckQsgdCodes(Stream* stream, const uint8_t* codes,
+                                      int64_t d, int levels, uint32_t* bad) = 0;
   // dense[i] += +-(norms[b] / levels) * level_i; levels already validated.
   virtual absl::Status QsgdDecodeAdd(Stream* stream, const float* norms,
                                      const uint8_t* codes, int64_t d,

@@ -385,21 +385,38 @@ struct QsgdEncodeOp {
   }
 };
 
+// Element i's code in a packed QSGD code stream (the CPU decoder's bit
+// order), read byte by byte.
+__device__ uint32_t QsgdCodeAt(const uint8_t* codes, int64_t i, int bits) {
+  const uint64_t pos = static_cast<uint64_t>(i) * bits;
+  uint32_t code = 0;
+  for (int done = 0; done < bits;) {
+    const int bit = static_cast<int>((pos + done) & 7);
+    const int take = 8 - bit < bits - done ? 8 - bit : bits - done;
+    code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
+             ((1u << take) - 1))
+            << done;
+    done += take;
+  }
+  return code;
+}
+
+__global__ void CheckQsgdCodesKernel(const uint8_t* codes, int64_t d,
+                                     int levels, int bits, uint32_t* bad) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if ((QsgdCodeAt(codes, i, bits) >> 1) > static_cast<uint32_t>(levels)) {
+      atomicOr(bad, 1u);
+    }
+  }
+}
+
 __global__ void QsgdDecodeAddKernel(const float* norms, const uint8_t* codes,
                                     int64_t d, int64_t bucket, int levels,
                                     int bits, float* dense) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const uint64_t pos = static_cast<uint64_t>(i) * bits;
-    uint32_t code = 0;
-    for (int done = 0; done < bits;) {
-      const int bit = static_cast<int>((pos + done) & 7);
-      const int take = 8 - bit < bits - done ? 8 - bit : bits - done;
-      code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
-               ((1u << take) - 1))
-              << done;
-      done += take;
-    }
+    const uint32_t code = QsgdCodeAt(codes, i, bits);
     const float unit = __fdiv_rn(norms[i / bucket], static_cast<float>(levels));
     const float v = __fmul_rn(unit, static_cast<float>(code >> 1));
     dense[i] = __fadd_rn(dense[i], (code & 1u) ? -v : v);
@@ -592,6 +609,25 @@ absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
                         static_cast<cudaStream_t>(stream)>>>(
       norms, codes, d, bucket, levels, bits, dense);
   return LaunchError("QsgdDecodeAdd");
+}
+
+absl::Status CheckQsgdCodes(int device, void* stream, const uint8_t* codes,
+                            int64_t d, int levels, uint32_t* bad) {
+  absl::Status set = SetDevice(device, "CheckQsgdCodes");
+  if (!set.ok()) return set;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const cudaError_t zero = cudaMemsetAsync(bad, 0, sizeof(uint32_t), s);
+  if (zero != cudaSuccess) {
+    return absl::InternalError(std::string("CheckQsgdCodes: ") +
+                               cudaGetErrorString(zero));
+  }
+  if (d <= 0) return absl::OkStatus();
+  int bits = 0;
+  while ((1 << bits) <= levels) ++bits;
+  bits += 1;
+  CheckQsgdCodesKernel<<<Blocks(d), kThreads, 0, s>>>(codes, d, levels, bits,
+                                                      bad);
+  return LaunchError("CheckQsgdCodes");
 }
 
 absl::Status MatMul(int device, void* stream, const float* m, const float* q,

@@ -64,6 +64,10 @@ absl::Status QsgdEncode(int device, void* stream, const float* x, int64_t d,
 absl::Status QsgdDecodeAdd(int device, void* stream, const float* norms,
                            const uint8_t* codes, int64_t d, int64_t bucket,
                            int levels, float* dense);
+// DeviceOps::CheckQsgdCodes: *bad zeroed on the stream, then one thread per
+// element ORs 1 into it where a level exceeds `levels`.
+absl::Status CheckQsgdCodes(int device, void* stream, const uint8_t* codes,
+                            int64_t d, int levels, uint32_t* bad);
 
 // PowerSGD's products (DeviceOps::MatMul and friends), row-major; one
 // thread per output element, summing in float in index order.

@@ -222,6 +222,64 @@ TEST_P(DeviceOpsCudaEmuTest, QsgdEncodeAndDecodeAreTheCpus) {
   }
 }
 
+// Writes element i's `bits`-bit code into a packed QSGD code stream.
+void PutCode(std::vector<uint8_t>* codes, int64_t i, int bits, uint32_t code) {
+  const uint64_t pos = static_cast<uint64_t>(i) * bits;
+  for (int b = 0; b < bits; ++b) {
+    const uint8_t mask = static_cast<uint8_t>(1u << ((pos + b) & 7));
+    uint8_t& byte = (*codes)[(pos + b) >> 3];
+    byte = ((code >> b) & 1u) ? (byte | mask) : (byte & ~mask);
+  }
+}
+
+// CheckQsgdCodes on both devices: the same flag, nonzero exactly when
+// `want_bad`.
+void CheckCodes(const std::vector<uint8_t>& codes, int64_t d, int levels,
+                bool want_bad, const std::string& what) {
+  Sim sim;
+  uint32_t* sbad = sim.Up(std::vector<uint32_t>{7});
+  ASSERT_TRUE(sim.ops()
+                  ->CheckQsgdCodes(sim.stream(), sim.Up(codes), d, levels, sbad)
+                  .ok())
+      << what;
+  uint32_t* ebad = Emu(std::vector<uint32_t>{7});
+  ASSERT_TRUE(emu::CheckQsgdCodes(0, nullptr, Emu(codes), d, levels, ebad).ok())
+      << what;
+  const uint32_t on_sim = sim.Down(sbad, 1)[0];
+  EXPECT_EQ(on_sim != 0, want_bad) << what << ": simulated device";
+  EXPECT_EQ(Host(ebad, 1)[0], on_sim) << what << ": emulated CUDA";
+}
+
+TEST_P(DeviceOpsCudaEmuTest, CheckQsgdCodesIsTheCpuDecodersCheck) {
+  std::mt19937_64 rng(23);
+  for (int64_t d : {int64_t{1}, int64_t{5}, int64_t{4097}, int64_t{70001}}) {
+    // Levels whose codes can hold a level above s (2, 4, 100) and ones
+    // whose cannot (1, 127: every code's level is at most s).
+    for (int levels : {1, 2, 4, 100, 127}) {
+      const int bits = qsgd_bits::CodeBits(levels);
+      const uint32_t max_level = (1u << (bits - 1)) - 1;
+      std::vector<uint8_t> codes(qsgd_bits::PackedBytes(d, bits));
+      for (int64_t i = 0; i < d; ++i) {
+        const uint32_t level = static_cast<uint32_t>(rng() % (levels + 1));
+        PutCode(&codes, i, bits, level << 1 | static_cast<uint32_t>(rng() & 1));
+      }
+      const std::string what = absl::StrCat("d=", d, " levels=", levels);
+      CheckCodes(codes, d, levels, false, what + " valid");
+      if ((d * bits) % 8 != 0) {  // The last byte's unused bits are ignored.
+        std::vector<uint8_t> tail = codes;
+        tail.back() |= static_cast<uint8_t>(0xff << ((d * bits) % 8));
+        CheckCodes(tail, d, levels, false, what + " tail bits set");
+      }
+      for (int64_t at : {int64_t{0}, d / 2, d - 1}) {
+        std::vector<uint8_t> bad = codes;
+        PutCode(&bad, at, bits, max_level << 1 | 1u);
+        CheckCodes(bad, d, levels, max_level > static_cast<uint32_t>(levels),
+                   absl::StrCat(what, " level ", max_level, " at ", at));
+      }
+    }
+  }
+}
+
 TEST_P(DeviceOpsCudaEmuTest, OrthonormalizeColumnsIsTheCpusWithinARounding) {
   struct Case {
     int64_t rows, r;

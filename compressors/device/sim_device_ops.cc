@@ -140,6 +140,36 @@ absl::Status SimDeviceOps::QsgdEncode(Stream* stream, const float* x, int64_t d,
   });
 }
 
+absl::Status SimDeviceOps::CheckQsgdCodes(Stream* stream, const uint8_t* codes,
+                                          int64_t d, int levels,
+                                          uint32_t* bad) {
+  if (d < 0 || levels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckQsgdCodes: d = ", d, ", levels = ", levels));
+  }
+  const int bits = qsgd_bits::CodeBits(levels);
+  TERSE_RETURN_IF_ERROR(
+      Check(codes, qsgd_bits::PackedBytes(d, bits), "CheckQsgdCodes: codes"));
+  TERSE_RETURN_IF_ERROR(Check(bad, 4, "CheckQsgdCodes: bad"));
+  return stream->LaunchHost([=] {
+    uint32_t found = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      const uint64_t pos = static_cast<uint64_t>(i) * bits;
+      uint32_t code = 0;
+      for (int done = 0; done < bits;) {
+        const int bit = static_cast<int>((pos + done) & 7);
+        const int take = std::min(8 - bit, bits - done);
+        code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
+                 ((1u << take) - 1))
+                << done;
+        done += take;
+      }
+      if ((code >> 1) > static_cast<uint32_t>(levels)) found = 1;
+    }
+    *bad = found;
+  });
+}
+
 absl::Status SimDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
                                          const uint8_t* codes, int64_t d,
                                          int64_t bucket, int levels,
