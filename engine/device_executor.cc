@@ -362,7 +362,12 @@ absl::Status DeviceExecutor::RunBucket(
         TERSE_ASSIGN_OR_RETURN(
             Communicator * comm,
             registry_->ForDevice(Device{ctx->runtime->kind(), ctx->ordinal}));
-        TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+        // As Collective: NCCL gathers on the engine stream, after the
+        // encode; the host waits once, after it (the caller reads the
+        // headers).
+        if (!comm->UseStream(ctx->stream->native_handle())) {
+          TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
+        }
         TERSE_RETURN_IF_ERROR(comm->Allgatherv(send, recv, recv_bytes));
         return comm->Synchronize();
       };
