@@ -38,17 +38,7 @@ int64_t NormBucket(const CompressorOptions& options) {
 // Level of element i's code in a packed QSGD code stream (the CPU
 // decoder's bit order).
 uint32_t QsgdLevelAt(const uint8_t* codes, uint64_t i, int bits) {
-  const uint64_t pos = i * bits;
-  uint32_t code = 0;
-  for (int done = 0; done < bits;) {
-    const int bit = static_cast<int>((pos + done) & 7);
-    const int take = std::min(8 - bit, bits - done);
-    code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
-             ((1u << take) - 1))
-            << done;
-    done += take;
-  }
-  return code >> 1;
+  return qsgd_bits::CodeAt(codes, i, bits) >> 1;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "compressors/device/device_ops_cuda.h"
 #include "compressors/device/device_ops_cuda_internal.h"
+#include "compressors/device/qsgd_bits.h"
 #include "compressors/kernels/fixed_order_sum.h"
 
 namespace terse {
@@ -385,27 +386,12 @@ struct QsgdEncodeOp {
   }
 };
 
-// Element i's code in a packed QSGD code stream (the CPU decoder's bit
-// order), read byte by byte.
-__device__ uint32_t QsgdCodeAt(const uint8_t* codes, int64_t i, int bits) {
-  const uint64_t pos = static_cast<uint64_t>(i) * bits;
-  uint32_t code = 0;
-  for (int done = 0; done < bits;) {
-    const int bit = static_cast<int>((pos + done) & 7);
-    const int take = 8 - bit < bits - done ? 8 - bit : bits - done;
-    code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
-             ((1u << take) - 1))
-            << done;
-    done += take;
-  }
-  return code;
-}
-
 __global__ void CheckQsgdCodesKernel(const uint8_t* codes, int64_t d,
                                      int levels, int bits, uint32_t* bad) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
        i += int64_t{gridDim.x} * blockDim.x) {
-    if ((QsgdCodeAt(codes, i, bits) >> 1) > static_cast<uint32_t>(levels)) {
+    if ((qsgd_bits::CodeAt(codes, i, bits) >> 1) >
+        static_cast<uint32_t>(levels)) {
       atomicOr(bad, 1u);
     }
   }
@@ -416,7 +402,7 @@ __global__ void QsgdDecodeAddKernel(const float* norms, const uint8_t* codes,
                                     int bits, float* dense) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < d;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const uint32_t code = QsgdCodeAt(codes, i, bits);
+    const uint32_t code = qsgd_bits::CodeAt(codes, i, bits);
     const float unit = __fdiv_rn(norms[i / bucket], static_cast<float>(levels));
     const float v = __fmul_rn(unit, static_cast<float>(code >> 1));
     dense[i] = __fadd_rn(dense[i], (code & 1u) ? -v : v);

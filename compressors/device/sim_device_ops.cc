@@ -154,16 +154,7 @@ absl::Status SimDeviceOps::CheckQsgdCodes(Stream* stream, const uint8_t* codes,
   return stream->LaunchHost([=] {
     uint32_t found = 0;
     for (int64_t i = 0; i < d; ++i) {
-      const uint64_t pos = static_cast<uint64_t>(i) * bits;
-      uint32_t code = 0;
-      for (int done = 0; done < bits;) {
-        const int bit = static_cast<int>((pos + done) & 7);
-        const int take = std::min(8 - bit, bits - done);
-        code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
-                 ((1u << take) - 1))
-                << done;
-        done += take;
-      }
+      const uint32_t code = qsgd_bits::CodeAt(codes, i, bits);
       if ((code >> 1) > static_cast<uint32_t>(levels)) found = 1;
     }
     *bad = found;
@@ -187,16 +178,7 @@ absl::Status SimDeviceOps::QsgdDecodeAdd(Stream* stream, const float* norms,
   TERSE_RETURN_IF_ERROR(Check(dense, d * 4, "QsgdDecodeAdd: dense"));
   return stream->LaunchHost([=] {
     for (int64_t i = 0; i < d; ++i) {
-      const uint64_t pos = static_cast<uint64_t>(i) * bits;
-      uint32_t code = 0;
-      for (int done = 0; done < bits;) {
-        const int bit = static_cast<int>((pos + done) & 7);
-        const int take = std::min(8 - bit, bits - done);
-        code |= ((static_cast<uint32_t>(codes[(pos + done) >> 3]) >> bit) &
-                 ((1u << take) - 1))
-                << done;
-        done += take;
-      }
+      const uint32_t code = qsgd_bits::CodeAt(codes, i, bits);
       const float unit = norms[i / bucket] / static_cast<float>(levels);
       const float v = unit * static_cast<float>(code >> 1);
       dense[i] += (code & 1u) ? -v : v;
