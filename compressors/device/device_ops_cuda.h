@@ -1,7 +1,8 @@
 // The CUDA kernels behind CudaDeviceOps (cuda_device_ops.h) that
 // compressors/kernels does not have: element-wise add, fp16/bf16 casts, a
 // squared norm reduced on the device, and PowerSGD's products and
-// orthonormalisation (device_ops_cuda.cu), and the count sketch
+// orthonormalisation (device_ops_cuda.cu), EF-signSGD's and QSGD's encode,
+// decode and code check (dense_codecs_cuda.cu), and the count sketch
 // (count_sketch_cuda.cu). Declared in plain C++ so that host code needs no
 // CUDA headers.
 //

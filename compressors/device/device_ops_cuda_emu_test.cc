@@ -1,7 +1,7 @@
-// device_ops_cuda.cu's kernels (the very source the GPU builds) run on the
-// CPU by cuda_emu (compressors/kernels/cuda_emu), against the simulated
-// device's DeviceOps, which are the CPU kernels in stream order. CI has no
-// GPU: this is where the CUDA kernels' indexing, warp folds, block
+// The kernels behind device_ops_cuda.h (the very sources the GPU builds)
+// run on the CPU by cuda_emu (compressors/kernels/cuda_emu), against the
+// simulated device's DeviceOps, which are the CPU kernels in stream order. CI
+// has no GPU: this is where the CUDA kernels' indexing, warp folds, block
 // reductions and fixed summation orders are checked on every build. The
 // tolerances are device_ops_cuda_gpu_test's: bitwise except the squared
 // norm and the PowerSGD products and orthonormalisation.

@@ -1,6 +1,7 @@
 // Launch helpers shared by the CUDA sources behind device_ops_cuda.h
-// (device_ops_cuda.cu, count_sketch_cuda.cu). Included only by them: it
-// needs <cuda_runtime.h> (cuda_emu's under the emulated build).
+// (device_ops_cuda.cu, dense_codecs_cuda.cu, count_sketch_cuda.cu).
+// Included only by them: it needs <cuda_runtime.h> (cuda_emu's under the
+// emulated build).
 #ifndef TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_INTERNAL_H_
 #define TERSE_COMPRESSORS_DEVICE_DEVICE_OPS_CUDA_INTERNAL_H_
 

@@ -1,6 +1,6 @@
 // A sum in double whose rounding order is fixed and independent of the
 // hardware, so that the CPU compressors, the simulated device and the CUDA
-// kernels (compressors/device/device_ops_cuda.cu) produce the same bits: the
+// kernels (compressors/device/dense_codecs_cuda.cu) produce the same bits: the
 // per-block scale of EF-signSGD (mean |x|) and the per-bucket norm of QSGD
 // (sum x^2). The order is shaped like a GPU reduction so that the GPU can
 // run it in parallel and stay exact:
@@ -14,7 +14,7 @@
 //      lane[0] is the chunk's sum.
 //   4. The chunk sums are added, from +0.0, in chunk order.
 //
-// THE CUDA KERNELS MIRROR THIS FUNCTION (device_ops_cuda.cu, ChunkSum and
+// THE CUDA KERNELS MIRROR THIS FUNCTION (dense_codecs_cuda.cu, ChunkSum and
 // its callers): a change here without the same change there breaks the
 // bitwise agreement between CPU and GPU ranks.
 //
