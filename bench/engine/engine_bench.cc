@@ -229,8 +229,7 @@ void RunMpiWays(const Workload& w, const Options& opt, int size, Result* r) {
   MaxOverRanks(&t);
   r->per_tensor.insert(r->per_tensor.end(), t.begin(), t.end());
   skew = StartSkew(starts);
-  r->per_tensor_skew.insert(r->per_tensor_skew.end(), skew.begin(),
-                            skew.end());
+  r->per_tensor_skew.insert(r->per_tensor_skew.end(), skew.begin(), skew.end());
 }
 
 void RunTerse(const Workload& w, const Options& opt, int size, bool adjacent,

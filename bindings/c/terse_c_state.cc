@@ -69,7 +69,8 @@ terse_error* terse_join(int* last_rank) {
 }
 
 terse_error* terse_bucket_reports_get(terse_bucket_reports** reports) {
-  if (!reports) return terse::cabi::ToError(terse::cabi::CheckOut(reports, "reports"));
+  if (!reports)
+    return terse::cabi::ToError(terse::cabi::CheckOut(reports, "reports"));
   absl::StatusOr<std::vector<terse::BucketReport>> got = terse::BucketReports();
   if (!got.ok()) return terse::cabi::ToError(got.status());
   *reports = new terse_bucket_reports{*std::move(got)};
@@ -128,7 +129,8 @@ void terse_bucket_reports_free(terse_bucket_reports* reports) {
 }
 
 terse_error* terse_bytes_sent(int64_t* bytes) {
-  if (!bytes) return terse::cabi::ToError(terse::cabi::CheckOut(bytes, "bytes"));
+  if (!bytes)
+    return terse::cabi::ToError(terse::cabi::CheckOut(bytes, "bytes"));
   return terse::cabi::Store(terse::BytesSent(), bytes);
 }
 
@@ -174,12 +176,14 @@ terse_error* terse_load_compression_state(const char* data, size_t size) {
 }
 
 terse_error* terse_save_compression_state_to_file(const char* path) {
-  if (path == nullptr) return terse::cabi::ToError(terse::cabi::CheckOut(path, "path"));
+  if (path == nullptr)
+    return terse::cabi::ToError(terse::cabi::CheckOut(path, "path"));
   return terse::cabi::ToError(terse::SaveCompressionStateToFile(path));
 }
 
 terse_error* terse_load_compression_state_from_file(const char* path) {
-  if (path == nullptr) return terse::cabi::ToError(terse::cabi::CheckOut(path, "path"));
+  if (path == nullptr)
+    return terse::cabi::ToError(terse::cabi::CheckOut(path, "path"));
   return terse::cabi::ToError(terse::LoadCompressionStateFromFile(path));
 }
 

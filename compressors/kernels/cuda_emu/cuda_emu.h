@@ -21,8 +21,8 @@
 // shows only in an order that runs the reader (or, for a write after a
 // read, the writer) first: run a kernel under both kAscending and
 // kDescending (and kShuffled) to catch it either way (the GPU tests run
-// the same source). Atomics are the compiler's __atomic builtins, on either kind
-// of memory. cp.async copies at once. A kernel whose threads cannot all
+// the same source). Atomics are the compiler's __atomic builtins, on either
+// kind of memory. cp.async copies at once. A kernel whose threads cannot all
 // reach a barrier aborts its block (a deadlock report) instead of hanging.
 //
 // Ordinary launches (`kernel<<<grid, block, 0, stream>>>(args)`, which the

@@ -88,7 +88,8 @@ __global__ void AtomicsKernel(uint32_t* max, uint32_t* bits,
   atomicAdd(sum, 0xffffffffull);
 }
 
-class CudaEmuOrderTest : public ::testing::TestWithParam<cuda_emu::ThreadOrder> {
+class CudaEmuOrderTest
+    : public ::testing::TestWithParam<cuda_emu::ThreadOrder> {
  protected:
   void SetUp() override { cuda_emu::SetThreadOrder(GetParam(), 7); }
   void TearDown() override {
@@ -177,7 +178,7 @@ __global__ void TicketKernel(uint32_t* counters, uint32_t* after_barrier,
                              uint32_t* after_shuffle) {
   const int t = static_cast<int>(threadIdx.x);
   (void)__shfl_down_sync(0xffffffffu, t, 1);  // Warps reach the barrier
-  __syncthreads();                             // as one.
+  __syncthreads();                            // as one.
   after_barrier[t] = atomicAdd(&counters[0], 1u);
   (void)__shfl_down_sync(0xffffffffu, t, 1);
   (void)__shfl_down_sync(0xffffffffu, t, 2);
@@ -185,17 +186,18 @@ __global__ void TicketKernel(uint32_t* counters, uint32_t* after_barrier,
 }
 
 TEST(CudaEmuTest, ThreadsLeaveBarriersInTheThreadOrderAndWarpsAsOne) {
-  for (cuda_emu::ThreadOrder order :
-       {cuda_emu::ThreadOrder::kAscending, cuda_emu::ThreadOrder::kDescending}) {
+  for (cuda_emu::ThreadOrder order : {cuda_emu::ThreadOrder::kAscending,
+                                      cuda_emu::ThreadOrder::kDescending}) {
     cuda_emu::SetThreadOrder(order);
     uint32_t counters[2] = {0, 0};
     std::vector<uint32_t> barrier(kThreads), shuffle(kThreads);
     std::tuple<uint32_t*, uint32_t*, uint32_t*> args(counters, barrier.data(),
-                                                      shuffle.data());
+                                                     shuffle.data());
     cuda_emu::RunGrid(
         dim3(1), dim3(kThreads),
         [](void* c) {
-          auto* a = static_cast<std::tuple<uint32_t*, uint32_t*, uint32_t*>*>(c);
+          auto* a =
+              static_cast<std::tuple<uint32_t*, uint32_t*, uint32_t*>*>(c);
           TicketKernel(std::get<0>(*a), std::get<1>(*a), std::get<2>(*a));
         },
         &args);
@@ -212,8 +214,8 @@ TEST(CudaEmuTest, ThreadsLeaveBarriersInTheThreadOrderAndWarpsAsOne) {
         lo = std::min(lo, shuffle[w * 32 + l]);
         hi = std::max(hi, shuffle[w * 32 + l]);
       }
-      EXPECT_EQ(hi - lo, 31u) << "warp " << w << ", "
-                              << cuda_emu::ThreadOrderName(order);
+      EXPECT_EQ(hi - lo, 31u)
+          << "warp " << w << ", " << cuda_emu::ThreadOrderName(order);
     }
   }
   cuda_emu::SetThreadOrder(cuda_emu::ThreadOrder::kAscending);
