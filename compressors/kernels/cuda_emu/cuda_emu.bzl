@@ -17,6 +17,8 @@ EMU_COPTS = [
     # multiply-adds.
     "-ffp-contract=off",
     "-Wno-sign-compare",
+    # nvcc's #pragma unroll means nothing to gcc.
+    "-Wno-unknown-pragmas",
 ]
 
 def emu_rename_copts(rename):
