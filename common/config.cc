@@ -259,7 +259,7 @@ const std::vector<Knob>& Knobs() {
       IntKnob("TERSE_FUSION_THRESHOLD", "bytes", "67108864",
               "largest fusion bucket; 0 sends every tensor on its own",
               &Config::fusion_threshold_bytes, 0, kMaxBytes),
-      IntKnob("TERSE_PIPELINE_CHUNK", "bytes", "4194304",
+      IntKnob("TERSE_PIPELINE_CHUNK", "bytes", "1048576",
               "a fused dense CPU bucket larger than this is copied in, "
               "allreduced and copied out this many bytes at a time, so each "
               "piece is still in cache between its copies; 0 reduces the "

@@ -36,7 +36,7 @@ struct Config {
   int64_t fusion_threshold_bytes;
   // Piece size of a fused dense CPU bucket's copy-reduce-copy pipeline
   // (engine/bucket_executor.h); 0: the whole bucket in one allreduce.
-  int64_t pipeline_chunk_bytes = 4 << 20;
+  int64_t pipeline_chunk_bytes = 1 << 20;
   double cycle_time_ms;
   int64_t cache_capacity;
   // Steps a tensor name may go unreduced before its bucket and per-name

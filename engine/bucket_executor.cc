@@ -68,11 +68,15 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
   // copies to keep in cache.
   bool pipelined = false;
   if (pipeline_chunk_bytes_ > 0 && bucket.bytes > pipeline_chunk_bytes_) {
+    // Pieces of pipeline_chunk_bytes_ of the bucket's own (input) values.
+    const int64_t piece = std::max<int64_t>(
+        1, pipeline_chunk_bytes_ /
+               static_cast<int64_t>(DataTypeSize(bucket.dtype)));
     if (cast) {
-      ctx.data = state.buffer.PrepareCast(members, wire);
+      ctx.data = state.buffer.PrepareCast(members, wire, piece);
       pipelined = true;
     } else if (reducer_->ReducesPlainDense(ctx)) {
-      ctx.data = state.buffer.Prepare(members, bucket.dtype);
+      ctx.data = state.buffer.Prepare(members, bucket.dtype, piece);
       pipelined = !state.buffer.fused_in_outputs();
     }
   }
@@ -146,6 +150,8 @@ absl::Status BucketExecutor::RunPipelined(
   if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
   const ReduceOp op = cast ? ReduceOp::kSum : ctx.op;
   uint8_t* region = static_cast<uint8_t*>(ctx.data);
+  // Staged a piece at a time, every piece is reduced at the region's start.
+  const bool staged = state.buffer.staged_in_pieces();
   const Clock::time_point start = Clock::now();
   absl::Status status;
   for (int64_t begin = 0; begin < bucket.count && status.ok(); begin += piece) {
@@ -158,8 +164,8 @@ absl::Status BucketExecutor::RunPipelined(
                              end);
     }
     const Clock::time_point t1 = Clock::now();
-    status =
-        comm_->Allreduce(region + begin * wire_elem, end - begin, wire, op);
+    status = comm_->Allreduce(region + (staged ? 0 : begin * wire_elem),
+                              end - begin, wire, op);
     if (!status.ok()) break;
     const Clock::time_point t2 = Clock::now();
     if (cast) {

@@ -13,8 +13,13 @@
 // out one piece of that many bytes at a time, so each piece is still in cache
 // when it is reduced and copied out (a whole 32 MB bucket is not: its two
 // copies then run at memory speed, competing with the collective for the same
-// cores). Results are those of the whole-bucket path: every element is
-// reduced by the same allreduce of the same values, in pieces.
+// cores). Every piece is staged in the same piece-sized buffer
+// (FusionBuffer::Prepare with a piece), not in a slice of a bucket-sized
+// one: the staging bytes stay in cache from one piece to the next, which
+// made the 1,000-tensor bucket of bench/engine 1.4-1.7x faster here
+// (docs/results/engine_speed.md, session 14). Results are those of the
+// whole-bucket path: every element is reduced by the same allreduce of the
+// same values, in pieces.
 //
 // A cast bucket (above) larger than `pipeline_chunk_bytes` is pipelined the
 // same way, in 16-bit pieces: cast, allreduce, widen, piece by piece, with

@@ -1,6 +1,7 @@
 #include "engine/fusion_buffer.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -66,6 +67,7 @@ FusionBuffer& FusionBuffer::operator=(FusionBuffer&& other) noexcept {
     capacity_ = std::exchange(other.capacity_, 0);
     region_ = std::exchange(other.region_, nullptr);
     in_outputs_ = std::exchange(other.in_outputs_, false);
+    piece_ = std::exchange(other.piece_, 0);
   }
   return *this;
 }
@@ -118,7 +120,7 @@ void FusionBuffer::ForEachPart(const std::vector<FusionMember>& members,
 
 void* FusionBuffer::Fuse(const std::vector<FusionMember>& members,
                          DataType dtype, double prescale) {
-  Prepare(members, dtype);
+  Prepare(members, dtype, /*piece=*/0);
   FuseRange(members, dtype, prescale, 0, total_);
   return region_;
 }
@@ -129,10 +131,11 @@ void FusionBuffer::Unfuse(const std::vector<FusionMember>& members,
 }
 
 void* FusionBuffer::Prepare(const std::vector<FusionMember>& members,
-                            DataType dtype) {
+                            DataType dtype, int64_t piece) {
   const size_t elem = DataTypeSize(dtype);
   const int64_t total = Layout(members);
   in_outputs_ = OutputsAdjacent(members, elem);
+  piece_ = 0;
   if (in_outputs_) {
     for (const FusionMember& m : members) {
       if (m.count > 0) {
@@ -141,7 +144,8 @@ void* FusionBuffer::Prepare(const std::vector<FusionMember>& members,
       }
     }
   } else {
-    Reserve(total * static_cast<int64_t>(elem));
+    if (piece > 0 && piece < total) piece_ = piece;
+    Reserve((piece_ > 0 ? piece_ : total) * static_cast<int64_t>(elem));
     region_ = storage_;
   }
   return region_;
@@ -151,10 +155,12 @@ void FusionBuffer::FuseRange(const std::vector<FusionMember>& members,
                              DataType dtype, double prescale, int64_t begin,
                              int64_t end) {
   const size_t elem = DataTypeSize(dtype);
+  assert(piece_ == 0 || end - begin <= piece_);
   uint8_t* region = static_cast<uint8_t*>(region_);
+  const int64_t base = Base(begin);
   ForEachPart(members, begin, end,
               [&](const FusionMember& m, int64_t at, int64_t to, int64_t n) {
-                uint8_t* dst = region + to * elem;
+                uint8_t* dst = region + (to - base) * elem;
                 if (m.in == nullptr) {
                   std::memset(dst, 0, n * elem);
                 } else {
@@ -168,12 +174,14 @@ void FusionBuffer::UnfuseRange(const std::vector<FusionMember>& members,
                                DataType dtype, double scale, int64_t begin,
                                int64_t end) {
   const size_t elem = DataTypeSize(dtype);
+  assert(piece_ == 0 || end - begin <= piece_);
   const uint8_t* region = static_cast<const uint8_t*>(region_);
+  const int64_t base = Base(begin);
   ForEachPart(members, begin, end,
               [&](const FusionMember& m, int64_t at, int64_t from, int64_t n) {
                 if (m.out == nullptr) return;
                 uint8_t* dst = static_cast<uint8_t*>(m.out) + at * elem;
-                const uint8_t* src = region + from * elem;
+                const uint8_t* src = region + (from - base) * elem;
                 // In place when fused in the outputs: dst == src.
                 ScaledCopy(dst, src, n, dtype, scale);
               });
@@ -181,7 +189,7 @@ void FusionBuffer::UnfuseRange(const std::vector<FusionMember>& members,
 
 void* FusionBuffer::FuseCast(const std::vector<FusionMember>& members,
                              DataType wire, double prescale) {
-  PrepareCast(members, wire);
+  PrepareCast(members, wire, /*piece=*/0);
   FuseCastRange(members, wire, prescale, 0, total_);
   return region_;
 }
@@ -192,11 +200,12 @@ void FusionBuffer::UnfuseCast(const std::vector<FusionMember>& members,
 }
 
 void* FusionBuffer::PrepareCast(const std::vector<FusionMember>& members,
-                                DataType wire) {
+                                DataType wire, int64_t piece) {
   (void)wire;  // Both wire types are 2 bytes.
   const int64_t total = Layout(members);
   in_outputs_ = false;
-  Reserve(total * 2);
+  piece_ = piece > 0 && piece < total ? piece : 0;
+  Reserve((piece_ > 0 ? piece_ : total) * 2);
   region_ = storage_;
   return region_;
 }
@@ -205,11 +214,13 @@ void FusionBuffer::FuseCastRange(const std::vector<FusionMember>& members,
                                  DataType wire, double prescale, int64_t begin,
                                  int64_t end) {
   const bool fp16 = wire == DataType::kFloat16;
+  assert(piece_ == 0 || end - begin <= piece_);
   uint16_t* region = static_cast<uint16_t*>(region_);
+  const int64_t base = Base(begin);
   const float f = static_cast<float>(prescale);
   ForEachPart(members, begin, end,
               [&](const FusionMember& m, int64_t at, int64_t to, int64_t n) {
-                uint16_t* dst = region + to;
+                uint16_t* dst = region + (to - base);
                 if (m.in == nullptr) {
                   std::memset(dst, 0, n * 2);  // +0 in both formats.
                   return;
@@ -232,13 +243,15 @@ void FusionBuffer::UnfuseCastRange(const std::vector<FusionMember>& members,
                                    DataType wire, double scale, int64_t begin,
                                    int64_t end) {
   const bool fp16 = wire == DataType::kFloat16;
+  assert(piece_ == 0 || end - begin <= piece_);
   const uint16_t* region = static_cast<const uint16_t*>(region_);
+  const int64_t base = Base(begin);
   const float f = static_cast<float>(scale);
   ForEachPart(members, begin, end,
               [&](const FusionMember& m, int64_t at, int64_t from, int64_t n) {
                 if (m.out == nullptr) return;
                 float* dst = static_cast<float*>(m.out) + at;
-                const uint16_t* src = region + from;
+                const uint16_t* src = region + (from - base);
                 for (int64_t j = 0; j < n; j += kCastChunk) {
                   const int64_t c = std::min(kCastChunk, n - j);
                   WidenFrom(fp16, src + j, dst + j, c);

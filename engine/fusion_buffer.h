@@ -67,7 +67,18 @@ class FusionBuffer {
   // elements [begin, end) only. Every range must be fused before it is
   // reduced and unfused after; the members must be the ones passed to
   // Prepare().
-  void* Prepare(const std::vector<FusionMember>& members, DataType dtype);
+  //
+  // With `piece` > 0, a bucket not fused in its outputs is staged one piece
+  // at a time: the region holds `piece` elements only, and FuseRange()/
+  // UnfuseRange() put element `begin` of the range at the region's start
+  // (end - begin must be at most `piece`; one range at a time). The same
+  // few cache-resident bytes are then written, reduced and read back for
+  // every piece, instead of a slice of a bucket-sized buffer that comes
+  // from memory each time (about twice the copy speed on this machine,
+  // docs/results/engine_speed.md). Fused in its outputs, the region is
+  // the outputs and ranges stay at their own offsets.
+  void* Prepare(const std::vector<FusionMember>& members, DataType dtype,
+                int64_t piece = 0);
   void FuseRange(const std::vector<FusionMember>& members, DataType dtype,
                  double prescale, int64_t begin, int64_t end);
   void UnfuseRange(const std::vector<FusionMember>& members, DataType dtype,
@@ -87,7 +98,8 @@ class FusionBuffer {
   // The pipelined form of FuseCast()/UnfuseCast(), as Prepare()/FuseRange()/
   // UnfuseRange() are of Fuse()/Unfuse(): PrepareCast() lays out `members`
   // and returns the (16-bit) region; the ranges are in elements.
-  void* PrepareCast(const std::vector<FusionMember>& members, DataType wire);
+  void* PrepareCast(const std::vector<FusionMember>& members, DataType wire,
+                    int64_t piece = 0);
   void FuseCastRange(const std::vector<FusionMember>& members, DataType wire,
                      double prescale, int64_t begin, int64_t end);
   void UnfuseCastRange(const std::vector<FusionMember>& members, DataType wire,
@@ -98,6 +110,8 @@ class FusionBuffer {
 
   // Whether the last Fuse() used the outputs in place of this buffer.
   bool fused_in_outputs() const { return in_outputs_; }
+  // Whether the last Prepare()/PrepareCast() staged one piece at a time.
+  bool staged_in_pieces() const { return piece_ > 0; }
   int64_t capacity_bytes() const { return capacity_; }
 
  private:
@@ -119,6 +133,9 @@ class FusionBuffer {
   int64_t capacity_ = 0;
   void* region_ = nullptr;
   bool in_outputs_ = false;
+  int64_t piece_ = 0;  // Elements staged at a time; 0: the whole region.
+  // Element of the region at region_[0] for a range starting at `begin`.
+  int64_t Base(int64_t begin) const { return piece_ > 0 ? begin : 0; }
 };
 
 }  // namespace terse

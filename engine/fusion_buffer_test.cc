@@ -179,5 +179,79 @@ TEST(FusionBufferTest, LargeBucketsSplitOverThreadsMatchTheReference) {
   }
 }
 
+// Staged a piece at a time, each range lands at the start of one
+// piece-sized buffer, and a "reduction" of each piece there reaches exactly
+// the outputs the whole-bucket path gives: ranges cut through members, the
+// last is short, an absent input contributes zeros, an absent output drops
+// its part; the 16-bit cast form the same.
+TEST(FusionBufferTest, PiecesAreStagedInOnePieceSizedBuffer) {
+  const std::vector<int64_t> counts = {5, 1, 0, 9, 4, 6};
+  const int64_t piece = 4;
+  std::vector<std::vector<float>> in(counts.size()), out(counts.size());
+  std::vector<FusionMember> m;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j) {
+      in[i].push_back(static_cast<float>(i * 100 + j));
+    }
+    out[i].assign(counts[i], -1.0f);
+    m.push_back({in[i].data(), out[i].data(), counts[i]});
+  }
+  m[1].in = nullptr;   // Zeros.
+  m[4].out = nullptr;  // Dropped.
+  const int64_t total = 25;
+  // Each piece: x -> 2 * x + 1 (a stand-in reduction), then scaled by 0.5.
+  auto expect = [&](size_t i, int64_t j) {
+    const float x = i == 1 ? 0.0f : in[i][j];
+    return (2.0f * (x * 3.0f) + 1.0f) * 0.5f;
+  };
+
+  FusionBuffer buf;
+  float* region =
+      static_cast<float*>(buf.Prepare(m, DataType::kFloat32, piece));
+  EXPECT_TRUE(buf.staged_in_pieces());
+  EXPECT_EQ(buf.capacity_bytes(), piece * 4);
+  std::vector<float> fused;  // What each piece held, in order.
+  for (int64_t begin = 0; begin < total; begin += piece) {
+    const int64_t end = std::min(total, begin + piece);
+    buf.FuseRange(m, DataType::kFloat32, 3.0, begin, end);
+    for (int64_t k = 0; k < end - begin; ++k) {
+      fused.push_back(region[k]);
+      region[k] = 2.0f * region[k] + 1.0f;
+    }
+    buf.UnfuseRange(m, DataType::kFloat32, 0.5, begin, end);
+  }
+  std::vector<float> want_fused;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    for (int64_t j = 0; j < counts[i]; ++j) {
+      want_fused.push_back(i == 1 ? 0.0f : in[i][j] * 3.0f);
+      if (i != 4) EXPECT_EQ(out[i][j], expect(i, j)) << i << " " << j;
+    }
+  }
+  EXPECT_EQ(fused, want_fused);
+  EXPECT_EQ(out[4], std::vector<float>(4, -1.0f));
+
+  // The cast form: 16-bit pieces, at the start of the (reused) buffer.
+  uint16_t* half =
+      static_cast<uint16_t*>(buf.PrepareCast(m, DataType::kBFloat16, piece));
+  EXPECT_TRUE(buf.staged_in_pieces());
+  EXPECT_EQ(static_cast<void*>(half), static_cast<void*>(region));
+  for (int64_t begin = 0; begin < total; begin += piece) {
+    const int64_t end = std::min(total, begin + piece);
+    buf.FuseCastRange(m, DataType::kBFloat16, 1.0, begin, end);
+    buf.UnfuseCastRange(m, DataType::kBFloat16, 1.0, begin, end);
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (i == 4) continue;
+    for (int64_t j = 0; j < counts[i]; ++j) {
+      const float x = i == 1 ? 0.0f : in[i][j];
+      EXPECT_EQ(out[i][j], BFloat16ToFloat(FloatToBFloat16(x))) << i << j;
+    }
+  }
+
+  // A piece no smaller than the bucket stages the whole bucket.
+  buf.Prepare(m, DataType::kFloat32, total);
+  EXPECT_FALSE(buf.staged_in_pieces());
+}
+
 }  // namespace
 }  // namespace terse
