@@ -7,49 +7,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/mpi/call_signature.h"
 #include "collectives/mpi/mpi_members.h"
 #include "collectives/reduce.h"
 #include "common/status.h"
 
 namespace terse {
 namespace {
-
-// Call kinds in signatures.
-enum SignatureKind : int64_t {
-  kKindAllreduce = 1,
-  kKindAllgather = 2,
-  kKindAllgatherv = 3,
-  kKindBroadcast = 4,
-  kKindBarrier = 5,
-  kKindBitwiseAnd = 6,
-  kKindBitwiseOr = 7,
-  kKindAlltoallv = 8,
-  kKindReduceScatter = 9,
-};
-
-const char* KindName(int64_t kind) {
-  switch (kind) {
-    case kKindAllreduce:
-      return "allreduce";
-    case kKindAllgather:
-      return "allgather";
-    case kKindAllgatherv:
-      return "allgatherv";
-    case kKindBroadcast:
-      return "broadcast";
-    case kKindBarrier:
-      return "barrier";
-    case kKindBitwiseAnd:
-      return "bitwise_and";
-    case kKindBitwiseOr:
-      return "bitwise_or";
-    case kKindAlltoallv:
-      return "alltoallv";
-    case kKindReduceScatter:
-      return "reduce_scatter";
-  }
-  return "unknown";
-}
 
 // Registered with MPI_Op_create: the element type and operation are template
 // arguments, so the function needs no state to know what it reduces. Used
@@ -91,36 +55,6 @@ absl::Status CheckBuffer(const void* p, int64_t n, absl::string_view what) {
         absl::StrCat("mpi: ", what, ": null buffer with count ", n));
   }
   return absl::OkStatus();
-}
-
-// FNV-1a over a vector of sizes, for the allgatherv signature.
-int64_t HashSizes(const std::vector<int64_t>& sizes) {
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t s : sizes) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (static_cast<uint64_t>(s) >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return static_cast<int64_t>(h);
-}
-
-std::string DescribeSignature(const std::array<int64_t, 6>& s) {
-  std::string out = absl::StrCat(KindName(s[0]), "(");
-  absl::StrAppend(&out,
-                  s[0] == kKindAllgatherv ? "total_bytes=" : "count=", s[1]);
-  if (s[2] >= 0) {
-    absl::StrAppend(&out,
-                    ", dtype=", DataTypeName(static_cast<DataType>(s[2])));
-  }
-  if (s[3] >= 0) {
-    absl::StrAppend(&out, ", op=", ReduceOpName(static_cast<ReduceOp>(s[3])));
-  }
-  if (s[4] >= 0) absl::StrAppend(&out, ", root=", s[4]);
-  if (s[0] == kKindAllgatherv) {
-    absl::StrAppend(&out, ", recv_bytes hash=", static_cast<uint64_t>(s[5]));
-  }
-  return out + ")";
 }
 
 }  // namespace
@@ -381,26 +315,13 @@ absl::StatusOr<MPI_Op> MpiCommunicator::MpiOp(DataType dtype,
   return builtin[index];
 }
 
-absl::Status MpiCommunicator::VerifySignature(const Signature& mine) {
-  std::vector<int64_t> all(static_cast<size_t>(size_) * kSignatureFields);
+absl::Status MpiCommunicator::VerifySignature(const CallSignature& mine) {
+  std::vector<int64_t> all(static_cast<size_t>(size_) * kCallSignatureFields);
   TERSE_RETURN_IF_ERROR(
-      Check(MPI_Allgather(mine.data(), kSignatureFields, MPI_INT64_T,
-                          all.data(), kSignatureFields, MPI_INT64_T, comm_),
+      Check(MPI_Allgather(mine.data(), kCallSignatureFields, MPI_INT64_T,
+                          all.data(), kCallSignatureFields, MPI_INT64_T, comm_),
             "MPI_Allgather(signature)"));
-  Signature first;
-  std::copy(all.begin(), all.begin() + kSignatureFields, first.begin());
-  for (int r = 1; r < size_; ++r) {
-    Signature other;
-    std::copy(all.begin() + r * kSignatureFields,
-              all.begin() + (r + 1) * kSignatureFields, other.begin());
-    if (other != first) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mpi: mismatched collective calls: rank 0 called ",
-          DescribeSignature(first), ", rank ", r, " called ",
-          DescribeSignature(other), " (seen on rank ", rank_, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return CompareSignatures(all, size_, rank_);
 }
 
 absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
@@ -414,7 +335,7 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
   TERSE_RETURN_IF_ERROR(CheckAdasumRanks(op, size_, "mpi"));
   if (options_.verify_all_calls) {
     TERSE_RETURN_IF_ERROR(
-        VerifySignature({kKindAllreduce, count, static_cast<int64_t>(dtype),
+        VerifySignature({kCallAllreduce, count, static_cast<int64_t>(dtype),
                          static_cast<int64_t>(op), -1, 0}));
   }
   if (op == ReduceOp::kAdasum) return AllreduceAdasum(buffer, count, dtype);
@@ -473,7 +394,7 @@ absl::Status MpiCommunicator::Allgather(const void* send, void* recv,
   TERSE_RETURN_IF_ERROR(CheckBuffer(recv, bytes_per_rank, "allgather recv"));
   if (options_.verify_all_calls) {
     TERSE_RETURN_IF_ERROR(
-        VerifySignature({kKindAllgather, bytes_per_rank, -1, -1, -1, 0}));
+        VerifySignature({kCallAllgather, bytes_per_rank, -1, -1, -1, 0}));
   }
   if (bytes_per_rank == 0) return absl::OkStatus();
   if (bytes_per_rank > options_.max_elements_per_call ||
@@ -511,7 +432,7 @@ absl::Status MpiCommunicator::Allgatherv(
   // Sizes that disagree across ranks would make MPI truncate or misplace
   // data; the check costs one tiny allgather.
   TERSE_RETURN_IF_ERROR(VerifySignature(
-      {kKindAllgatherv, total, -1, -1, -1, HashSizes(recv_bytes)}));
+      {kCallAllgatherv, total, -1, -1, -1, HashSizes(recv_bytes)}));
   if (total == 0) return absl::OkStatus();
   if (total > INT_MAX || total > options_.max_elements_per_call) {
     return AllgathervByBroadcasts(send, recv, recv_bytes);
@@ -558,7 +479,7 @@ absl::Status MpiCommunicator::Broadcast(void* buffer, int64_t bytes, int root) {
   }
   if (options_.verify_all_calls) {
     TERSE_RETURN_IF_ERROR(
-        VerifySignature({kKindBroadcast, bytes, -1, -1, root, 0}));
+        VerifySignature({kCallBroadcast, bytes, -1, -1, root, 0}));
   }
   const int64_t chunk =
       std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);
@@ -686,7 +607,7 @@ absl::Status MpiCommunicator::ReduceScatter(
   TERSE_RETURN_IF_ERROR(
       CheckBuffer(recv, recv_counts[rank_], "reduce-scatter recv"));
   TERSE_RETURN_IF_ERROR(VerifySignature(
-      {kKindReduceScatter, total, static_cast<int64_t>(dtype),
+      {kCallReduceScatter, total, static_cast<int64_t>(dtype),
        static_cast<int64_t>(op), -1, HashSizes(recv_counts)}));
   if (total == 0) return absl::OkStatus();
   TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
@@ -723,7 +644,7 @@ absl::Status MpiCommunicator::ReduceScatter(
 
 absl::Status MpiCommunicator::Barrier() {
   if (options_.verify_all_calls) {
-    TERSE_RETURN_IF_ERROR(VerifySignature({kKindBarrier, 0, -1, -1, -1, 0}));
+    TERSE_RETURN_IF_ERROR(VerifySignature({kCallBarrier, 0, -1, -1, -1, 0}));
   }
   return Check(MPI_Barrier(comm_), "MPI_Barrier");
 }
@@ -734,7 +655,7 @@ absl::Status MpiCommunicator::Bitwise(uint64_t* words, int64_t count,
       CheckBuffer(words, count, is_and ? "bitwise_and" : "bitwise_or"));
   if (options_.verify_all_calls) {
     TERSE_RETURN_IF_ERROR(VerifySignature(
-        {is_and ? kKindBitwiseAnd : kKindBitwiseOr, count, -1, -1, -1, 0}));
+        {is_and ? kCallBitwiseAnd : kCallBitwiseOr, count, -1, -1, -1, 0}));
   }
   const int64_t chunk =
       std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);

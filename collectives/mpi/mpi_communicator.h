@@ -59,6 +59,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "collectives/mpi/call_signature.h"
 
 namespace terse {
 
@@ -146,10 +147,6 @@ class MpiCommunicator : public Communicator {
   MPI_Comm comm() const { return comm_; }
 
  private:
-  // Number of int64 fields in a call signature.
-  static constexpr int kSignatureFields = 6;
-  using Signature = std::array<int64_t, kSignatureFields>;
-
   explicit MpiCommunicator(const MpiOptions& options);
   // Duplicates `parent` (MpiOptions::parent, the communicator of
   // MpiOptions::ranks, or a split of terse's) and creates the datatypes and
@@ -157,7 +154,7 @@ class MpiCommunicator : public Communicator {
   absl::Status Init(MPI_Comm parent);
 
   // Allgathers `mine` and fails on every rank if any rank's differs.
-  absl::Status VerifySignature(const Signature& mine);
+  absl::Status VerifySignature(const CallSignature& mine);
   // MPI status -> absl::Status naming `call` and this rank.
   absl::Status Check(int rc, const char* call) const;
   absl::StatusOr<MPI_Datatype> MpiType(DataType dtype) const;
