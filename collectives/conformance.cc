@@ -428,6 +428,18 @@ void Suite::CheckAllgatherv(const std::vector<int64_t>& sizes,
   }
   if (recv.Read() != want) Fail(what, "received data differs");
   if (options_.memory != nullptr) return;
+  // Host memory, in place: this rank's part already at its offset.
+  std::vector<uint8_t> in_place(want.size(), 0xee);
+  int64_t offset = 0;
+  for (int r = 0; r < me; ++r) offset += sizes[r];
+  std::copy(want.begin() + offset, want.begin() + offset + sizes[me],
+            in_place.begin() + offset);
+  if (!ExpectOk(
+          comm_.Allgatherv(in_place.data() + offset, in_place.data(), sizes),
+          what + " (in place)")) {
+    return;
+  }
+  if (in_place != want) Fail(what + " (in place)", "received data differs");
   // Host memory: the helper that gathers the sizes first.
   std::vector<uint8_t> got;
   std::vector<int64_t> got_sizes;
@@ -550,6 +562,9 @@ std::vector<std::string> Suite::Run() {
     for (int r = 0; r < n; ++r) uneven[r] = r % 2 ? 0 : count + 3 * r;
     last_only[n - 1] = count;
     CheckAllgatherv(uneven, absl::StrCat("uneven base=", count));
+    // Equal parts (MPI sends these through MPI_Allgather).
+    CheckAllgatherv(std::vector<int64_t>(n, count + 1),
+                    absl::StrCat("even bytes=", count + 1));
     CheckAllgatherv(last_only, absl::StrCat("last-rank-only bytes=", count));
     for (int root = 0; root < n; ++root) CheckBroadcast(root, count);
     for (bool is_and : {true, false}) {

@@ -446,6 +446,15 @@ absl::Status MpiCommunicator::Allgatherv(
   }
   const void* src =
       send == static_cast<char*>(recv) + displs[rank_] ? MPI_IN_PLACE : send;
+  // Equal parts (the common case: the same shape on every rank) go through
+  // MPI_Allgather, whose algorithms Open MPI tunes further than
+  // MPI_Allgatherv's.
+  if (std::all_of(counts.begin(), counts.end(),
+                  [&](int c) { return c == counts[0]; })) {
+    return Check(MPI_Allgather(src, counts[0], MPI_BYTE, recv, counts[0],
+                               MPI_BYTE, comm_),
+                 "MPI_Allgather");
+  }
   return Check(MPI_Allgatherv(src, counts[rank_], MPI_BYTE, recv, counts.data(),
                               displs.data(), MPI_BYTE, comm_),
                "MPI_Allgatherv");
