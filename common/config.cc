@@ -259,12 +259,31 @@ const std::vector<Knob>& Knobs() {
       IntKnob("TERSE_FUSION_THRESHOLD", "bytes", "67108864",
               "largest fusion bucket; 0 sends every tensor on its own",
               &Config::fusion_threshold_bytes, 0, kMaxBytes),
-      IntKnob("TERSE_PIPELINE_CHUNK", "bytes", "1048576",
-              "a fused dense CPU bucket larger than this is copied in, "
-              "allreduced and copied out this many bytes at a time, so each "
-              "piece is still in cache between its copies; 0 reduces the "
-              "whole bucket in one call",
-              &Config::pipeline_chunk_bytes, 0, kMaxBytes),
+      Knob{"TERSE_PIPELINE_CHUNK", "bytes", "auto",
+           absl::StrCat("'auto' or an integer in [0, ", kMaxBytes, "]"),
+           "a fused dense CPU bucket larger than this is copied in, "
+           "allreduced and copied out this many bytes at a time, so each "
+           "piece is still in cache between its copies; 0 reduces the whole "
+           "bucket in one call; auto: 1 MiB when every rank of the set is on "
+           "one host (the collective moves bytes through memory), else 0 "
+           "(over a network each piece adds its latency)",
+           [kMaxBytes](absl::string_view v, Config* c) {
+             int64_t x;
+             if (v == "auto") {
+               c->pipeline_chunk_bytes = kAutoPipelineChunk;
+             } else if (absl::SimpleAtoi(v, &x) && x >= 0 && x <= kMaxBytes) {
+               c->pipeline_chunk_bytes = x;
+             } else {
+               return absl::InvalidArgumentError(absl::StrCat(
+                   "'auto' or an integer in [0, ", kMaxBytes, "]"));
+             }
+             return absl::OkStatus();
+           },
+           [](const Config& c) {
+             return c.pipeline_chunk_bytes == kAutoPipelineChunk
+                        ? std::string("auto")
+                        : absl::StrCat(c.pipeline_chunk_bytes);
+           }},
       DoubleKnob("TERSE_CYCLE_TIME_MS", "ms", "1",
                  "pause of the background thread between negotiation cycles",
                  &Config::cycle_time_ms, 0, 10000),

@@ -31,12 +31,20 @@ struct CompressionRule {
   double cf = 0;       // 0: use TERSE_CF.
 };
 
+// Config::pipeline_chunk_bytes for "auto" (TERSE_PIPELINE_CHUNK=auto).
+inline constexpr int64_t kAutoPipelineChunk = -1;
+// The pipeline piece "auto" resolves to when every rank of a set shares one
+// host.
+inline constexpr int64_t kSharedMemoryPipelineChunk = int64_t{1} << 20;
+
 struct Config {
   // Engine.
   int64_t fusion_threshold_bytes;
   // Piece size of a fused dense CPU bucket's copy-reduce-copy pipeline
-  // (engine/bucket_executor.h); 0: the whole bucket in one allreduce.
-  int64_t pipeline_chunk_bytes = 1 << 20;
+  // (engine/bucket_executor.h); 0: the whole bucket in one allreduce;
+  // kAutoPipelineChunk: chosen per process set (engine/bucket_executor.h,
+  // PipelineChunkFor).
+  int64_t pipeline_chunk_bytes = kAutoPipelineChunk;
   double cycle_time_ms;
   int64_t cache_capacity;
   // Steps a tensor name may go unreduced before its bucket and per-name

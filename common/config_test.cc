@@ -103,6 +103,21 @@ struct BadValue {
   const char* accepted;  // A fragment of the accepted form.
 };
 
+TEST(ConfigTest, PipelineChunkIsAutoOrBytes) {
+  EXPECT_EQ(Config::Defaults().pipeline_chunk_bytes, kAutoPipelineChunk);
+  for (const auto& [value, bytes] :
+       std::vector<std::pair<std::string, int64_t>>{
+           {"auto", kAutoPipelineChunk}, {"0", 0}, {"4194304", 4194304}}) {
+    absl::StatusOr<Config> c =
+        Config::FromMap({{"TERSE_PIPELINE_CHUNK", value}});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->pipeline_chunk_bytes, bytes) << value;
+    EXPECT_THAT(c->Describe(),
+                HasSubstr("TERSE_PIPELINE_CHUNK = " + value +
+                          (value == "auto" ? "\n" : "  [default auto]")));
+  }
+}
+
 TEST(ConfigTest, AutotuneLogNeedsAutotune) {
   absl::StatusOr<Config> c =
       Config::FromMap({{"TERSE_AUTOTUNE_LOG", "/tmp/tune.csv"}});
@@ -136,6 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"TERSE_FUSION_THRESHOLD", "-1", "an integer in [0,"},
         BadValue{"TERSE_FUSION_THRESHOLD", "1.5", "an integer"},
         BadValue{"TERSE_CYCLE_TIME_MS", "fast", "a number in [0, 10000]"},
+        BadValue{"TERSE_PIPELINE_CHUNK", "-1", "'auto' or an integer in [0,"},
+        BadValue{"TERSE_PIPELINE_CHUNK", "big", "'auto' or an integer"},
         BadValue{"TERSE_AUTOTUNE", "yes", "one of: on off true false 1 0"},
         BadValue{"TERSE_AUTOTUNE_STEPS_PER_SAMPLE", "0", "an integer in [1,"},
         BadValue{"TERSE_AUTOTUNE_SAMPLES", "0", "an integer in [1, 1000]"},

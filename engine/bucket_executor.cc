@@ -5,6 +5,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config.h"
 
 namespace terse {
 namespace {
@@ -12,6 +13,11 @@ namespace {
 constexpr size_t kMaxNamesInTimeline = 8;
 
 }  // namespace
+
+int64_t PipelineChunkFor(int64_t configured, const Communicator& comm) {
+  if (configured != kAutoPipelineChunk) return configured;
+  return comm.local_size() == comm.size() ? kSharedMemoryPipelineChunk : 0;
+}
 
 BucketExecutor::BucketExecutor(Communicator* comm, BucketReducer* reducer,
                                Timeline* timeline, int64_t pipeline_chunk_bytes)

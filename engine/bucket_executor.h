@@ -47,6 +47,16 @@
 
 namespace terse {
 
+// The pipeline piece (bytes) for a process set whose collectives run on
+// `comm`: `configured` (Config::pipeline_chunk_bytes) itself, or for
+// kAutoPipelineChunk, kSharedMemoryPipelineChunk when every rank of `comm` is
+// on this host and 0 (whole buckets) otherwise. Through shared memory the
+// collective is bound by memory traffic, which cache-resident pieces cut;
+// over a network each piece adds a collective's latency instead (the
+// 1,000-tensor bucket of bench/engine on the data-centre network of
+// integration/netns: 744 ms whole, 1,042 ms in 1 MiB pieces).
+int64_t PipelineChunkFor(int64_t configured, const Communicator& comm);
+
 class BucketExecutor {
  public:
   // None owned; `timeline` may be null. `pipeline_chunk_bytes` <= 0: never

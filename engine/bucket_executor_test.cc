@@ -262,6 +262,19 @@ TEST(BucketExecutorTest, PipelinedDenseBucketsGiveTheWholeReduction) {
   }
 }
 
+// TERSE_PIPELINE_CHUNK=auto pipelines a set whose ranks share one host and
+// leaves a set that spans hosts (a network between them) whole; a number is
+// taken as it is.
+TEST(BucketExecutorTest, AutoPipelinesOnlyWhereEveryRankSharesAHost) {
+  LoopbackGroup one_host(4), two_hosts(4, /*local_size=*/2);
+  EXPECT_EQ(PipelineChunkFor(kAutoPipelineChunk, *one_host.communicator(0)),
+            kSharedMemoryPipelineChunk);
+  EXPECT_EQ(PipelineChunkFor(kAutoPipelineChunk, *two_hosts.communicator(3)),
+            0);
+  EXPECT_EQ(PipelineChunkFor(4096, *two_hosts.communicator(0)), 4096);
+  EXPECT_EQ(PipelineChunkFor(0, *one_host.communicator(0)), 0);
+}
+
 // Min and Max pipeline too; a bucket no larger than one piece, and a bucket
 // the reducer compresses, take Reduce.
 TEST(BucketExecutorTest, OnlyPlainDenseBucketsLargerThanAPiecePipeline) {

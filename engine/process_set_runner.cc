@@ -87,8 +87,9 @@ ProcessSetRunner::ProcessSetRunner(int32_t id, std::vector<int> world_ranks,
           },
           context->config->forget_after_steps),
       reducer_(*context->config, rank_, size_),
-      executor_(comm_, &reducer_, context->timeline,
-                context->config->pipeline_chunk_bytes) {}
+      executor_(
+          comm_, &reducer_, context->timeline,
+          PipelineChunkFor(context->config->pipeline_chunk_bytes, *comm_)) {}
 
 ProcessSetRunner::~ProcessSetRunner() = default;
 
