@@ -358,7 +358,7 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
                               ? std::min(n, kWindowSketch)
                               : 0;
   state.window_sketch_seed = kernels::MixSeed(
-      config_.seed, StableHash(state.key), static_cast<uint64_t>(ctx.step));
+      config_.seed, BucketKeyHash(state.key), static_cast<uint64_t>(ctx.step));
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
@@ -376,7 +376,7 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   CompressContext cctx;
   cctx.seed = config_.seed;
   cctx.step = static_cast<uint64_t>(ctx.step);
-  cctx.stream = StableHash(state.key);
+  cctx.stream = BucketKeyHash(state.key);
   cctx.rank = rank_;
   cctx.key = absl::StrCat("bucket:", state.key);
   cctx.segments = state.segments;

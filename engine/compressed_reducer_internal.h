@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/stable_hash.h"
 #include "engine/compressed_reducer.h"
 
 namespace terse {
@@ -67,11 +68,9 @@ inline double SquaredNorm(const std::vector<float>& v) {
   return sum;
 }
 
-// FNV-1a: a bucket identity that is the same on every rank and every run.
-inline uint64_t StableHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
+// A bucket identity that is the same on every rank and every run.
+inline uint64_t BucketKeyHash(const std::string& key) {
+  return StableHashOfBytes(key);
 }
 
 inline std::vector<Segment> SegmentsOf(const Bucket& bucket) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/communicator.h"
+#include "common/stable_hash.h"
 #include "common/status.h"
 #include "compressors/options.h"
 #include "compressors/payload.h"
@@ -48,17 +49,15 @@ inline constexpr int kStatSentBytes = 8;
 // compressed_reducer_internal.h).
 inline constexpr int64_t kWindowSketch = 1024;
 
-// The bucket identity the CPU path seeds DGC's sampling with (FNV-1a of the
-// members' names joined by ","; compressed_reducer_internal.h's StableHash
-// of KeyOf).
+// The bucket identity the CPU path seeds DGC's sampling with (the stable
+// hash of the members' names joined by ","; compressed_reducer_internal.h's
+// BucketKeyHash of KeyOf).
 inline uint64_t BucketStream(const Bucket& bucket) {
   const std::string key = absl::StrJoin(
       bucket.members, ",", [](std::string* out, const BucketMember& m) {
         absl::StrAppend(out, m.name);
       });
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
-  return h;
+  return StableHashOfBytes(key);
 }
 
 // `bytes` of device memory in *buffer (reallocated when smaller; callers

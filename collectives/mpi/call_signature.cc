@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
 #include "common/data_type.h"
+#include "common/stable_hash.h"
 
 namespace terse {
 namespace {
@@ -36,14 +37,7 @@ const char* KindName(int64_t kind) {
 }  // namespace
 
 int64_t HashSizes(const std::vector<int64_t>& sizes) {
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t s : sizes) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (static_cast<uint64_t>(s) >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return static_cast<int64_t>(h);
+  return static_cast<int64_t>(StableHashOf(sizes));
 }
 
 std::string DescribeSignature(const CallSignature& s) {

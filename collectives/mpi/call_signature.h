@@ -35,8 +35,8 @@ enum CallKind : int64_t {
 constexpr int kCallSignatureFields = 6;
 using CallSignature = std::array<int64_t, kCallSignatureFields>;
 
-// FNV-1a over the bytes of `sizes`: the per-rank sizes of an allgatherv or
-// reduce-scatter, which every rank must pass identically.
+// StableHashOf(sizes) (common/stable_hash.h): the per-rank sizes of an
+// allgatherv or reduce-scatter, which every rank must pass identically.
 int64_t HashSizes(const std::vector<int64_t>& sizes);
 
 // "allreduce(count=8, dtype=f32, op=sum)" and the like, for messages.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/stable_hash.h"
 #include "common/status.h"
 
 namespace terse {
@@ -89,12 +90,8 @@ absl::Status CommunicatorToDuplicate(const MpiOptions& options,
 
 absl::Status VerifySameRanks(MPI_Comm comm, const std::vector<int>& ranks,
                              int rank, int size) {
-  // FNV-1a over the list, one int at a time, so the order counts.
-  uint64_t h = 1469598103934665603ull;
-  for (int r : ranks) {
-    h ^= static_cast<uint32_t>(r);
-    h *= 1099511628211ull;
-  }
+  // The order counts.
+  const uint64_t h = StableHashOf(ranks);
   // max(h) and max(~h) = ~min(h): equal to this rank's h only if every
   // rank's is.
   uint64_t words[2] = {h, ~h};

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/reduce.h"
+#include "common/stable_hash.h"
 #include "common/status.h"
 
 namespace terse {
@@ -59,18 +60,6 @@ absl::StatusOr<ncclRedOp_t> NcclOp(ReduceOp op) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("nccl: unknown reduce op value ", static_cast<int32_t>(op)));
-}
-
-// FNV-1a over the sizes, compared across ranks by Allgatherv.
-uint64_t HashSizes(const std::vector<int64_t>& sizes) {
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t s : sizes) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (static_cast<uint64_t>(s) >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
 }
 
 // Rank 0's unique id, with whether creating it worked, as broadcast.
@@ -299,7 +288,7 @@ absl::Status NcclCommunicator::Allgatherv(
   TERSE_RETURN_IF_ERROR(CheckDeviceBuffer(recv, total, "allgatherv recv"));
   TERSE_RETURN_IF_ERROR(Ready("allgatherv"));
   // Sizes must agree everywhere, or ranks would post different broadcasts.
-  uint64_t mine = HashSizes(recv_bytes);
+  uint64_t mine = StableHashOf(recv_bytes);
   std::vector<uint64_t> hashes(n);
   TERSE_RETURN_IF_ERROR(control_->Allgather(&mine, hashes.data(), 8));
   for (int r = 0; r < n; ++r) {
