@@ -224,7 +224,9 @@ TEST(FusionBufferTest, PiecesAreStagedInOnePieceSizedBuffer) {
   for (size_t i = 0; i < counts.size(); ++i) {
     for (int64_t j = 0; j < counts[i]; ++j) {
       want_fused.push_back(i == 1 ? 0.0f : in[i][j] * 3.0f);
-      if (i != 4) EXPECT_EQ(out[i][j], expect(i, j)) << i << " " << j;
+      if (i != 4) {
+        EXPECT_EQ(out[i][j], expect(i, j)) << i << " " << j;
+      }
     }
   }
   EXPECT_EQ(fused, want_fused);

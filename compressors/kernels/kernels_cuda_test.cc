@@ -160,8 +160,12 @@ TEST_F(KernelsCudaTest, TopKFilterPathMatchesCpu) {
         const int32_t took_fallback = probe.ToHost()[0].took_fallback;
         // Normal data at k = 1% must take the one-pass path (the speed
         // claim rests on it); ties and all-zero inputs cannot.
-        if (shape == 0 && k == d / 100) EXPECT_EQ(took_fallback, 0) << d;
-        if (shape == 1 || shape == 5) EXPECT_EQ(took_fallback, 1) << d;
+        if (shape == 0 && k == d / 100) {
+          EXPECT_EQ(took_fallback, 0) << d;
+        }
+        if (shape == 1 || shape == 5) {
+          EXPECT_EQ(took_fallback, 1) << d;
+        }
         // The public entry point takes the same path.
         DeviceArray<uint32_t> dpub(static_cast<size_t>(k));
         ASSERT_EQ(cuda::TopK(dx.get(), d, k, dpub.get(), nullptr), 0);
