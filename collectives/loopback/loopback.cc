@@ -283,7 +283,11 @@ absl::Status LoopbackCommunicator::Allgatherv(
   if (arrived.ok()) {
     uint8_t* out = static_cast<uint8_t*>(recv);
     for (int r = 0; r < size(); ++r) {
-      if (recv_bytes[r] > 0) std::memcpy(out, all[r].in, recv_bytes[r]);
+      // In place, this rank's part is already where it goes, and the other
+      // ranks are reading it: no write.
+      if (recv_bytes[r] > 0 && out != all[r].in) {
+        std::memcpy(out, all[r].in, recv_bytes[r]);
+      }
       out += recv_bytes[r];
     }
   }
