@@ -54,10 +54,6 @@ class StatusError : public std::runtime_error {
       : std::runtime_error(std::string(status.message())) {}
 };
 
-void ThrowIfError(const absl::Status& status) {
-  if (!status.ok()) throw StatusError(status);
-}
-
 // Takes ownership of `error` (NULL: success).
 void ThrowIfError(terse_error* error) {
   if (error == nullptr) return;
