@@ -26,6 +26,12 @@ BucketExecutor::BucketExecutor(Communicator* comm, BucketReducer* reducer,
       timeline_(timeline),
       pipeline_chunk_bytes_(pipeline_chunk_bytes) {}
 
+int64_t BucketExecutor::PieceElements(DataType dtype) const {
+  // Pieces of pipeline_chunk_bytes_ of the bucket's own (input) values.
+  return std::max<int64_t>(
+      1, pipeline_chunk_bytes_ / static_cast<int64_t>(DataTypeSize(dtype)));
+}
+
 void BucketExecutor::Forget(int bucket_id) {
   state_.erase(bucket_id);
   reducer_->Forget(bucket_id);
@@ -74,10 +80,7 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
   // copies to keep in cache.
   bool pipelined = false;
   if (pipeline_chunk_bytes_ > 0 && bucket.bytes > pipeline_chunk_bytes_) {
-    // Pieces of pipeline_chunk_bytes_ of the bucket's own (input) values.
-    const int64_t piece = std::max<int64_t>(
-        1, pipeline_chunk_bytes_ /
-               static_cast<int64_t>(DataTypeSize(bucket.dtype)));
+    const int64_t piece = PieceElements(bucket.dtype);
     if (cast) {
       ctx.data = state.buffer.PrepareCast(members, wire, piece);
       pipelined = true;
@@ -148,10 +151,8 @@ absl::Status BucketExecutor::RunPipelined(
     const Bucket& bucket, const std::vector<FusionMember>& members,
     const BucketReduceContext& ctx, PerBucket& state, DataType wire) {
   const bool cast = wire != bucket.dtype;
-  const int64_t in_elem = static_cast<int64_t>(DataTypeSize(bucket.dtype));
   const int64_t wire_elem = static_cast<int64_t>(DataTypeSize(wire));
-  // Pieces of pipeline_chunk_bytes_ of the bucket's own (input) values.
-  const int64_t piece = std::max<int64_t>(1, pipeline_chunk_bytes_ / in_elem);
+  const int64_t piece = PieceElements(bucket.dtype);
   double scale = bucket.postscale;
   if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
   const ReduceOp op = cast ? ReduceOp::kSum : ctx.op;

@@ -94,6 +94,8 @@ class BucketExecutor {
     int64_t runs = 0;
   };
 
+  // Elements of `dtype` in one pipeline piece (at least 1).
+  int64_t PieceElements(DataType dtype) const;
   // The pipelined path (see the class comment): the bucket's region was
   // Prepare()d (PrepareCast()d when `wire` is not the bucket's dtype: a
   // 16-bit cast the reducer chose) in `state`'s buffer and ctx.data points
