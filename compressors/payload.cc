@@ -319,6 +319,7 @@ absl::Status ReadIndexSection(IndexCoding coding,
 
 void WriteValues(ValueType type, const float* values, int64_t k, uint8_t* out) {
   const size_t n = static_cast<size_t>(k);
+  if (n == 0) return;  // Empty buffers may be null, even for memcpy of 0.
   switch (type) {
     case ValueType::kFloat32:
       std::memcpy(out, values, 4 * n);
@@ -343,6 +344,7 @@ void WriteValues(ValueType type, const float* values, int64_t k, uint8_t* out) {
 
 void ReadValues(ValueType type, const uint8_t* in, int64_t k, float* values) {
   const size_t n = static_cast<size_t>(k);
+  if (n == 0) return;  // Empty buffers may be null, even for memcpy of 0.
   switch (type) {
     case ValueType::kFloat32:
       std::memcpy(values, in, 4 * n);
