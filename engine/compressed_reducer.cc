@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/data_type.h"
 #include "common/logging.h"
+#include "common/stable_hash.h"
 #include "common/status.h"
 #include "compressors/kernels/count_sketch.h"
 #include "compressors/kernels/randomk.h"
@@ -357,8 +358,9 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
                                                      decision.window_gain_steps
                               ? std::min(n, kWindowSketch)
                               : 0;
-  state.window_sketch_seed = kernels::MixSeed(
-      config_.seed, BucketKeyHash(state.key), static_cast<uint64_t>(ctx.step));
+  state.window_sketch_seed =
+      kernels::MixSeed(config_.seed, StableHashOfBytes(state.key),
+                       static_cast<uint64_t>(ctx.step));
   if (!in_place) {
     const float* g = static_cast<const float*>(ctx.data);
     state.a.assign(g, g + n);
@@ -376,7 +378,7 @@ absl::Status CompressedReducer::ReduceCompressed(const BucketReduceContext& ctx,
   CompressContext cctx;
   cctx.seed = config_.seed;
   cctx.step = static_cast<uint64_t>(ctx.step);
-  cctx.stream = BucketKeyHash(state.key);
+  cctx.stream = StableHashOfBytes(state.key);
   cctx.rank = rank_;
   cctx.key = absl::StrCat("bucket:", state.key);
   cctx.segments = state.segments;

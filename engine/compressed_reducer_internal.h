@@ -14,7 +14,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/stable_hash.h"
 #include "engine/compressed_reducer.h"
 
 namespace terse {
@@ -66,11 +65,6 @@ inline double SquaredNorm(const std::vector<float>& v) {
   double sum = 0;
   for (float x : v) sum += static_cast<double>(x) * x;
   return sum;
-}
-
-// A bucket identity that is the same on every rank and every run.
-inline uint64_t BucketKeyHash(const std::string& key) {
-  return StableHashOfBytes(key);
 }
 
 inline std::vector<Segment> SegmentsOf(const Bucket& bucket) {

@@ -50,8 +50,8 @@ inline constexpr int kStatSentBytes = 8;
 inline constexpr int64_t kWindowSketch = 1024;
 
 // The bucket identity the CPU path seeds DGC's sampling with (the stable
-// hash of the members' names joined by ","; compressed_reducer_internal.h's
-// BucketKeyHash of KeyOf).
+// hash of the members' names joined by ","; compressed_reducer.cc's
+// StableHashOfBytes of KeyOf).
 inline uint64_t BucketStream(const Bucket& bucket) {
   const std::string key = absl::StrJoin(
       bucket.members, ",", [](std::string* out, const BucketMember& m) {
