@@ -66,7 +66,7 @@ std::vector<std::string> BackendTable::Names() const {
   return names;
 }
 
-BackendTable BuiltinBackends(const WorldOptions& world) {
+BackendTable BuiltinBackends(const WorldOptions& world, const Config& config) {
   // The handle is read now, so the factory holds no pointer into the
   // application's memory.
   MpiOptions mpi;
@@ -74,6 +74,11 @@ BackendTable BuiltinBackends(const WorldOptions& world) {
     mpi.parent = *static_cast<const MPI_Comm*>(world.mpi_comm);
   }
   mpi.ranks = world.ranks;
+  if (config.mpi_allreduce == "mpi") {
+    mpi.allreduce_algorithm = MpiAllreduceAlgorithm::kLibrary;
+  } else if (config.mpi_allreduce == "ring") {
+    mpi.allreduce_algorithm = MpiAllreduceAlgorithm::kRing;
+  }
   BackendTable table;
   table
       .Register("mpi", Device::Kind::kCpu,
@@ -109,7 +114,7 @@ CommunicatorRegistry::~CommunicatorRegistry() {
 
 absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>
 CommunicatorRegistry::Create(const Config& config, const WorldOptions& world) {
-  return Create(config, BuiltinBackends(world));
+  return Create(config, BuiltinBackends(world, config));
 }
 
 absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>

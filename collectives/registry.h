@@ -93,7 +93,10 @@ struct WorldOptions {
 
 // "mpi" (MpiCommunicator, CPU, over `world`) and "nccl" (NcclCommunicator,
 // CUDA).
-BackendTable BuiltinBackends(const WorldOptions& world = WorldOptions());
+// `config` gives the MPI backend's allreduce algorithm
+// (Config::mpi_allreduce).
+BackendTable BuiltinBackends(const WorldOptions& world = WorldOptions(),
+                             const Config& config = Config::Defaults());
 
 class CommunicatorRegistry {
  public:

@@ -306,6 +306,13 @@ const std::vector<Knob>& Knobs() {
                "control plane (an MPI that is not CUDA-aware, several ranks "
                "on one GPU)",
                &Config::gpu_operations, {"nccl", "mpi"}),
+      WordKnob("TERSE_MPI_ALLREDUCE", "auto",
+               "how the MPI backend allreduces: auto takes terse's ring "
+               "(reduce-scatter + allgather over point-to-point messages) "
+               "for buffers of 2 MiB or more when the ranks span more than "
+               "one host, and MPI_Allreduce otherwise; mpi always "
+               "MPI_Allreduce; ring always the ring",
+               &Config::mpi_allreduce, {"auto", "mpi", "ring"}),
       BoolKnob("TERSE_DYNAMIC_PROCESS_SETS", "off",
                "allow add_process_set / remove_process_set after init "
                "(Horovod's HOROVOD_DYNAMIC_PROCESS_SETS); the bindings ask "

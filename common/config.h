@@ -57,6 +57,10 @@ struct Config {
   // not CUDA-aware or several ranks on one GPU (Horovod's
   // HOROVOD_GPU_OPERATIONS).
   std::string gpu_operations = "nccl";
+  // How the MPI backend allreduces (collectives/mpi/mpi_communicator.h,
+  // MpiAllreduceAlgorithm): "auto", "mpi" (MPI_Allreduce always) or "ring"
+  // (terse's ring allreduce always).
+  std::string mpi_allreduce = "auto";
   bool dynamic_process_sets = false;  // TERSE_DYNAMIC_PROCESS_SETS.
   // Online tuning of the fusion threshold and cycle time (engine/autotune.h).
   bool autotune = false;

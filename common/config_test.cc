@@ -52,6 +52,7 @@ TEST(ConfigTest, DefaultsMatchTheDesignTable) {
               ::testing::ElementsAre("none", "fp16", "powersgd:4", "topk:10"));
   EXPECT_EQ(c.backend, "auto");
   EXPECT_EQ(c.gpu_operations, "nccl");
+  EXPECT_EQ(c.mpi_allreduce, "auto");
   EXPECT_EQ(c.timeline_path, "");
   EXPECT_EQ(c.stall_check_seconds, 60.0);
   EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
@@ -65,7 +66,7 @@ TEST(ConfigTest, EveryDefaultParsesThroughItsOwnKnob) {
   absl::StatusOr<Config> c = Config::FromMap(all);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->Describe(), Config::Defaults().Describe());
-  EXPECT_EQ(ConfigKnobDocs().size(), 46u);
+  EXPECT_EQ(ConfigKnobDocs().size(), 47u);
 }
 
 TEST(ConfigTest, ParsesValues) {
@@ -235,6 +236,20 @@ TEST(ConfigTest, GpuOperationsTakesNcclOrMpi) {
   absl::StatusOr<Config> c = Config::FromMap({{"TERSE_GPU_OPERATIONS", "mpi"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->gpu_operations, "mpi");
+}
+
+TEST(ConfigTest, MpiAllreduceTakesAutoMpiOrRing) {
+  for (const char* word : {"auto", "mpi", "ring"}) {
+    absl::StatusOr<Config> c = Config::FromMap({{"TERSE_MPI_ALLREDUCE", word}});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->mpi_allreduce, word);
+  }
+  absl::StatusOr<Config> bad =
+      Config::FromMap({{"TERSE_MPI_ALLREDUCE", "tree"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("TERSE_MPI_ALLREDUCE"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("tree"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("ring"));
 }
 
 }  // namespace

@@ -339,11 +339,21 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
                          static_cast<int64_t>(op), -1, 0}));
   }
   if (op == ReduceOp::kAdasum) return AllreduceAdasum(buffer, count, dtype);
-  TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
-  TERSE_ASSIGN_OR_RETURN(MPI_Op mpi_op, MpiOp(dtype, op));
   const int64_t chunk =
       std::clamp<int64_t>(options_.max_elements_per_call, 1, INT_MAX);
   const size_t elem = DataTypeSize(dtype);
+  if (RingAllreduceChosen(options_.allreduce_algorithm, size_, local_size_,
+                          count * static_cast<int64_t>(elem),
+                          options_.ring_min_bytes)) {
+    const int64_t segment = std::min<int64_t>(
+        chunk, std::max<int64_t>(1, options_.ring_segment_bytes / elem));
+    TERSE_RETURN_IF_ERROR(RingAllreduce(comm_, buffer, count, dtype, op,
+                                        segment, &ring_scratch_));
+    if (op == ReduceOp::kAverage) DivideInPlace(buffer, count, dtype, size_);
+    return absl::OkStatus();
+  }
+  TERSE_ASSIGN_OR_RETURN(MPI_Datatype type, MpiType(dtype));
+  TERSE_ASSIGN_OR_RETURN(MPI_Op mpi_op, MpiOp(dtype, op));
   char* p = static_cast<char*>(buffer);
   for (int64_t done = 0; done < count;) {
     const int n = static_cast<int>(std::min(chunk, count - done));

@@ -23,12 +23,14 @@
 // then those of the new communicator.
 //
 // Reductions: f32 sum calls MPI_Allreduce(MPI_IN_PLACE, ...) directly, with
-// no copy and no extra message. f16/bf16 use user-defined ops
-// (MPI_Op_create over a 2-byte contiguous datatype) that widen each block to
-// fp32, reduce, and round back (collectives/reduce.h, vectorised). Each
-// reduction step rounds to 16 bits, so a sum over n ranks carries up to one
-// rounding per step of MPI's reduction chain (n - 1 steps for the ring
-// algorithm Open MPI uses on large buffers, ceil(log2 n) for recursive
+// no copy and no extra message; across hosts, buffers of 2 MiB or more take
+// terse's ring instead (MpiAllreduceAlgorithm, ring_allreduce.h), which
+// reduces with the same functions as the user-defined ops below. f16/bf16 use
+// user-defined ops (MPI_Op_create over a 2-byte contiguous datatype) that widen
+// each block to fp32, reduce, and round back (collectives/reduce.h,
+// vectorised). Each reduction step rounds to 16 bits, so a sum over n ranks
+// carries up to one rounding per step of MPI's reduction chain (n - 1 steps for
+// the ring algorithm Open MPI uses on large buffers, ceil(log2 n) for recursive
 // doubling): the result is within (n - 1) + 1 half-ulps of the exact sum when
 // all partial sums are no larger in magnitude than the result. Average is the
 // sum divided by size() afterwards (one more rounding for f16/bf16).
@@ -60,6 +62,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
 #include "collectives/mpi/call_signature.h"
+#include "collectives/mpi/ring_allreduce.h"
 
 namespace terse {
 
@@ -83,6 +86,16 @@ struct MpiOptions {
   // InvalidArgument naming its parent rank and the list, having sent
   // nothing.
   std::vector<int> ranks;
+  MpiAllreduceAlgorithm allreduce_algorithm = MpiAllreduceAlgorithm::kAuto;
+  // kAuto's smallest ring buffer: below it the ring's 2 (size - 1) message
+  // latencies cost more than the bytes it saves (on the data-centre network
+  // of integration/netns/, 4 ranks: the ring was 0.95x MPI_Allreduce at
+  // 1 MiB, 1.03-1.13x at 2 MiB, 1.2x at 4 MiB).
+  int64_t ring_min_bytes = int64_t{2} << 20;
+  // Largest message of one ring step; a block is sent in segments of this
+  // size so reducing one overlaps receiving the next (also capped by
+  // max_elements_per_call).
+  int64_t ring_segment_bytes = int64_t{4} << 20;
 };
 
 // An MPI return code as a Status: OK for MPI_SUCCESS; InvalidArgument for
@@ -184,6 +197,9 @@ class MpiCommunicator : public Communicator {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  // One incoming block of the ring, kept between calls (one thread at a
+  // time uses a communicator).
+  std::vector<uint8_t> ring_scratch_;
 };
 
 }  // namespace terse

@@ -1,9 +1,10 @@
 // Runs under mpirun (collectives/mpi/BUILD's mpi_test targets):
 //   mpi_conformance_main [conformance|app_init|app_init_single|rank_list]
 // conformance      terse initialises MPI from a background thread (as the
-//                  engine does) and runs the conformance suite twice: with
-//                  the default options, and with verify_all_calls and tiny
-//                  per-call chunks (so the chunked paths run too).
+//                  engine does) and runs the conformance suite three times:
+//                  with the default options, with verify_all_calls and tiny
+//                  per-call chunks (so the chunked paths run too), and with
+//                  the ring allreduce forced.
 // app_init         the application initialises MPI (MPI_THREAD_MULTIPLE);
 //                  terse must use it, and must not finalise it.
 // app_init_single  the application initialises MPI with MPI_Init (thread
@@ -104,6 +105,25 @@ int Conformance() {
     strict_failures.insert(strict_failures.end(), f.begin(), f.end());
     result |= Report((*comm)->rank(), "verify_all_calls + 4096-element chunks",
                      strict_failures);
+
+    // terse's ring allreduce (ring_allreduce.h), which the default options
+    // take only across hosts: forced here, in segments small enough that a
+    // block of the 100003-element case spans many messages.
+    MpiOptions ring;
+    ring.allreduce_algorithm = MpiAllreduceAlgorithm::kRing;
+    ring.ring_segment_bytes = 4096;
+    comm = MpiCommunicator::Create(ring);
+    if (!comm.ok()) {
+      std::fprintf(stderr, "FAIL create ring: %s\n",
+                   comm.status().ToString().c_str());
+      result = 1;
+      return;
+    }
+    ConformanceOptions ring_options;
+    ring_options.half_partial_roundings = (*comm)->size() - 1;
+    ring_options.detects_count_mismatch = false;
+    result |= Report((*comm)->rank(), "ring allreduce, 4096-byte segments",
+                     RunConformance(**comm, ring_options));
   });
   worker.join();
   return result;  // MPI is finalised at exit (terse initialised it).

@@ -1,0 +1,89 @@
+// Ring allreduce over MPI point-to-point messages: a reduce-scatter and an
+// allgather around the ring rank -> rank + 1, each in size - 1 steps.
+//
+// Why terse has its own: every rank sends and receives 2 (size - 1) / size
+// of the buffer, the least any allreduce can move, and never more than one
+// block at a time per link. Open MPI 4.1's default choice for large buffers
+// over TCP (its fixed decision rules) moved the same 32 MiB about 1.65x
+// slower on the data-centre network of integration/netns/ (see
+// docs/results/engine_speed.md, "Session 15"); its own ring, when forced
+// with MCA parameters, is as fast as this one, but MCA parameters are
+// global to the process and would change the application's MPI too.
+//
+// Block b of the buffer is elements [b * n / size, (b + 1) * n / size) in a
+// balanced split (the first n % size blocks one element longer). In
+// reduce-scatter step s, rank r sends block (r - s) mod size to r + 1 and
+// reduces block (r - s - 1) mod size received from r - 1 into its own
+// copy; after size - 1 steps rank r holds the full reduction of block
+// (r + 1) mod size, which the allgather steps pass around the ring. A step
+// moves its block in segments (at most `segment_elements` each): all of
+// them are posted at once and each is reduced as soon as it arrives, so
+// reducing one segment overlaps receiving the next.
+//
+// Every rank ends with the same bits: each block is reduced once, on one
+// rank, and copied to the others. Each element is reduced size - 1 times
+// (a sum over the ring in a rotated order), so f16/bf16 round once per
+// step, as Open MPI's own ring does.
+#ifndef TERSE_COLLECTIVES_MPI_RING_ALLREDUCE_H_
+#define TERSE_COLLECTIVES_MPI_RING_ALLREDUCE_H_
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "collectives/communicator.h"
+#include "common/data_type.h"
+
+namespace terse {
+
+// How MpiCommunicator::Allreduce moves an element-wise reduction (Adasum
+// has its own exchange).
+enum class MpiAllreduceAlgorithm {
+  // The ring for buffers of at least MpiOptions::ring_min_bytes when the
+  // communicator spans more than one host; MPI_Allreduce otherwise. Through
+  // shared memory Open MPI's own algorithms serve well; over a network its
+  // default choice for large buffers is not bandwidth-optimal (above).
+  kAuto,
+  kLibrary,  // MPI_Allreduce always.
+  kRing,     // The ring always (tests; TERSE_MPI_ALLREDUCE=ring).
+};
+
+// Whether an allreduce of `bytes` takes the ring on a communicator of
+// `size` ranks of which `local_size` share this rank's host. Every rank
+// decides alike: local_size < size on one rank means more than one host,
+// so it holds on every rank, and the engine allreduces equal byte counts.
+bool RingAllreduceChosen(MpiAllreduceAlgorithm algorithm, int size,
+                         int local_size, int64_t bytes, int64_t min_bytes);
+
+// The element range [begin, end) of block `block` when `count` elements are
+// split over `blocks` blocks as above.
+struct RingBlock {
+  int64_t begin;
+  int64_t end;
+};
+RingBlock RingBlockOf(int64_t count, int blocks, int block);
+
+// Allreduces `count` elements of `buffer` in place over `comm` with the
+// ring above. `op` is element-wise (Sum, Min, Max, Product; Average reduces
+// as Sum and the caller divides); the caller has checked dtype, op and the
+// buffer. `segment_elements` (>= 1) bounds each message, so a caller can
+// keep counts within MPI's int. `scratch` receives one incoming block; it
+// is grown as needed and may be reused across calls.
+//
+// Blocking and collective: every rank of `comm` must call it with the same
+// count, dtype, op and segment_elements. Uses tag `kRingAllreduceTag` on
+// `comm`; the caller must not have other messages with that tag in flight.
+// An MPI failure returns Internal or InvalidArgument naming the call and
+// this rank (MpiStatus); the buffer's contents are then unspecified.
+// Thread-safety: one thread at a time per communicator.
+inline constexpr int kRingAllreduceTag = 0x7e12;
+absl::Status RingAllreduce(MPI_Comm comm, void* buffer, int64_t count,
+                           DataType dtype, ReduceOp op,
+                           int64_t segment_elements,
+                           std::vector<uint8_t>* scratch);
+
+}  // namespace terse
+
+#endif  // TERSE_COLLECTIVES_MPI_RING_ALLREDUCE_H_
