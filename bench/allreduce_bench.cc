@@ -28,7 +28,11 @@
 // (allreduce: algbw * 2(n-1)/n; allgather: algbw * (n-1)/n with the gathered
 // buffer as size); ratio = terse busbw / raw busbw, the median over rounds
 // of (raw block median / terse block median), so load drifts of a shared
-// machine between rounds cancel. f32 sum; the timed buffers hold zeros (the
+// machine between rounds cancel. The per-op time includes how unevenly the
+// barrier before it releases the ranks (terse's Barrier is itself an engine
+// op); the "loop" column is the ratio of allreduce's time per op over
+// `iters` ops back to back after one barrier (slowest rank), as nccl-tests
+// times busbw. f32 sum; the timed buffers hold zeros (the
 // warm-up checks a real sum).
 #include <mpi.h>
 
@@ -127,6 +131,9 @@ struct Ops {
 // Block times (slowest rank per op) of one variant.
 struct Block {
   std::vector<double> ar, ag;
+  // Allreduce, `iters` ops back to back after one barrier: seconds per op
+  // (slowest rank), as nccl-tests times its loop.
+  double ar_loop = 0;
 };
 
 Block TimeBlock(int iters, bool terse, bool raw_vs_raw, Ops& ops) {
@@ -177,9 +184,15 @@ Block TimeBlock(int iters, bool terse, bool raw_vs_raw, Ops& ops) {
   };
   time(allreduce, &b.ar);
   time(allgather, &b.ag);
+  barrier();
+  const double loop_start = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) allreduce();
+  std::vector<double> loop = {(MPI_Wtime() - loop_start) / iters};
   if (engine) Check(Shutdown());
   MaxOverRanks(&b.ar);  // The engine is stopped: MPI is ours again.
   MaxOverRanks(&b.ag);
+  MaxOverRanks(&loop);
+  b.ar_loop = loop[0];
   return b;
 }
 
@@ -208,15 +221,16 @@ int Run(const Flags& flags) {
             : "terse engine (AllreduceAsync/AllgatherAsync + Wait) vs raw "
               "MPI_Allreduce/MPI_Allgather",
         n, static_cast<long long>(flags.rounds), load);
-    std::printf("%-7s %5s | %10s %10s %8s %8s %6s | %10s %10s %8s %8s %6s\n",
-                "size", "iters", "ar_terse", "ar_raw", "busbw_t", "busbw_r",
-                "ratio", "ag_terse", "ag_raw", "busbw_t", "busbw_r", "ratio");
-    std::printf("%-7s %5s | %10s %10s %8s %8s %6s | %10s %10s %8s %8s %6s\n",
-                "", "", "us", "us", "GB/s", "GB/s", "", "us", "us", "GB/s",
-                "GB/s", "");
+    std::printf(
+        "%-7s %5s | %10s %10s %8s %8s %6s %6s | %10s %10s %8s %8s %6s\n",
+        "size", "iters", "ar_terse", "ar_raw", "busbw_t", "busbw_r", "ratio",
+        "loop", "ag_terse", "ag_raw", "busbw_t", "busbw_r", "ratio");
+    std::printf(
+        "%-7s %5s | %10s %10s %8s %8s %6s %6s | %10s %10s %8s %8s %6s\n", "",
+        "", "us", "us", "GB/s", "GB/s", "", "", "us", "us", "GB/s", "GB/s", "");
   }
-  std::vector<std::string> ar_json, ag_json;
-  double min_ar_ratio_1mib = 1e9;
+  std::vector<std::string> ar_json, ag_json, loop_json;
+  double min_ar_ratio_1mib = 1e9, min_loop_ratio_1mib = 1e9;
   for (int64_t bytes = flags.min_bytes; bytes <= flags.max_bytes; bytes *= 4) {
     const int iters = static_cast<int>(std::max<int64_t>(
         2, std::min<int64_t>(50, flags.budget_bytes / bytes)));
@@ -231,7 +245,7 @@ int Run(const Flags& flags) {
     ops.ar_name = absl::StrCat("ar.", bytes);
     ops.ag_name = absl::StrCat("ag.", bytes);
     Block terse, raw;
-    std::vector<double> ar_ratios, ag_ratios;
+    std::vector<double> ar_ratios, ag_ratios, loop_ratios;
     for (int r = 0; r < flags.rounds; ++r) {
       Block t, w;
       if (r % 2 == 0) {
@@ -243,12 +257,14 @@ int Run(const Flags& flags) {
       }
       ar_ratios.push_back(Median(w.ar) / Median(t.ar));
       ag_ratios.push_back(Median(w.ag) / Median(t.ag));
+      loop_ratios.push_back(w.ar_loop / t.ar_loop);
       terse.ar.insert(terse.ar.end(), t.ar.begin(), t.ar.end());
       terse.ag.insert(terse.ag.end(), t.ag.begin(), t.ag.end());
       raw.ar.insert(raw.ar.end(), w.ar.begin(), w.ar.end());
       raw.ag.insert(raw.ag.end(), w.ag.begin(), w.ag.end());
     }
     const double ar_ratio = Median(ar_ratios), ag_ratio = Median(ag_ratios);
+    const double loop_ratio = Median(loop_ratios);
     const double ag_bytes = static_cast<double>(ops.per_rank * n);
     const double ar_t = bytes / Median(terse.ar) * ar_factor / 1e9;
     const double ar_r = bytes / Median(raw.ar) * ar_factor / 1e9;
@@ -256,17 +272,19 @@ int Run(const Flags& flags) {
     const double ag_r = ag_bytes / Median(raw.ag) * ag_factor / 1e9;
     if (root) {
       std::printf(
-          "%-7s %5d | %10.1f %10.1f %8.3f %8.3f %6.3f | %10.1f %10.1f %8.3f "
-          "%8.3f %6.3f\n",
+          "%-7s %5d | %10.1f %10.1f %8.3f %8.3f %6.3f %6.3f | %10.1f %10.1f "
+          "%8.3f %8.3f %6.3f\n",
           SizeName(bytes).c_str(), iters, Median(terse.ar) * 1e6,
-          Median(raw.ar) * 1e6, ar_t, ar_r, ar_ratio, Median(terse.ag) * 1e6,
-          Median(raw.ag) * 1e6, ag_t, ag_r, ag_ratio);
+          Median(raw.ar) * 1e6, ar_t, ar_r, ar_ratio, loop_ratio,
+          Median(terse.ag) * 1e6, Median(raw.ag) * 1e6, ag_t, ag_r, ag_ratio);
       std::fflush(stdout);
     }
     ar_json.push_back(absl::StrFormat("\"%d\":%.4f", bytes, ar_ratio));
     ag_json.push_back(absl::StrFormat("\"%d\":%.4f", bytes, ag_ratio));
+    loop_json.push_back(absl::StrFormat("\"%d\":%.4f", bytes, loop_ratio));
     if (bytes >= (1 << 20)) {
       min_ar_ratio_1mib = std::min(min_ar_ratio_1mib, ar_ratio);
+      min_loop_ratio_1mib = std::min(min_loop_ratio_1mib, loop_ratio);
     }
   }
   if (root) {
@@ -274,14 +292,18 @@ int Run(const Flags& flags) {
         "{\"bench\":\"allreduce_bench\",\"compares\":\"%s\","
         "\"raw_vs_raw\":%s,\"ranks\":%d,\"dtype\":\"f32\",\"rounds\":%lld,"
         "\"allreduce_busbw_ratio\":{%s},\"allgather_busbw_ratio\":{%s},"
-        "\"min_allreduce_ratio_ge_1MiB\":%.4f}\n",
+        "\"min_allreduce_ratio_ge_1MiB\":%.4f,"
+        "\"allreduce_loop_busbw_ratio\":{%s},"
+        "\"min_allreduce_loop_ratio_ge_1MiB\":%.4f}\n",
         flags.raw_vs_raw ? "raw MPI vs raw MPI"
                          : "terse engine vs raw MPI (busbw terse/raw)",
         flags.raw_vs_raw ? "true" : "false", n,
         static_cast<long long>(flags.rounds),
         absl::StrJoin(ar_json, ",").c_str(),
         absl::StrJoin(ag_json, ",").c_str(),
-        min_ar_ratio_1mib > 1e8 ? 0.0 : min_ar_ratio_1mib);
+        min_ar_ratio_1mib > 1e8 ? 0.0 : min_ar_ratio_1mib,
+        absl::StrJoin(loop_json, ",").c_str(),
+        min_loop_ratio_1mib > 1e8 ? 0.0 : min_loop_ratio_1mib);
   }
   return 0;
 }
