@@ -20,11 +20,6 @@ int64_t ResponseCount(const proto::Response& r) {
 
 }  // namespace
 
-int64_t SoloBytesFor(int64_t configured, const Communicator& comm) {
-  if (configured != kAutoSoloBytes) return configured;
-  return comm.local_size() == comm.size() ? kSharedMemorySoloBytes : 0;
-}
-
 BucketAssigner::BucketAssigner(int64_t threshold_bytes, int64_t solo_bytes,
                                GroupFunction group, SoloFilter solo,
                                int64_t forget_after_steps)

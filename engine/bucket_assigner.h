@@ -102,23 +102,6 @@ struct Bucket {
   }
 };
 
-// BucketAssigner's solo size for "auto" (EngineOptions::solo_bytes).
-inline constexpr int64_t kAutoSoloBytes = -1;
-// What "auto" resolves to when every rank of the set shares one host.
-inline constexpr int64_t kSharedMemorySoloBytes = int64_t{1} << 20;
-
-// `configured` unless it is kAutoSoloBytes; then kSharedMemorySoloBytes when
-// every rank of `comm` shares one host, else 0: across hosts a tensor goes
-// alone only when it exceeds the fusion threshold (as in Horovod). Through
-// shared memory a collective call costs microseconds, less than copying a
-// large tensor in and out of a fusion buffer; over a network it costs the
-// network's latency for every step of its algorithm (on the data-centre
-// network of integration/netns/, 4 ranks: a 1 MiB allreduce took ~28 ms,
-// 2.2x what its bytes need; docs/results/engine_speed.md, "Session 15").
-// Every rank of a set resolves it alike (local_size < size on one rank
-// means more than one host).
-int64_t SoloBytesFor(int64_t configured, const Communicator& comm);
-
 class BucketAssigner {
  public:
   // `group` maps a tensor name and its per-call compression spec (empty:

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "collectives/loopback/loopback.h"
 #include "gtest/gtest.h"
 
 namespace terse {
@@ -375,18 +374,6 @@ TEST(BucketAssignerTest, ForgetAfterZeroKeepsEveryName) {
   }
   EXPECT_TRUE(a.TakeForgotten().empty());
   EXPECT_EQ(a.num_names(), 2000);
-}
-
-// EngineOptions::solo_bytes = auto: large tensors go alone where the set's
-// ranks share one host, and are fused up to the threshold across hosts; a
-// number is taken as it is.
-TEST(SoloBytesTest, AutoPutsLargeTensorsAloneOnlyOnOneHost) {
-  LoopbackGroup one_host(4), two_hosts(4, /*local_size=*/2);
-  EXPECT_EQ(SoloBytesFor(kAutoSoloBytes, *one_host.communicator(0)),
-            kSharedMemorySoloBytes);
-  EXPECT_EQ(SoloBytesFor(kAutoSoloBytes, *two_hosts.communicator(3)), 0);
-  EXPECT_EQ(SoloBytesFor(4096, *two_hosts.communicator(0)), 4096);
-  EXPECT_EQ(SoloBytesFor(0, *one_host.communicator(0)), 0);
 }
 
 }  // namespace

@@ -107,11 +107,9 @@ struct EngineOptions {
   // the configured length, is split (see bucket_assigner.h).
   double bucket_split_seconds = 2.0;
   // Tensors of at least this many bytes get a bucket of their own and are
-  // reduced in place (see bucket_assigner.h); kAutoSoloBytes: 1 MiB when the
-  // set's ranks share one host (there a fusion copy in and out of a larger
-  // tensor costs more than the extra collective call), none across hosts
-  // (SoloBytesFor).
-  int64_t solo_bytes = kAutoSoloBytes;
+  // reduced in place (see bucket_assigner.h): above about 1 MiB a fusion copy
+  // in and out costs more than the extra collective call.
+  int64_t solo_bytes = int64_t{1} << 20;
   // The runtimes of device tensors (not owned; must outlive the engine).
   // Null: CUDA only (an engine-owned CudaRuntime). Tests register a
   // SimRuntime here; Create(config, comm, ...) then also moves simulated

@@ -62,8 +62,7 @@ ProcessSetRunner::ProcessSetRunner(int32_t id, std::vector<int> world_ranks,
                                     context->config->stall_check_seconds,
                                     context->config->stall_shutdown_seconds}),
       buckets_(
-          context->config->fusion_threshold_bytes,
-          SoloBytesFor(context->solo_bytes, *comm),
+          context->config->fusion_threshold_bytes, context->solo_bytes,
           [config = *context->config](const std::string& name,
                                       const std::string& spec) {
             // Tensors under different compression policies never share a

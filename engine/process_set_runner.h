@@ -90,7 +90,7 @@ struct RunnerContext {
   // Set at the start of the engine's loop (null: no stall limit).
   StallGuard* stall_guard = nullptr;
   int64_t stuck_limit = 10;
-  int64_t solo_bytes = kAutoSoloBytes;  // EngineOptions::solo_bytes.
+  int64_t solo_bytes = int64_t{1} << 20;
 };
 
 class ProcessSetRunner {
