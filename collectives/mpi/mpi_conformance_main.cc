@@ -40,6 +40,25 @@ int Report(int rank, const std::string& what,
   return failures.empty() ? 0 : 1;
 }
 
+// The conformance and alltoall suites on a communicator created with
+// `mpi`; 1 if creating it or any check failed on this rank.
+int ConformanceWith(const MpiOptions& mpi, const std::string& what) {
+  auto comm = MpiCommunicator::Create(mpi);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "FAIL create (%s): %s\n", what.c_str(),
+                 comm.status().ToString().c_str());
+    return 1;
+  }
+  ConformanceOptions options;
+  options.half_partial_roundings = (*comm)->size() - 1;  // Ring: n-1 steps.
+  // A count mismatch is caught only by the signature check.
+  options.detects_count_mismatch = mpi.verify_all_calls;
+  std::vector<std::string> failures = RunConformance(**comm, options);
+  std::vector<std::string> f = RunAlltoallConformance(**comm);
+  failures.insert(failures.end(), f.begin(), f.end());
+  return Report((*comm)->rank(), what, failures);
+}
+
 int Conformance() {
   int result = 1;
   // The engine's model: every MPI call, MPI_Init_thread included, from one
@@ -90,21 +109,7 @@ int Conformance() {
     MpiOptions strict;
     strict.verify_all_calls = true;
     strict.max_elements_per_call = 4096;
-    auto comm = MpiCommunicator::Create(strict);
-    if (!comm.ok()) {
-      std::fprintf(stderr, "FAIL create strict: %s\n",
-                   comm.status().ToString().c_str());
-      result = 1;
-      return;
-    }
-    ConformanceOptions options;
-    options.half_partial_roundings = (*comm)->size() - 1;
-    options.detects_count_mismatch = true;
-    std::vector<std::string> strict_failures = RunConformance(**comm, options);
-    std::vector<std::string> f = RunAlltoallConformance(**comm);
-    strict_failures.insert(strict_failures.end(), f.begin(), f.end());
-    result |= Report((*comm)->rank(), "verify_all_calls + 4096-element chunks",
-                     strict_failures);
+    result |= ConformanceWith(strict, "verify_all_calls + 4096-element chunks");
 
     // terse's ring allreduce (ring_allreduce.h), which the default options
     // take only across hosts: forced here, in segments small enough that a
@@ -112,18 +117,7 @@ int Conformance() {
     MpiOptions ring;
     ring.allreduce_algorithm = MpiAllreduceAlgorithm::kRing;
     ring.ring_segment_bytes = 4096;
-    comm = MpiCommunicator::Create(ring);
-    if (!comm.ok()) {
-      std::fprintf(stderr, "FAIL create ring: %s\n",
-                   comm.status().ToString().c_str());
-      result = 1;
-      return;
-    }
-    ConformanceOptions ring_options;
-    ring_options.half_partial_roundings = (*comm)->size() - 1;
-    ring_options.detects_count_mismatch = false;
-    result |= Report((*comm)->rank(), "ring allreduce, 4096-byte segments",
-                     RunConformance(**comm, ring_options));
+    result |= ConformanceWith(ring, "ring allreduce, 4096-byte segments");
   });
   worker.join();
   return result;  // MPI is finalised at exit (terse initialised it).

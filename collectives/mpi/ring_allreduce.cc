@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/reduce.h"
