@@ -16,15 +16,24 @@
 // destination's TUN fd at that time. Packets to other addresses, and
 // non-IPv4 packets, are dropped.
 //
+// Each host's uplink sends its packets in the order fq_codel would
+// (flow_queue.h: a flow with nothing queued first, backlogged flows in
+// turn): the router reads every packet as it comes and queues it per host,
+// and hands the next one to StarNetwork once that host's uplink is free
+// (kSendLeadNs before), so a packet's downlink is booked when it is sent,
+// not while it still waits behind others on its uplink.
+//
 // One thread: epoll on the TUN fds and a timerfd armed for the next
-// delivery (timer slack 1 ns). A timer wakes this machine's VM about 24 us
+// delivery or the next send of a host with packets waiting (timer slack
+// 1 ns). A timer wakes this machine's VM about 24 us
 // late (measured), so the timer is armed early by a running estimate of its
 // lateness (an average over the last ~16 wake-ups), and packets due within
 // kEarlyNs are delivered at once, which keeps the mean delay near the
-// model's (a packet leaves at most 8 us early). Its own CPU time comes on top; --rt_priority N runs
-// it under SCHED_FIFO N so that busy ranks on the same cores delay it less
-// (a NIC and a switch have their own hardware). Prints "ready" on stdout once every device exists,
-// runs until SIGTERM or SIGINT, then prints its packet counts on stderr.
+// model's (a packet leaves at most 8 us early). Its own CPU time comes on top;
+// --rt_priority N runs it under SCHED_FIFO N so that busy ranks on the same
+// cores delay it less (a NIC and a switch have their own hardware). Prints
+// "ready" on stdout once every device exists, runs until SIGTERM or SIGINT,
+// then prints its packet counts on stderr.
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -51,6 +60,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "integration/netns/flow_queue.h"
 #include "integration/netns/star_network.h"
 
 namespace terse {
@@ -63,6 +73,9 @@ constexpr int64_t kMaxLateNs = 200'000;
 // either side of the due time (its lateness varies by about 8 us), and
 // waiting for another timer for the rest would cost a whole lateness.
 constexpr int64_t kEarlyNs = 8'000;
+// A host's next packet is sent once its uplink is due to be free within
+// this, so the early-armed timer does not leave the link idle.
+constexpr int64_t kSendLeadNs = kEarlyNs;
 
 struct Options {
   std::vector<std::string> netns;
@@ -164,8 +177,10 @@ int OpenTunIn(const std::string& netns, const std::string& ifname, int home) {
 class Router {
  public:
   Router(const Options& opt, StarNetwork network, std::vector<int> tun)
-      : network_(std::move(network)), tun_(std::move(tun)),
-        queues_(tun_.size()) {
+      : network_(std::move(network)),
+        tun_(std::move(tun)),
+        queues_(tun_.size()),
+        uplinks_(tun_.size()) {
     std::vector<std::string> octets = absl::StrSplit(opt.subnet, '.');
     for (int i = 0; i < 3; ++i) {
       int octet = 0;
@@ -190,6 +205,7 @@ class Router {
     }
     std::vector<epoll_event> events(tun_.size() + 1);
     while (!stop_requested) {
+      SendDue(NowNs() + kSendLeadNs);
       DeliverDue(NowNs() + kEarlyNs);
       ArmTimer();
       const int n = epoll_wait(epoll, events.data(),
@@ -239,6 +255,7 @@ class Router {
     return b;
   }
 
+  // Queues every packet host `src` has sent on its uplink.
   void ReadAll(int src) {
     for (;;) {
       std::unique_ptr<char[]> buffer = Buffer();
@@ -254,11 +271,30 @@ class Router {
         free_.push_back(std::move(buffer));
         continue;
       }
-      Packet p;
-      p.arrival_ns = network_.Deliver(src, dst, got, NowNs());
+      QueuedPacket p;
+      p.flow = FlowOf(buffer.get(), static_cast<size_t>(got));
+      p.dst = dst;
       p.length = static_cast<size_t>(got);
       p.data = std::move(buffer);
-      queues_[dst].push_back(std::move(p));
+      uplinks_[src].Push(std::move(p));
+    }
+  }
+
+  // Sends the next packets of every host whose uplink is free by `until`.
+  void SendDue(int64_t until) {
+    for (size_t src = 0; src < uplinks_.size(); ++src) {
+      FlowQueue& uplink = uplinks_[src];
+      while (!uplink.empty() &&
+             network_.UplinkFreeNs(static_cast<int>(src)) <= until) {
+        QueuedPacket q = uplink.Pop();
+        Packet p;
+        p.arrival_ns =
+            network_.Deliver(static_cast<int>(src), q.dst,
+                             static_cast<int64_t>(q.length), NowNs());
+        p.length = q.length;
+        p.data = std::move(q.data);
+        queues_[q.dst].push_back(std::move(p));
+      }
     }
   }
 
@@ -285,6 +321,11 @@ class Router {
         next = q.front().arrival_ns;
       }
     }
+    for (size_t src = 0; src < uplinks_.size(); ++src) {
+      const int64_t send =
+          network_.UplinkFreeNs(static_cast<int>(src)) - kSendLeadNs;
+      if (!uplinks_[src].empty() && (next < 0 || send < next)) next = send;
+    }
     itimerspec spec;
     std::memset(&spec, 0, sizeof(spec));
     armed_ns_ = 0;
@@ -300,6 +341,8 @@ class Router {
   StarNetwork network_;
   std::vector<int> tun_;
   std::vector<std::deque<Packet>> queues_;  // Per destination, by arrival.
+  // Per host: the packets waiting for its uplink.
+  std::vector<FlowQueue> uplinks_;
   std::vector<std::unique_ptr<char[]>> free_;
   unsigned char subnet_[3] = {0, 0, 0};
   int timer_ = -1;

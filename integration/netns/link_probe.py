@@ -1,6 +1,8 @@
-"""Measures a link of the namespace network (netns.sh) from user space:
-the TCP round trip of 8-byte messages (TCP_NODELAY) and one stream's
-throughput, between the first two hosts. Not a test.
+"""Measures the namespace network (netns.sh) from user space: the TCP round
+trip of 8-byte messages (TCP_NODELAY) and one stream's throughput between
+the first two hosts, then every host streaming to the next at once (a ring,
+as a ring allreduce loads the links: each host's link carries data out and
+the ACKs of the data coming in). Not a test.
 
     integration/netns/link_probe.py      # after netns.sh up / datacentre
 
@@ -15,8 +17,10 @@ import sys
 import time
 
 PORT = 5901
+RING_PORT = 5902
 ROUND_TRIPS = 2000
 STREAM_MIB = 400
+RING_MIB = 300
 
 
 def serve(host):
@@ -70,9 +74,55 @@ def probe(host):
     print(f"one TCP stream: {STREAM_MIB * 8 * 1.048576 / seconds:.0f} Mbit/s")
 
 
+def ring_sink(host):
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, RING_PORT))
+    listener.listen(1)
+    print("listening", flush=True)
+    conn, _ = listener.accept()
+    buf = bytearray(1 << 20)
+    while conn.recv_into(buf):
+        pass
+    conn.sendall(b"x")
+
+
+def ring_source(host):
+    conn = socket.create_connection((host, RING_PORT))
+    block = b"\0" * (1 << 20)
+    start = time.perf_counter()
+    for _ in range(RING_MIB):
+        conn.sendall(block)
+    conn.shutdown(socket.SHUT_WR)
+    conn.recv(1)
+    seconds = time.perf_counter() - start
+    print(f"{RING_MIB * 8 * 1.048576 / seconds:.0f}", flush=True)
+
+
+def ring(hosts, me):
+    """Every host i streams RING_MIB to host i + 1, all at once."""
+    sinks = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, me,
+                               "ring_sink", addr], stdout=subprocess.PIPE,
+                              text=True) for addr, ns in hosts]
+    for sink in sinks:
+        sink.stdout.readline()  # "listening"
+    sources = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable,
+                                 me, "ring_source",
+                                 hosts[(i + 1) % len(hosts)][0]],
+                                stdout=subprocess.PIPE, text=True)
+               for i, (_, ns) in enumerate(hosts)]
+    rates = [int(source.communicate(timeout=120)[0].split()[-1])
+             for source in sources]
+    for sink in sinks:
+        sink.wait(timeout=30)
+    print(f"ring of {len(hosts)} streams, host i to i + 1 at once: "
+          + ", ".join(f"{r}" for r in rates) + " Mbit/s")
+
+
 def main():
     if len(sys.argv) == 3:
-        (serve if sys.argv[1] == "serve" else probe)(sys.argv[2])
+        {"serve": serve, "probe": probe, "ring_sink": ring_sink,
+         "ring_source": ring_source}[sys.argv[1]](sys.argv[2])
         return
     state = os.environ.get("TERSE_NETNS_STATE", "/run/terse-netns.hosts")
     with open(state) as f:
@@ -90,6 +140,7 @@ def main():
                         "probe", addr1], check=True)
     finally:
         server.wait(timeout=30)
+    ring(hosts, me)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ STATE=${TERSE_NETNS_STATE:-/run/terse-netns.hosts}
 # fq), so no qdisc can delay a packet: `datacentre` joins the namespaces
 # through TUN devices and one user-space router instead of veth pairs and a
 # bridge (delay_router.cc: a star network, store and forward, its model
-# tested in star_network_test.cc). MTU 65000 on the TUN devices stands for
+# tested in star_network_test.cc; each host's uplink sends in fq_codel's
+# order, flow_queue.h, standing in for the qdisc this kernel lacks, so a
+# link carries line rate both ways at once). MTU 65000 on the TUN devices stands for
 # TSO/GRO (the stacks move 64 KiB segments; the rate still counts bytes).
 # The router runs under SCHED_FIFO DC_RT_PRIORITY (0: not real-time) so that
 # busy ranks on the same cores delay it less; its pid is in $STATE.router.pid.

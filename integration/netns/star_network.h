@@ -38,6 +38,10 @@ class StarNetwork {
   // caller, which knows where the packet came from).
   int64_t Deliver(int src, int dst, int64_t bytes, int64_t now_ns);
 
+  // When host `src`'s uplink has finished sending every packet booked so
+  // far (ns, same clock as Deliver's now_ns); in the past once it is idle.
+  int64_t UplinkFreeNs(int src) const { return uplink_free_[src]; }
+
   int hosts() const { return static_cast<int>(uplink_free_.size()); }
 
  private:

@@ -30,6 +30,9 @@ TEST(StarNetworkTest, BackToBackPacketsQueueOnTheUplink) {
   EXPECT_EQ(first, 2 * (1'000 + 500));
   // Waits 500 ns for the uplink, then crosses an idle downlink.
   EXPECT_EQ(second, 500 + 2 * (1'000 + 500));
+  // The uplink has sent both 500-byte packets by 1000 ns; host 1's is idle.
+  EXPECT_EQ(net.UplinkFreeNs(0), 1'000);
+  EXPECT_EQ(net.UplinkFreeNs(1), 0);
 }
 
 TEST(StarNetworkTest, TwoSendersShareTheReceiversDownlink) {
