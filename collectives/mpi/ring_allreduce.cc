@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/mpi/mpi_communicator.h"
 #include "collectives/reduce.h"
 #include "common/status.h"
@@ -10,88 +11,112 @@
 namespace terse {
 namespace {
 
-// The segments of one block as MPI messages of bytes.
-struct Segment {
-  int64_t offset;  // Bytes from the block's start.
-  int bytes;
-};
-
-std::vector<Segment> SegmentsOf(int64_t block_elements, int64_t elem_bytes,
-                                int64_t segment_elements) {
-  std::vector<Segment> segments;
-  for (int64_t done = 0; done < block_elements;) {
-    const int64_t n = std::min(segment_elements, block_elements - done);
-    segments.push_back({done * elem_bytes, static_cast<int>(n * elem_bytes)});
-    done += n;
-  }
-  return segments;
-}
-
-class Ring {
+// One rank's pipelined ring over MPI (see ring_allreduce.h): posts receives
+// and sends in message order within the window, and waits on the oldest of
+// each, so receipts are handled in order (MPI's non-overtaking rule: the
+// messages of one sender on one tag match receives in posting order).
+class PipelinedRing {
  public:
-  Ring(MPI_Comm comm, int rank, int size, char* buffer, int64_t count,
-       DataType dtype, ReduceOp op, int64_t segment_elements)
+  PipelinedRing(MPI_Comm comm, int rank, int size, char* buffer, int64_t count,
+                DataType dtype, ReduceOp op, int64_t segment_elements,
+                char* scratch)
       : comm_(comm),
         rank_(rank),
         size_(size),
         buffer_(buffer),
-        count_(count),
         dtype_(dtype),
         op_(op),
         elem_(static_cast<int64_t>(DataTypeSize(dtype))),
-        segment_elements_(segment_elements),
+        schedule_(count, rank, size, segment_elements),
+        scratch_(scratch),
+        slot_bytes_(RingBlockOf(count, size, 0).end * elem_),
         right_((rank + 1) % size),
-        left_((rank + size - 1) % size) {}
+        left_((rank + size - 1) % size),
+        recvs_(kRingWindow, MPI_REQUEST_NULL),
+        sends_(kRingWindow, MPI_REQUEST_NULL) {}
 
-  // One step: sends block `send_block` to the right while receiving block
-  // `recv_block` from the left, into `scratch` (then reduced into the
-  // buffer) or, with a null `scratch`, straight into the buffer.
-  absl::Status Step(int send_block, int recv_block, char* scratch) {
-    const RingBlock out = RingBlockOf(count_, size_, send_block);
-    const RingBlock in = RingBlockOf(count_, size_, recv_block);
-    const std::vector<Segment> sends =
-        SegmentsOf(out.end - out.begin, elem_, segment_elements_);
-    const std::vector<Segment> recvs =
-        SegmentsOf(in.end - in.begin, elem_, segment_elements_);
-    char* in_base = buffer_ + in.begin * elem_;
-    char* land = scratch != nullptr ? scratch : in_base;
-    std::vector<MPI_Request> requests(recvs.size() + sends.size(),
-                                      MPI_REQUEST_NULL);
-    // Receives first, so every send finds its receive posted.
-    for (size_t i = 0; i < recvs.size(); ++i) {
-      TERSE_RETURN_IF_ERROR(
-          Check(MPI_Irecv(land + recvs[i].offset, recvs[i].bytes, MPI_BYTE,
-                          left_, kRingAllreduceTag, comm_, &requests[i]),
-                "MPI_Irecv(ring)"));
-    }
-    const char* out_base = buffer_ + out.begin * elem_;
-    for (size_t i = 0; i < sends.size(); ++i) {
-      TERSE_RETURN_IF_ERROR(
-          Check(MPI_Isend(out_base + sends[i].offset, sends[i].bytes, MPI_BYTE,
-                          right_, kRingAllreduceTag, comm_,
-                          &requests[recvs.size() + i]),
-                "MPI_Isend(ring)"));
-    }
-    // Segments from one sender arrive in order (MPI's non-overtaking rule),
-    // so waiting on them in order reduces each as soon as it is complete.
-    for (size_t i = 0; i < recvs.size(); ++i) {
-      TERSE_RETURN_IF_ERROR(
-          Check(MPI_Wait(&requests[i], MPI_STATUS_IGNORE), "MPI_Wait(ring)"));
-      if (scratch != nullptr) {
-        ReduceInPlace(in_base + recvs[i].offset, scratch + recvs[i].offset,
-                      recvs[i].bytes / elem_, dtype_, op_);
+  absl::Status Run() {
+    const int64_t total = schedule_.messages();
+    while (received_ < total || sent_ < total) {
+      TERSE_RETURN_IF_ERROR(PostReceives());
+      TERSE_RETURN_IF_ERROR(PostSends());
+      // The oldest receive and the oldest send; one is always posted (a
+      // receive waits only for a send, a send only for a receive, never
+      // for each other's: see OverwritesSent and ForwardsReceived).
+      MPI_Request oldest[2] = {
+          received_ < recv_posted_ ? recvs_[received_ % kRingWindow]
+                                   : MPI_REQUEST_NULL,
+          sent_ < send_posted_ ? sends_[sent_ % kRingWindow]
+                               : MPI_REQUEST_NULL};
+      int which = MPI_UNDEFINED;
+      TERSE_RETURN_IF_ERROR(Check(
+          MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE), "MPI_Waitany"));
+      if (which == 0) {
+        recvs_[received_ % kRingWindow] = MPI_REQUEST_NULL;
+        if (schedule_.Reduces(received_)) {
+          const RingBlock in = schedule_.RecvRange(received_);
+          ReduceInPlace(buffer_ + in.begin * elem_, Slot(received_),
+                        in.end - in.begin, dtype_, op_);
+        }
+        ++received_;
+      } else if (which == 1) {
+        sends_[sent_ % kRingWindow] = MPI_REQUEST_NULL;
+        ++sent_;
+      } else {
+        return absl::InternalError(absl::StrCat(
+            "ring allreduce: rank ", rank_, " of ", size_,
+            " had nothing to wait for at message ", received_, "/", sent_));
       }
     }
-    if (sends.empty()) return absl::OkStatus();
-    return Check(
-        MPI_Waitall(static_cast<int>(sends.size()),
-                    requests.data() + recvs.size(), MPI_STATUSES_IGNORE),
-        "MPI_Waitall(ring)");
+    return absl::OkStatus();
   }
 
-  int Mod(int x) const { return ((x % size_) + size_) % size_; }
-
  private:
+  // Where reduce-scatter message k lands: two block-sized slots by step
+  // parity, so a step's segment never overwrites the previous step's before
+  // it is reduced (the window is at most two steps long).
+  char* Slot(int64_t k) const {
+    const int64_t step = k / schedule_.segments();
+    const RingBlock in = schedule_.RecvRange(k);
+    const RingBlock block_start =
+        schedule_.RecvRange(step * schedule_.segments());
+    return scratch_ + (step % 2) * slot_bytes_ +
+           (in.begin - block_start.begin) * elem_;
+  }
+
+  absl::Status PostReceives() {
+    const int64_t total = schedule_.messages();
+    while (recv_posted_ < total && recv_posted_ - received_ < kRingWindow &&
+           schedule_.OverwritesSent(recv_posted_) < sent_) {
+      const int64_t k = recv_posted_;
+      const RingBlock in = schedule_.RecvRange(k);
+      char* land = schedule_.Reduces(k) ? Slot(k) : buffer_ + in.begin * elem_;
+      TERSE_RETURN_IF_ERROR(
+          Check(MPI_Irecv(land, static_cast<int>((in.end - in.begin) * elem_),
+                          MPI_BYTE, left_, kRingAllreduceTag, comm_,
+                          &recvs_[k % kRingWindow]),
+                "MPI_Irecv(ring)"));
+      ++recv_posted_;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status PostSends() {
+    const int64_t total = schedule_.messages();
+    while (send_posted_ < total && send_posted_ - sent_ < kRingWindow &&
+           schedule_.ForwardsReceived(send_posted_) < received_) {
+      const int64_t k = send_posted_;
+      const RingBlock out = schedule_.SendRange(k);
+      TERSE_RETURN_IF_ERROR(Check(
+          MPI_Isend(buffer_ + out.begin * elem_,
+                    static_cast<int>((out.end - out.begin) * elem_), MPI_BYTE,
+                    right_, kRingAllreduceTag, comm_, &sends_[k % kRingWindow]),
+          "MPI_Isend(ring)"));
+      ++send_posted_;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Check(int rc, const char* call) const {
     return MpiStatus(rc, call, rank_, size_);
   }
@@ -100,13 +125,22 @@ class Ring {
   const int rank_;
   const int size_;
   char* const buffer_;
-  const int64_t count_;
   const DataType dtype_;
   const ReduceOp op_;
   const int64_t elem_;
-  const int64_t segment_elements_;
+  const RingSchedule schedule_;
+  char* const scratch_;
+  const int64_t slot_bytes_;
   const int right_;
   const int left_;
+  // Messages posted and completed each way; request of message k at
+  // [k % kRingWindow].
+  int64_t recv_posted_ = 0;
+  int64_t received_ = 0;
+  int64_t send_posted_ = 0;
+  int64_t sent_ = 0;
+  std::vector<MPI_Request> recvs_;
+  std::vector<MPI_Request> sends_;
 };
 
 }  // namespace
@@ -132,6 +166,56 @@ RingBlock RingBlockOf(int64_t count, int blocks, int block) {
   return {begin, begin + base + (block < extra ? 1 : 0)};
 }
 
+RingSchedule::RingSchedule(int64_t count, int rank, int size,
+                           int64_t segment_elements)
+    : count_(count), rank_(rank), size_(size) {
+  const RingBlock largest = RingBlockOf(count, size, 0);
+  const int64_t longest = largest.end - largest.begin;
+  segment_elements = std::max<int64_t>(segment_elements, 1);
+  segments_ =
+      std::max<int64_t>(1, (longest + segment_elements - 1) / segment_elements);
+}
+
+RingBlock RingSchedule::Segment(int block, int64_t segment) const {
+  const RingBlock b = RingBlockOf(count_, size_, block);
+  // The same number of segments in every block (blocks differ by at most
+  // one element), balanced within the block.
+  const int64_t length = b.end - b.begin;
+  const int64_t base = length / segments_;
+  const int64_t extra = length % segments_;
+  const int64_t begin =
+      b.begin + segment * base + std::min<int64_t>(segment, extra);
+  return {begin, begin + base + (segment < extra ? 1 : 0)};
+}
+
+RingBlock RingSchedule::SendRange(int64_t k) const {
+  const int64_t step = k / segments_;
+  const int64_t segment = k % segments_;
+  // Reduce-scatter step s sends block r - s; allgather step t (= s - (size
+  // - 1)) sends block r + 1 - t: both are what step s - 1 received.
+  const int64_t block =
+      Reduces(k) ? rank_ - step : rank_ + 1 - (step - (size_ - 1));
+  return Segment(static_cast<int>(((block % size_) + size_) % size_), segment);
+}
+
+RingBlock RingSchedule::RecvRange(int64_t k) const {
+  const int64_t step = k / segments_;
+  const int64_t segment = k % segments_;
+  const int64_t block =
+      Reduces(k) ? rank_ - step - 1 : rank_ - (step - (size_ - 1));
+  return Segment(static_cast<int>(((block % size_) + size_) % size_), segment);
+}
+
+int64_t RingSchedule::ForwardsReceived(int64_t k) const {
+  return k < segments_ ? -1 : k - segments_;
+}
+
+int64_t RingSchedule::OverwritesSent(int64_t k) const {
+  // Allgather step t receives block r - t in place, the block this rank
+  // sent in reduce-scatter step t, size - 1 steps earlier.
+  return Reduces(k) ? -1 : k - int64_t{size_ - 1} * segments_;
+}
+
 absl::Status RingAllreduce(MPI_Comm comm, void* buffer, int64_t count,
                            DataType dtype, ReduceOp op,
                            int64_t segment_elements,
@@ -146,19 +230,13 @@ absl::Status RingAllreduce(MPI_Comm comm, void* buffer, int64_t count,
   // Every message's byte count must fit MPI's int.
   segment_elements = std::clamp<int64_t>(segment_elements, 1, INT_MAX / elem);
   const RingBlock largest = RingBlockOf(count, size, 0);
-  const size_t need = static_cast<size_t>((largest.end - largest.begin) * elem);
+  const size_t need =
+      static_cast<size_t>(2 * (largest.end - largest.begin) * elem);
   if (scratch->size() < need) scratch->resize(need);
-  Ring ring(comm, rank, size, static_cast<char*>(buffer), count, dtype, op,
-            segment_elements);
-  for (int s = 0; s < size - 1; ++s) {
-    TERSE_RETURN_IF_ERROR(ring.Step(ring.Mod(rank - s), ring.Mod(rank - s - 1),
-                                    reinterpret_cast<char*>(scratch->data())));
-  }
-  for (int s = 0; s < size - 1; ++s) {
-    TERSE_RETURN_IF_ERROR(ring.Step(ring.Mod(rank + 1 - s), ring.Mod(rank - s),
-                                    /*scratch=*/nullptr));
-  }
-  return absl::OkStatus();
+  PipelinedRing ring(comm, rank, size, static_cast<char*>(buffer), count, dtype,
+                     op, segment_elements,
+                     reinterpret_cast<char*>(scratch->data()));
+  return ring.Run();
 }
 
 }  // namespace terse
