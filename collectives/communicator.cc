@@ -46,6 +46,15 @@ absl::Status Communicator::AllgathervUnknownSizes(
   return Allgatherv(send, recv->data(), *recv_bytes);
 }
 
+absl::Status Communicator::AllreduceStaged(void* buffer, int64_t count,
+                                           DataType dtype, ReduceOp op,
+                                           const Staging& staging) {
+  if (count > 0) staging.fill(0, count);
+  TERSE_RETURN_IF_ERROR(Allreduce(buffer, count, dtype, op));
+  if (count > 0) staging.drain(0, count);
+  return absl::OkStatus();
+}
+
 absl::Status Communicator::Alltoallv(const void*, const std::vector<int64_t>&,
                                      void*, const std::vector<int64_t>&) {
   return absl::UnimplementedError(absl::StrCat(

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -69,6 +70,25 @@ class Communicator {
   // Unsupported dtype/op pairs are InvalidArgument.
   virtual absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
                                  ReduceOp op) = 0;
+
+  // Allreduce of a buffer the caller stages from other memory (the engine's
+  // fusion buffer): `fill(begin, end)` must write this rank's input into
+  // elements [begin, end) and is called before the collective first reads
+  // or writes them; `drain(begin, end)` may read the result there and is
+  // called once those elements are final (they are not written again). Each
+  // element is filled once and drained once, in ranges that tile the buffer;
+  // both run on the calling thread, before the call returns. Lets a backend
+  // overlap the copies with its messages (MPI's ring, ring_allreduce.h);
+  // the base class fills all, calls Allreduce, then drains all. On error,
+  // some ranges may not have been drained. Same arguments and errors as
+  // Allreduce.
+  struct Staging {
+    absl::FunctionRef<void(int64_t begin, int64_t end)> fill;
+    absl::FunctionRef<void(int64_t begin, int64_t end)> drain;
+  };
+  virtual absl::Status AllreduceStaged(void* buffer, int64_t count,
+                                       DataType dtype, ReduceOp op,
+                                       const Staging& staging);
 
   // Every rank sends `bytes_per_rank` bytes; `recv` (size() * bytes_per_rank
   // bytes) receives them rank-major. `send` may not alias `recv`.

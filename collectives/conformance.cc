@@ -114,6 +114,10 @@ class Suite {
   std::vector<uint8_t> Input(DataType dtype, ReduceOp op, int rank,
                              int64_t count) const;
   void CheckAllreduce(DataType dtype, ReduceOp op, int64_t count);
+  void CheckAllreduceStaged(DataType dtype, ReduceOp op, int64_t count);
+  void CompareReduced(DataType dtype, ReduceOp op, const std::string& what,
+                      const std::vector<std::vector<uint8_t>>& inputs,
+                      const std::vector<uint8_t>& got, int64_t count);
   void CompareHalf(DataType dtype, ReduceOp op, const std::string& what,
                    const std::vector<std::vector<uint8_t>>& inputs,
                    const std::vector<uint8_t>& got, int64_t count);
@@ -368,7 +372,60 @@ void Suite::CheckAllreduce(DataType dtype, ReduceOp op, int64_t count) {
   if (!ExpectOk(comm_.Allreduce(buffer.data(), count, dtype, op), what)) {
     return;
   }
-  std::vector<uint8_t> got = buffer.Read();
+  CompareReduced(dtype, op, what, inputs, buffer.Read(), count);
+}
+
+// AllreduceStaged with host memory: the buffer starts as poison, fill copies
+// this rank's input in, drain copies the result out. Every element must be
+// filled once before any drain of it and drained once; the drained copy
+// must be the reduction (a range used before its fill, or drained before it
+// was final, comes out wrong).
+void Suite::CheckAllreduceStaged(DataType dtype, ReduceOp op, int64_t count) {
+  const int n = comm_.size();
+  const std::string what =
+      absl::StrCat("allreduce staged ", DataTypeName(dtype), " ",
+                   ReduceOpName(op), " count=", count);
+  std::vector<std::vector<uint8_t>> inputs(n);
+  for (int r = 0; r < n; ++r) inputs[r] = Input(dtype, op, r, count);
+  const std::vector<uint8_t>& mine = inputs[comm_.rank()];
+  const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
+  std::vector<uint8_t> buffer(mine.size(), 0xa5), out(mine.size(), 0x5a);
+  std::vector<int> filled(count, 0), drained(count, 0);
+  std::string order_error;
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) ++filled[i];
+    std::memcpy(buffer.data() + begin * elem, mine.data() + begin * elem,
+                (end - begin) * elem);
+  };
+  auto drain = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (filled[i] != 1 && order_error.empty()) {
+        order_error = absl::StrCat("element ", i, " drained before its fill");
+      }
+      ++drained[i];
+    }
+    std::memcpy(out.data() + begin * elem, buffer.data() + begin * elem,
+                (end - begin) * elem);
+  };
+  if (!ExpectOk(
+          comm_.AllreduceStaged(buffer.data(), count, dtype, op, {fill, drain}),
+          what)) {
+    return;
+  }
+  if (!order_error.empty()) return Fail(what, order_error);
+  for (int64_t i = 0; i < count; ++i) {
+    if (filled[i] != 1 || drained[i] != 1) {
+      return Fail(what, absl::StrCat("element ", i, " filled ", filled[i],
+                                     "x and drained ", drained[i],
+                                     "x; want once each"));
+    }
+  }
+  CompareReduced(dtype, op, what, inputs, out, count);
+}
+
+void Suite::CompareReduced(DataType dtype, ReduceOp op, const std::string& what,
+                           const std::vector<std::vector<uint8_t>>& inputs,
+                           const std::vector<uint8_t>& got, int64_t count) {
   if (IsHalf(dtype)) return CompareHalf(dtype, op, what, inputs, got, count);
   std::string detail;
   int64_t bad = -1;
@@ -559,6 +616,16 @@ std::vector<std::string> Suite::Run() {
         if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) continue;
         CheckAllreduce(dtype, op, count);
       }
+    }
+    // Staged through host callbacks: host memory only.
+    if (options_.memory == nullptr) {
+      for (DataType dtype :
+           {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          CheckAllreduceStaged(dtype, op, count);
+        }
+      }
+      CheckAllreduceStaged(DataType::kFloat32, ReduceOp::kAverage, count);
     }
     CheckAllgather(count);
     // Uneven: zero on odd ranks, growing on even ones.

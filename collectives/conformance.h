@@ -4,13 +4,14 @@
 //
 // RunConformance() exercises every operation of communicator.h: Allreduce
 // for each dtype (f32, f64, f16, bf16, i32, i64, u8) x op (sum, min, max,
-// average for floating types) x size, Allgather, Allgatherv with uneven sizes
-// (zero on some ranks), Broadcast from every root, Barrier, BitwiseAnd/Or,
-// and bad input (null buffers, negative counts, average on integers, a bad
-// root, sizes that disagree across ranks where the backend can detect it).
-// Inputs are deterministic functions of (rank, index), so every rank computes
-// the reference result of every call by itself, from all ranks' inputs,
-// without communicating.
+// average for floating types) x size, AllreduceStaged (host memory: every
+// element filled once before use and drained once when final), Allgather,
+// Allgatherv with uneven sizes (zero on some ranks), Broadcast from every root,
+// Barrier, BitwiseAnd/Or, and bad input (null buffers, negative counts, average
+// on integers, a bad root, sizes that disagree across ranks where the backend
+// can detect it). Inputs are deterministic functions of (rank, index), so every
+// rank computes the reference result of every call by itself, from all ranks'
+// inputs, without communicating.
 //
 // f32/f64/integer inputs are chosen so every summation order gives the same
 // exact result, and results must match bit for bit. f16/bf16 sums use values

@@ -28,6 +28,12 @@ std::string KindName(Device::Kind kind) {
 class BorrowedCommunicator : public ForwardingCommunicator {
  public:
   using ForwardingCommunicator::ForwardingCommunicator;
+  // The target's own staging (ForwardingCommunicator leaves it to the base
+  // class, so that wrappers overriding Allreduce see staged calls too).
+  absl::Status AllreduceStaged(void* buffer, int64_t count, DataType dtype,
+                               ReduceOp op, const Staging& staging) override {
+    return target()->AllreduceStaged(buffer, count, dtype, op, staging);
+  }
 };
 
 }  // namespace

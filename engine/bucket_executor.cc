@@ -12,6 +12,17 @@ namespace {
 
 constexpr size_t kMaxNamesInTimeline = 8;
 
+// The first few member names, for the timeline's NEGOTIATE arguments.
+std::string NamesOf(const Bucket& bucket) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < bucket.members.size() && i < kMaxNamesInTimeline;
+       ++i) {
+    names.push_back(bucket.members[i].name);
+  }
+  if (bucket.members.size() > kMaxNamesInTimeline) names.push_back("...");
+  return absl::StrJoin(names, ",");
+}
+
 }  // namespace
 
 int64_t PipelineChunkFor(int64_t configured, const Communicator& comm) {
@@ -104,6 +115,16 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     }
     return status;
   }
+  // A plain dense bucket reduced whole is staged range by range, so a
+  // backend that can overlaps the copies with its messages (MPI's ring
+  // across hosts, Communicator::AllreduceStaged).
+  if (!cast && reducer_->ReducesPlainDense(ctx)) {
+    ctx.data = state.buffer.Prepare(members, bucket.dtype, /*piece=*/0);
+    if (!state.buffer.fused_in_outputs()) {
+      return RunStaged(bucket, members, ctx, state, first_enqueued, ready_at,
+                       start);
+    }
+  }
   ctx.data = cast ? state.buffer.FuseCast(members, wire, bucket.prescale)
                   : state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
   const Clock::time_point fused = Clock::now();
@@ -123,19 +144,13 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
 
   if (timeline_ != nullptr) {
     const Clock::time_point end = Clock::now();
-    std::vector<std::string> names;
-    for (size_t i = 0; i < bucket.members.size() && i < kMaxNamesInTimeline;
-         ++i) {
-      names.push_back(bucket.members[i].name);
-    }
-    if (bucket.members.size() > kMaxNamesInTimeline) names.push_back("...");
     const TimelineArgs args = {
         {"bucket", absl::StrCat(bucket.id)},
         {"tensors", absl::StrCat(bucket.members.size())},
         {"bytes", absl::StrCat(bucket.bytes)},
         {"dtype", std::string(DataTypeName(bucket.dtype))},
         {"op", std::string(ReduceOpName(bucket.reduce_op))},
-        {"names", absl::StrJoin(names, ",")}};
+        {"names", NamesOf(bucket)}};
     timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at, args);
     timeline_->Record(ctx.track, "QUEUE", ready_at, start);
     timeline_->Record(
@@ -143,6 +158,56 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
         {{"in_place", state.buffer.fused_in_outputs() ? "true" : "false"},
          {"cast", cast ? std::string(DataTypeName(wire)) : "none"}});
     timeline_->Record(ctx.track, "UNFUSE", unfuse_start, end);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BucketExecutor::RunStaged(const Bucket& bucket,
+                                       const std::vector<FusionMember>& members,
+                                       const BucketReduceContext& ctx,
+                                       PerBucket& state,
+                                       Clock::time_point first_enqueued,
+                                       Clock::time_point ready_at,
+                                       Clock::time_point start) {
+  double scale = bucket.postscale;
+  if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  const Clock::time_point reduce_start = Clock::now();
+  // For the timeline: the copies before the first message (the first fill)
+  // and after the last (the last drain); the rest overlaps the messages.
+  Clock::time_point first_fill_end{};
+  Clock::time_point last_drain_start{};
+  auto fill = [&](int64_t begin, int64_t end) {
+    state.buffer.FuseRange(members, bucket.dtype, bucket.prescale, begin, end);
+    if (first_fill_end == Clock::time_point{}) first_fill_end = Clock::now();
+  };
+  auto drain = [&](int64_t begin, int64_t end) {
+    last_drain_start = Clock::now();
+    state.buffer.UnfuseRange(members, bucket.dtype, scale, begin, end);
+  };
+  const absl::Status status = comm_->AllreduceStaged(
+      ctx.data, bucket.count, bucket.dtype, ctx.op, {fill, drain});
+  if (!status.ok()) return status;
+  const Clock::time_point end = Clock::now();
+  reducer_->DenseReduced(ctx, reduce_start, end);
+  if (timeline_ != nullptr) {
+    if (first_fill_end == Clock::time_point{}) first_fill_end = reduce_start;
+    if (last_drain_start == Clock::time_point{}) last_drain_start = end;
+    timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
+                      {{"bucket", absl::StrCat(bucket.id)},
+                       {"tensors", absl::StrCat(bucket.members.size())},
+                       {"bytes", absl::StrCat(bucket.bytes)},
+                       {"dtype", std::string(DataTypeName(bucket.dtype))},
+                       {"op", std::string(ReduceOpName(bucket.reduce_op))},
+                       {"names", NamesOf(bucket)}});
+    timeline_->Record(ctx.track, "QUEUE", ready_at, start);
+    timeline_->Record(ctx.track, "FUSE", reduce_start, first_fill_end,
+                      {{"in_place", "false"}, {"staged", "true"}});
+    timeline_->Record(ctx.track, "COMMUNICATE", first_fill_end,
+                      last_drain_start,
+                      {{"algorithm", "allreduce"},
+                       {"bytes", absl::StrCat(bucket.bytes)},
+                       {"staged", "true"}});
+    timeline_->Record(ctx.track, "UNFUSE", last_drain_start, end);
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,15 @@
 // (BucketReducer::CastWireType: fp16/bf16) is fused by FuseCast straight into
 // 16-bit wire values and reduced by ReduceCast: one pass in, one pass out.
 //
+// A plain dense bucket that is not pipelined (below) and not fused in its
+// outputs is reduced whole through Communicator::AllreduceStaged: the
+// backend calls back to fuse and unfuse it range by range, so MPI's ring
+// across hosts overlaps those copies with its messages (other backends
+// fuse all, allreduce, unfuse all, as before). On the data-centre network
+// of integration/netns this took the 1,000-tensor bucket of bench/engine
+// from 457-460 ms to 436-440 ms, level with its tensors adjacent in memory
+// (docs/results/engine_speed.md, session 16).
+//
 // A bucket the reducer sends as one plain dense allreduce
 // (BucketReducer::ReducesPlainDense) that is larger than `pipeline_chunk_bytes`
 // and not fused in its outputs is pipelined: copied in, allreduced and copied
@@ -94,6 +103,14 @@ class BucketExecutor {
     int64_t runs = 0;
   };
 
+  // A plain dense bucket reduced whole and not fused in its outputs: its
+  // region was Prepare()d whole in `state`'s buffer (ctx.data), and
+  // Communicator::AllreduceStaged fuses and unfuses it range by range.
+  absl::Status RunStaged(const Bucket& bucket,
+                         const std::vector<FusionMember>& members,
+                         const BucketReduceContext& ctx, PerBucket& state,
+                         Clock::time_point first_enqueued,
+                         Clock::time_point ready_at, Clock::time_point start);
   // Elements of `dtype` in one pipeline piece (at least 1).
   int64_t PieceElements(DataType dtype) const;
   // The pipelined path (see the class comment): the bucket's region was

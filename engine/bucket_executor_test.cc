@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
 #include "common/config.h"
 #include "common/half.h"
@@ -82,6 +83,31 @@ class CountingReducer : public BucketReducer {
   CompressedReducer* inner_;
 };
 
+// Stages AllreduceStaged calls in ranges of `range` elements, filled in
+// reverse order and drained from the front (as a backend that overlaps its
+// copies might), around the target's Allreduce; counts the calls.
+class RangeStagingCommunicator : public ForwardingCommunicator {
+ public:
+  RangeStagingCommunicator(Communicator* target, int64_t range)
+      : ForwardingCommunicator(target), range_(range) {}
+  absl::Status AllreduceStaged(void* buffer, int64_t count, DataType dtype,
+                               ReduceOp op, const Staging& staging) override {
+    ++staged;
+    for (int64_t end = count; end > 0; end -= range_) {
+      staging.fill(std::max<int64_t>(0, end - range_), end);
+    }
+    TERSE_RETURN_IF_ERROR(Allreduce(buffer, count, dtype, op));
+    for (int64_t begin = 0; begin < count; begin += range_) {
+      staging.drain(begin, std::min(count, begin + range_));
+    }
+    return absl::OkStatus();
+  }
+  int staged = 0;
+
+ private:
+  const int64_t range_;
+};
+
 struct Outcome {
   // [rank][step][member] outputs.
   std::vector<std::vector<std::vector<std::vector<float>>>> out;
@@ -89,7 +115,10 @@ struct Outcome {
   int64_t bytes_sent = 0;             // Rank 0's.
   std::vector<int> casts;             // Fast-path steps per rank.
   std::vector<int> reduces;           // Steps through Reduce, per rank.
-  std::vector<int> pipelined;         // Pipelined steps, per rank.
+  // Steps the executor reduced itself (DenseReduced/CastReduced: pipelined
+  // or staged), per rank.
+  std::vector<int> pipelined;
+  std::vector<int> staged;  // AllreduceStaged calls, per rank.
 };
 
 // Runs `steps` steps of `bucket` on `size` loopback ranks. `in_place`: each
@@ -98,12 +127,14 @@ struct Outcome {
 Outcome RunSteps(const Config& config, const Bucket& bucket, int size,
                  int steps,
                  const std::function<float(int, int, size_t, int64_t)>& value,
-                 int64_t chunk_bytes = 0, bool in_place = false) {
+                 int64_t chunk_bytes = 0, bool in_place = false,
+                 int64_t staging_range = 1 << 30) {
   Outcome o;
   o.out.assign(size, {});
   o.casts.assign(size, 0);
   o.reduces.assign(size, 0);
   o.pipelined.assign(size, 0);
+  o.staged.assign(size, 0);
   std::vector<std::unique_ptr<CompressedReducer>> reducers;
   for (int r = 0; r < size; ++r) {
     reducers.push_back(std::make_unique<CompressedReducer>(config, r, size));
@@ -111,7 +142,8 @@ Outcome RunSteps(const Config& config, const Bucket& bucket, int size,
   absl::Status status = RunLoopbackRanks(size, [&](int rank,
                                                    Communicator* comm) {
     CountingReducer counting(reducers[rank].get());
-    BucketExecutor executor(comm, &counting, nullptr, chunk_bytes);
+    RangeStagingCommunicator staging(comm, staging_range);
+    BucketExecutor executor(&staging, &counting, nullptr, chunk_bytes);
     for (int step = 0; step < steps; ++step) {
       const size_t n = bucket.members.size();
       std::vector<std::vector<float>> in(n), out(n);
@@ -135,6 +167,7 @@ Outcome RunSteps(const Config& config, const Bucket& bucket, int size,
     o.casts[rank] = counting.casts;
     o.reduces[rank] = counting.reduces;
     o.pipelined[rank] = counting.pipelined;
+    o.staged[rank] = staging.staged;
     return absl::OkStatus();
   });
   EXPECT_TRUE(status.ok()) << status;
@@ -262,6 +295,42 @@ TEST(BucketExecutorTest, PipelinedDenseBucketsGiveTheWholeReduction) {
   }
 }
 
+// A whole plain dense bucket not fused in its outputs is fused and unfused
+// through AllreduceStaged's callbacks; staged here in ranges of 7 elements
+// that cut through its members, filled back to front, the result is the
+// fp64 closed form (prescale, Average, postscale), accounted as one dense
+// step; also in place (each output its own input, separate allocations).
+TEST(BucketExecutorTest, StagedWholeBucketsGiveTheWholeReduction) {
+  Bucket bucket = MakeBucket({5, 1, 300, 0, 17, 33}, ReduceOp::kAverage);
+  bucket.prescale = 0.5;
+  bucket.postscale = 4.0;
+  const int size = 4, steps = 2;
+  for (const bool in_place : {false, true}) {
+    Outcome o = RunSteps(MakeConfig("none"), bucket, size, steps, Value,
+                         /*chunk_bytes=*/0, in_place, /*staging_range=*/7);
+    for (int rank = 0; rank < size; ++rank) {
+      for (int step = 0; step < steps; ++step) {
+        for (size_t i = 0; i < bucket.members.size(); ++i) {
+          for (int64_t j = 0; j < bucket.members[i].count; ++j) {
+            double sum = 0;
+            for (int r = 0; r < size; ++r) sum += 0.5 * Value(r, step, i, j);
+            ASSERT_EQ(o.out[rank][step][i][j],
+                      static_cast<float>(sum / size * 4.0))
+                << "in_place " << in_place << " rank " << rank << " step "
+                << step << " member " << i << " element " << j;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(o.staged, std::vector<int>(size, steps));
+    EXPECT_EQ(o.pipelined, std::vector<int>(size, steps));
+    EXPECT_EQ(o.reduces, std::vector<int>(size, 0));
+    ASSERT_EQ(o.reports.size(), 1u);
+    EXPECT_EQ(o.reports[0].compressor, "none");
+    EXPECT_EQ(o.bytes_sent, steps * bucket.bytes);
+  }
+}
+
 // TERSE_PIPELINE_CHUNK=auto pipelines a set whose ranks share one host and
 // leaves a set that spans hosts (a network between them) whole; a number is
 // taken as it is.
@@ -275,8 +344,8 @@ TEST(BucketExecutorTest, AutoPipelinesOnlyWhereEveryRankSharesAHost) {
   EXPECT_EQ(PipelineChunkFor(0, *one_host.communicator(0)), 0);
 }
 
-// Min and Max pipeline too; a bucket no larger than one piece, and a bucket
-// the reducer compresses, take Reduce.
+// Min and Max pipeline too; a bucket no larger than one piece is staged
+// whole, and a bucket the reducer compresses takes Reduce.
 TEST(BucketExecutorTest, OnlyPlainDenseBucketsLargerThanAPiecePipeline) {
   for (const ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
     const Bucket bucket = MakeBucket({40, 9}, op);
@@ -295,11 +364,12 @@ TEST(BucketExecutorTest, OnlyPlainDenseBucketsLargerThanAPiecePipeline) {
   }
   const Bucket small = MakeBucket({4, 4}, ReduceOp::kSum);  // 32 bytes.
   Outcome whole = RunSteps(MakeConfig("none"), small, 2, 1, Value, 32);
-  EXPECT_EQ(whole.pipelined, std::vector<int>(2, 0));
-  EXPECT_EQ(whole.reduces, std::vector<int>(2, 1));
+  EXPECT_EQ(whole.staged, std::vector<int>(2, 1));
+  EXPECT_EQ(whole.reduces, std::vector<int>(2, 0));
   const Bucket big = MakeBucket({400}, ReduceOp::kSum);
   Outcome topk = RunSteps(MakeConfig("topk"), big, 2, 1, Value, 32);
   EXPECT_EQ(topk.pipelined, std::vector<int>(2, 0));
+  EXPECT_EQ(topk.staged, std::vector<int>(2, 0));
   EXPECT_EQ(topk.reduces, std::vector<int>(2, 1));
 }
 

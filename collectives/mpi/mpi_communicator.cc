@@ -326,6 +326,27 @@ absl::Status MpiCommunicator::VerifySignature(const CallSignature& mine) {
 
 absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
                                         DataType dtype, ReduceOp op) {
+  return AllreduceWith(buffer, count, dtype, op, /*staging=*/nullptr);
+}
+
+absl::Status MpiCommunicator::AllreduceStaged(void* buffer, int64_t count,
+                                              DataType dtype, ReduceOp op,
+                                              const Staging& staging) {
+  // Only the ring stages range by range, and not Average, whose division
+  // comes after the last range is final.
+  if (op == ReduceOp::kAverage || op == ReduceOp::kAdasum ||
+      !IsValidDataType(static_cast<int32_t>(dtype)) ||
+      !RingAllreduceChosen(options_.allreduce_algorithm, size_, local_size_,
+                           count * static_cast<int64_t>(DataTypeSize(dtype)),
+                           options_.ring_min_bytes)) {
+    return Communicator::AllreduceStaged(buffer, count, dtype, op, staging);
+  }
+  return AllreduceWith(buffer, count, dtype, op, &staging);
+}
+
+absl::Status MpiCommunicator::AllreduceWith(void* buffer, int64_t count,
+                                            DataType dtype, ReduceOp op,
+                                            const Staging* staging) {
   TERSE_RETURN_IF_ERROR(CheckBuffer(buffer, count, "allreduce"));
   if (!IsValidDataType(static_cast<int32_t>(dtype))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -348,7 +369,7 @@ absl::Status MpiCommunicator::Allreduce(void* buffer, int64_t count,
     const int64_t segment = std::min<int64_t>(
         chunk, std::max<int64_t>(1, options_.ring_segment_bytes / elem));
     TERSE_RETURN_IF_ERROR(RingAllreduce(comm_, buffer, count, dtype, op,
-                                        segment, &ring_scratch_));
+                                        segment, &ring_scratch_, staging));
     if (op == ReduceOp::kAverage) DivideInPlace(buffer, count, dtype, size_);
     return absl::OkStatus();
   }

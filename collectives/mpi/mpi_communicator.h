@@ -132,6 +132,10 @@ class MpiCommunicator : public Communicator {
 
   absl::Status Allreduce(void* buffer, int64_t count, DataType dtype,
                          ReduceOp op) override;
+  // Staged range by range when the ring runs (ring_allreduce.h), so the
+  // copies overlap its messages; otherwise as the base class.
+  absl::Status AllreduceStaged(void* buffer, int64_t count, DataType dtype,
+                               ReduceOp op, const Staging& staging) override;
   absl::Status Allgather(const void* send, void* recv,
                          int64_t bytes_per_rank) override;
   absl::Status Allgatherv(const void* send, void* recv,
@@ -175,6 +179,10 @@ class MpiCommunicator : public Communicator {
   absl::Status Check(int rc, const char* call) const;
   absl::StatusOr<MPI_Datatype> MpiType(DataType dtype) const;
   absl::StatusOr<MPI_Op> MpiOp(DataType dtype, ReduceOp op) const;
+  // Allreduce, staged through the ring when `staging` is not null (the
+  // caller has checked the ring is chosen and op is not Average).
+  absl::Status AllreduceWith(void* buffer, int64_t count, DataType dtype,
+                             ReduceOp op, const Staging* staging);
   // Allreduce with ReduceOp::kAdasum (communicator.h), already checked.
   absl::Status AllreduceAdasum(void* buffer, int64_t count, DataType dtype);
   absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/mpi/mpi_communicator.h"
@@ -19,7 +20,7 @@ class PipelinedRing {
  public:
   PipelinedRing(MPI_Comm comm, int rank, int size, char* buffer, int64_t count,
                 DataType dtype, ReduceOp op, int64_t segment_elements,
-                char* scratch)
+                char* scratch, const Communicator::Staging* staging)
       : comm_(comm),
         rank_(rank),
         size_(size),
@@ -33,7 +34,8 @@ class PipelinedRing {
         right_((rank + 1) % size),
         left_((rank + size - 1) % size),
         recvs_(kRingWindow, MPI_REQUEST_NULL),
-        sends_(kRingWindow, MPI_REQUEST_NULL) {}
+        sends_(kRingWindow, MPI_REQUEST_NULL),
+        staging_(staging) {}
 
   absl::Status Run() {
     const int64_t total = schedule_.messages();
@@ -49,14 +51,34 @@ class PipelinedRing {
           sent_ < send_posted_ ? sends_[sent_ % kRingWindow]
                                : MPI_REQUEST_NULL};
       int which = MPI_UNDEFINED;
-      TERSE_RETURN_IF_ERROR(Check(
-          MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE), "MPI_Waitany"));
+      if (HasStagingWork()) {
+        // Copy while the messages travel: test, and fill or drain one
+        // segment when nothing has arrived.
+        int done = 0;
+        TERSE_RETURN_IF_ERROR(
+            Check(MPI_Testany(2, oldest, &which, &done, MPI_STATUS_IGNORE),
+                  "MPI_Testany"));
+        if (!done) {
+          StageOne();
+          continue;
+        }
+      } else {
+        TERSE_RETURN_IF_ERROR(Check(
+            MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE), "MPI_Waitany"));
+      }
       if (which == 0) {
         recvs_[received_ % kRingWindow] = MPI_REQUEST_NULL;
+        const RingBlock in = schedule_.RecvRange(received_);
         if (schedule_.Reduces(received_)) {
-          const RingBlock in = schedule_.RecvRange(received_);
+          FillThrough(FillIndexOfReduce(received_));
           ReduceInPlace(buffer_ + in.begin * elem_, Slot(received_),
                         in.end - in.begin, dtype_, op_);
+        }
+        // The last reduce-scatter step completes block rank + 1; every
+        // allgather receipt is final.
+        if (staging_ != nullptr &&
+            received_ >= int64_t{size_ - 2} * schedule_.segments()) {
+          final_.push_back(in);
         }
         ++received_;
       } else if (which == 1) {
@@ -68,6 +90,7 @@ class PipelinedRing {
             " had nothing to wait for at message ", received_, "/", sent_));
       }
     }
+    while (!final_.empty()) DrainOne();
     return absl::OkStatus();
   }
 
@@ -106,6 +129,8 @@ class PipelinedRing {
     while (send_posted_ < total && send_posted_ - sent_ < kRingWindow &&
            schedule_.ForwardsReceived(send_posted_) < received_) {
       const int64_t k = send_posted_;
+      // The first step sends this rank's own input: fill it first.
+      if (k < schedule_.segments()) FillThrough(k);
       const RingBlock out = schedule_.SendRange(k);
       TERSE_RETURN_IF_ERROR(Check(
           MPI_Isend(buffer_ + out.begin * elem_,
@@ -119,6 +144,44 @@ class PipelinedRing {
 
   absl::Status Check(int rc, const char* call) const {
     return MpiStatus(rc, call, rank_, size_);
+  }
+
+  // Staging (RingAllreduce's `staging`). The buffer is filled in the order
+  // the ring first touches it: the segments of this rank's block (sent in
+  // the first step), then those of the block each reduce-scatter step
+  // reduces into. Fill index i < segments is send i; after that, i is the
+  // reduce of message i - segments.
+  int64_t FillTotal() const { return int64_t{size_} * schedule_.segments(); }
+  int64_t FillIndexOfReduce(int64_t k) const {
+    return k + schedule_.segments();
+  }
+  RingBlock FillRange(int64_t i) const {
+    return i < schedule_.segments()
+               ? schedule_.SendRange(i)
+               : schedule_.RecvRange(i - schedule_.segments());
+  }
+  void FillThrough(int64_t i) {
+    if (staging_ == nullptr) return;
+    while (filled_ <= i) {
+      const RingBlock r = FillRange(filled_++);
+      if (r.end > r.begin) staging_->fill(r.begin, r.end);
+    }
+  }
+  bool HasStagingWork() const {
+    return staging_ != nullptr && (filled_ < FillTotal() || !final_.empty());
+  }
+  // Drains first (their ranges are done with), else fills ahead.
+  void StageOne() {
+    if (!final_.empty()) {
+      DrainOne();
+    } else {
+      FillThrough(filled_);
+    }
+  }
+  void DrainOne() {
+    const RingBlock r = final_.front();
+    final_.pop_front();
+    if (r.end > r.begin) staging_->drain(r.begin, r.end);
   }
 
   const MPI_Comm comm_;
@@ -141,6 +204,9 @@ class PipelinedRing {
   int64_t sent_ = 0;
   std::vector<MPI_Request> recvs_;
   std::vector<MPI_Request> sends_;
+  const Communicator::Staging* const staging_;  // May be null.
+  int64_t filled_ = 0;           // Fill indices done (FillRange).
+  std::deque<RingBlock> final_;  // Final ranges not drained yet.
 };
 
 }  // namespace
@@ -219,13 +285,21 @@ int64_t RingSchedule::OverwritesSent(int64_t k) const {
 absl::Status RingAllreduce(MPI_Comm comm, void* buffer, int64_t count,
                            DataType dtype, ReduceOp op,
                            int64_t segment_elements,
-                           std::vector<uint8_t>* scratch) {
+                           std::vector<uint8_t>* scratch,
+                           const Communicator::Staging* staging) {
   int rank = 0, size = 1;
   TERSE_RETURN_IF_ERROR(
       MpiStatus(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", rank, size));
   TERSE_RETURN_IF_ERROR(
       MpiStatus(MPI_Comm_size(comm, &size), "MPI_Comm_size", rank, size));
-  if (size == 1 || count == 0) return absl::OkStatus();
+  if (count == 0) return absl::OkStatus();
+  if (size == 1) {
+    if (staging != nullptr) {
+      staging->fill(0, count);
+      staging->drain(0, count);
+    }
+    return absl::OkStatus();
+  }
   const int64_t elem = static_cast<int64_t>(DataTypeSize(dtype));
   // Every message's byte count must fit MPI's int.
   segment_elements = std::clamp<int64_t>(segment_elements, 1, INT_MAX / elem);
@@ -235,7 +309,7 @@ absl::Status RingAllreduce(MPI_Comm comm, void* buffer, int64_t count,
   if (scratch->size() < need) scratch->resize(need);
   PipelinedRing ring(comm, rank, size, static_cast<char*>(buffer), count, dtype,
                      op, segment_elements,
-                     reinterpret_cast<char*>(scratch->data()));
+                     reinterpret_cast<char*>(scratch->data()), staging);
   return ring.Run();
 }
 

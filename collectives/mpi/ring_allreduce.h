@@ -124,10 +124,17 @@ class RingSchedule {
 // this rank (MpiStatus); the buffer's contents are then unspecified.
 // Thread-safety: one thread at a time per communicator.
 inline constexpr int kRingAllreduceTag = 0x7e12;
+//
+// With `staging` (Communicator::AllreduceStaged), the ring fills each
+// segment of the buffer just before it first needs it and drains each
+// segment once it is final, and while it waits on messages it fills ahead
+// and drains what is final, so the caller's copies overlap the transfers:
+// only the last segments' drains come after the last message.
 absl::Status RingAllreduce(MPI_Comm comm, void* buffer, int64_t count,
                            DataType dtype, ReduceOp op,
                            int64_t segment_elements,
-                           std::vector<uint8_t>* scratch);
+                           std::vector<uint8_t>* scratch,
+                           const Communicator::Staging* staging = nullptr);
 
 }  // namespace terse
 
