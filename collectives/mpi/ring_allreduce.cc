@@ -33,6 +33,8 @@ class PipelinedRing {
         slot_bytes_(RingBlockOf(count, size, 0).end * elem_),
         right_((rank + 1) % size),
         left_((rank + size - 1) % size),
+        recv_window_(static_cast<int>(
+            std::min<int64_t>(kRingWindow, 2 * schedule_.segments()))),
         recvs_(kRingWindow, MPI_REQUEST_NULL),
         sends_(kRingWindow, MPI_REQUEST_NULL),
         staging_(staging) {}
@@ -97,7 +99,7 @@ class PipelinedRing {
  private:
   // Where reduce-scatter message k lands: two block-sized slots by step
   // parity, so a step's segment never overwrites the previous step's before
-  // it is reduced (the window is at most two steps long).
+  // it is reduced (receives in flight span at most two steps).
   char* Slot(int64_t k) const {
     const int64_t step = k / schedule_.segments();
     const RingBlock in = schedule_.RecvRange(k);
@@ -109,7 +111,7 @@ class PipelinedRing {
 
   absl::Status PostReceives() {
     const int64_t total = schedule_.messages();
-    while (recv_posted_ < total && recv_posted_ - received_ < kRingWindow &&
+    while (recv_posted_ < total && recv_posted_ - received_ < recv_window_ &&
            schedule_.OverwritesSent(recv_posted_) < sent_) {
       const int64_t k = recv_posted_;
       const RingBlock in = schedule_.RecvRange(k);
@@ -196,6 +198,8 @@ class PipelinedRing {
   const int64_t slot_bytes_;
   const int right_;
   const int left_;
+  // Receives in flight: within two steps, as the scratch slots are two.
+  const int recv_window_;
   // Messages posted and completed each way; request of message k at
   // [k % kRingWindow].
   int64_t recv_posted_ = 0;

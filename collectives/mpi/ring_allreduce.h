@@ -22,8 +22,8 @@
 // A rank forwards segment j of step s + 1 as soon as it has received (and
 // reduced) segment j of step s, not when the whole step is done, so a link
 // never waits for a step's last segment before starting the next step; at
-// most kRingWindow messages are in flight each way, so they finish in order
-// rather than sharing the link all at once. (Steps in lockstep, all
+// most kRingWindow messages are in flight each way, so they finish nearly in
+// order rather than sharing the link all at once. (Steps in lockstep, all
 // segments posted at once, took 438 ms for 32 MiB on the data-centre
 // network where the links' floor is 413 ms.)
 //
@@ -72,8 +72,15 @@ struct RingBlock {
 };
 RingBlock RingBlockOf(int64_t count, int blocks, int block);
 
-// Messages in flight each way on a link.
-inline constexpr int kRingWindow = 2;
+// Messages in flight each way on a link (receives: at most two steps'
+// worth, the scratch slots). Four of 512 KiB keep the link busy through
+// Open MPI's rendezvous handshakes at round trips of several ms, and
+// still finish nearly in order. On the data-centre network (engine_bench,
+// 4 ranks, small / ResNet-50 workloads): 2 in flight 435 / 1,699 ms, 4 432 /
+// 1,748, 8 446 / 1,756; with session 15's router, whose queues put
+// round trips at 6-15 ms, 2 took 600 / 2,372 ms, 4 519 / 2,060, 8 560 /
+// 2,142 (docs/results/engine_speed.md, session 16).
+inline constexpr int kRingWindow = 4;
 
 // The pipelined ring's messages for one rank (pure arithmetic, no MPI).
 class RingSchedule {
