@@ -259,6 +259,27 @@ TEST(BucketExecutorTest, UncastBucketsUseTheGeneralPath) {
   EXPECT_EQ(o.casts, std::vector<int>(2, 0));
 }
 
+// Every rank's output of every step is the fp64 closed form of Value()
+// with prescale 0.5, Average over `size` ranks and postscale 4 (exact in
+// fp32 for 4 ranks).
+void ExpectScaledAverage(const Outcome& o, const Bucket& bucket, int size,
+                         int steps, bool in_place) {
+  for (int rank = 0; rank < size; ++rank) {
+    for (int step = 0; step < steps; ++step) {
+      for (size_t i = 0; i < bucket.members.size(); ++i) {
+        for (int64_t j = 0; j < bucket.members[i].count; ++j) {
+          double sum = 0;
+          for (int r = 0; r < size; ++r) sum += 0.5 * Value(r, step, i, j);
+          ASSERT_EQ(o.out[rank][step][i][j],
+                    static_cast<float>(sum / size * 4.0))
+              << "in_place " << in_place << " rank " << rank << " step " << step
+              << " member " << i << " element " << j;
+        }
+      }
+    }
+  }
+}
+
 // A dense bucket larger than the pipeline piece is fused, reduced and unfused
 // in pieces that cut through its members (pieces of 16 elements here): the
 // result is the fp64 closed form (values exact in fp32: Average over 4
@@ -272,20 +293,7 @@ TEST(BucketExecutorTest, PipelinedDenseBucketsGiveTheWholeReduction) {
   for (const bool in_place : {false, true}) {
     Outcome o = RunSteps(MakeConfig("none"), bucket, size, steps, Value,
                          /*chunk_bytes=*/64, in_place);
-    for (int rank = 0; rank < size; ++rank) {
-      for (int step = 0; step < steps; ++step) {
-        for (size_t i = 0; i < bucket.members.size(); ++i) {
-          for (int64_t j = 0; j < bucket.members[i].count; ++j) {
-            double sum = 0;
-            for (int r = 0; r < size; ++r) sum += 0.5 * Value(r, step, i, j);
-            ASSERT_EQ(o.out[rank][step][i][j],
-                      static_cast<float>(sum / size * 4.0))
-                << "in_place " << in_place << " rank " << rank << " step "
-                << step << " member " << i << " element " << j;
-          }
-        }
-      }
-    }
+    ExpectScaledAverage(o, bucket, size, steps, in_place);
     EXPECT_EQ(o.pipelined, std::vector<int>(size, steps));
     EXPECT_EQ(o.reduces, std::vector<int>(size, 0));
     ASSERT_EQ(o.reports.size(), 1u);
@@ -308,20 +316,7 @@ TEST(BucketExecutorTest, StagedWholeBucketsGiveTheWholeReduction) {
   for (const bool in_place : {false, true}) {
     Outcome o = RunSteps(MakeConfig("none"), bucket, size, steps, Value,
                          /*chunk_bytes=*/0, in_place, /*staging_range=*/7);
-    for (int rank = 0; rank < size; ++rank) {
-      for (int step = 0; step < steps; ++step) {
-        for (size_t i = 0; i < bucket.members.size(); ++i) {
-          for (int64_t j = 0; j < bucket.members[i].count; ++j) {
-            double sum = 0;
-            for (int r = 0; r < size; ++r) sum += 0.5 * Value(r, step, i, j);
-            ASSERT_EQ(o.out[rank][step][i][j],
-                      static_cast<float>(sum / size * 4.0))
-                << "in_place " << in_place << " rank " << rank << " step "
-                << step << " member " << i << " element " << j;
-          }
-        }
-      }
-    }
+    ExpectScaledAverage(o, bucket, size, steps, in_place);
     EXPECT_EQ(o.staged, std::vector<int>(size, steps));
     EXPECT_EQ(o.pipelined, std::vector<int>(size, steps));
     EXPECT_EQ(o.reduces, std::vector<int>(size, 0));

@@ -64,14 +64,19 @@ def probe(host):
           f"{times[9 * len(times) // 10] * 1e6:.0f} ({ROUND_TRIPS} trips)")
     conn = socket.create_connection((host, PORT))
     conn.sendall(b"t")
+    print(f"one TCP stream: {stream(conn, STREAM_MIB):.0f} Mbit/s")
+
+
+def stream(conn, mib):
+    """Sends `mib` MiB on `conn`, waits for the receiver's byte after the
+    end; returns the rate in Mbit/s."""
     block = b"\0" * (1 << 20)
     start = time.perf_counter()
-    for _ in range(STREAM_MIB):
+    for _ in range(mib):
         conn.sendall(block)
     conn.shutdown(socket.SHUT_WR)
     conn.recv(1)
-    seconds = time.perf_counter() - start
-    print(f"one TCP stream: {STREAM_MIB * 8 * 1.048576 / seconds:.0f} Mbit/s")
+    return mib * 8 * 1.048576 / (time.perf_counter() - start)
 
 
 def ring_sink(host):
@@ -89,14 +94,7 @@ def ring_sink(host):
 
 def ring_source(host):
     conn = socket.create_connection((host, RING_PORT))
-    block = b"\0" * (1 << 20)
-    start = time.perf_counter()
-    for _ in range(RING_MIB):
-        conn.sendall(block)
-    conn.shutdown(socket.SHUT_WR)
-    conn.recv(1)
-    seconds = time.perf_counter() - start
-    print(f"{RING_MIB * 8 * 1.048576 / seconds:.0f}", flush=True)
+    print(f"{stream(conn, RING_MIB):.0f}", flush=True)
 
 
 def ring(hosts, me):
