@@ -23,12 +23,18 @@ STREAM_MIB = 400
 RING_MIB = 300
 
 
-def serve(host):
+def listen(host, port):
+    """A listening socket on host:port; tells the parent it is ready."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, PORT))
+    listener.bind((host, port))
     listener.listen(1)
     print("listening", flush=True)
+    return listener
+
+
+def serve(host):
+    listener = listen(host, PORT)
     for _ in range(2):
         conn, _ = listener.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -80,12 +86,7 @@ def stream(conn, mib):
 
 
 def ring_sink(host):
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, RING_PORT))
-    listener.listen(1)
-    print("listening", flush=True)
-    conn, _ = listener.accept()
+    conn, _ = listen(host, RING_PORT).accept()
     buf = bytearray(1 << 20)
     while conn.recv_into(buf):
         pass
