@@ -12,15 +12,21 @@ namespace {
 
 constexpr size_t kMaxNamesInTimeline = 8;
 
-// The first few member names, for the timeline's NEGOTIATE arguments.
-std::string NamesOf(const Bucket& bucket) {
+// The timeline's NEGOTIATE arguments of a bucket run whole: its size, type,
+// op and first few member names.
+TimelineArgs NegotiateArgs(const Bucket& bucket) {
   std::vector<std::string> names;
   for (size_t i = 0; i < bucket.members.size() && i < kMaxNamesInTimeline;
        ++i) {
     names.push_back(bucket.members[i].name);
   }
   if (bucket.members.size() > kMaxNamesInTimeline) names.push_back("...");
-  return absl::StrJoin(names, ",");
+  return {{"bucket", absl::StrCat(bucket.id)},
+          {"tensors", absl::StrCat(bucket.members.size())},
+          {"bytes", absl::StrCat(bucket.bytes)},
+          {"dtype", std::string(DataTypeName(bucket.dtype))},
+          {"op", std::string(ReduceOpName(bucket.reduce_op))},
+          {"names", absl::StrJoin(names, ",")}};
 }
 
 }  // namespace
@@ -36,6 +42,13 @@ BucketExecutor::BucketExecutor(Communicator* comm, BucketReducer* reducer,
       reducer_(reducer),
       timeline_(timeline),
       pipeline_chunk_bytes_(pipeline_chunk_bytes) {}
+
+double BucketExecutor::UnfuseScale(const Bucket& bucket) const {
+  // Average is reduced as Sum: the division by the ranks comes here.
+  return bucket.reduce_op == ReduceOp::kAverage
+             ? bucket.postscale / comm_->size()
+             : bucket.postscale;
+}
 
 int64_t BucketExecutor::PieceElements(DataType dtype) const {
   // Pieces of pipeline_chunk_bytes_ of the bucket's own (input) values.
@@ -86,6 +99,9 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
                             ? reducer_->CastWireType(ctx)
                             : DataType::kFloat32;
   const bool cast = wire != DataType::kFloat32;
+  // One plain dense allreduce of the region (no compression state): the
+  // executor may fuse and reduce it in pieces or staged ranges itself.
+  const bool plain_dense = !cast && reducer_->ReducesPlainDense(ctx);
   // Large buckets the reducer sends as one plain allreduce (dense, or a
   // 16-bit cast) go piece by piece; a dense one fused in its outputs has no
   // copies to keep in cache.
@@ -95,7 +111,7 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     if (cast) {
       ctx.data = state.buffer.PrepareCast(members, wire, piece);
       pipelined = true;
-    } else if (reducer_->ReducesPlainDense(ctx)) {
+    } else if (plain_dense) {
       ctx.data = state.buffer.Prepare(members, bucket.dtype, piece);
       pipelined = !state.buffer.fused_in_outputs();
     }
@@ -118,7 +134,7 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
   // A plain dense bucket reduced whole is staged range by range, so a
   // backend that can overlaps the copies with its messages (MPI's ring
   // across hosts, Communicator::AllreduceStaged).
-  if (!cast && reducer_->ReducesPlainDense(ctx)) {
+  if (plain_dense) {
     ctx.data = state.buffer.Prepare(members, bucket.dtype, /*piece=*/0);
     if (!state.buffer.fused_in_outputs()) {
       return RunStaged(bucket, members, ctx, state, first_enqueued, ready_at,
@@ -134,8 +150,7 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
   if (!status.ok()) return status;
 
   const Clock::time_point unfuse_start = Clock::now();
-  double scale = bucket.postscale;
-  if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  const double scale = UnfuseScale(bucket);
   if (cast) {
     state.buffer.UnfuseCast(members, wire, scale);
   } else {
@@ -144,14 +159,8 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
 
   if (timeline_ != nullptr) {
     const Clock::time_point end = Clock::now();
-    const TimelineArgs args = {
-        {"bucket", absl::StrCat(bucket.id)},
-        {"tensors", absl::StrCat(bucket.members.size())},
-        {"bytes", absl::StrCat(bucket.bytes)},
-        {"dtype", std::string(DataTypeName(bucket.dtype))},
-        {"op", std::string(ReduceOpName(bucket.reduce_op))},
-        {"names", NamesOf(bucket)}};
-    timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at, args);
+    timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
+                      NegotiateArgs(bucket));
     timeline_->Record(ctx.track, "QUEUE", ready_at, start);
     timeline_->Record(
         ctx.track, "FUSE", start, fused,
@@ -169,8 +178,7 @@ absl::Status BucketExecutor::RunStaged(const Bucket& bucket,
                                        Clock::time_point first_enqueued,
                                        Clock::time_point ready_at,
                                        Clock::time_point start) {
-  double scale = bucket.postscale;
-  if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  const double scale = UnfuseScale(bucket);
   const Clock::time_point reduce_start = Clock::now();
   // For the timeline: the copies before the first message (the first fill)
   // and after the last (the last drain); the rest overlaps the messages.
@@ -193,12 +201,7 @@ absl::Status BucketExecutor::RunStaged(const Bucket& bucket,
     if (first_fill_end == Clock::time_point{}) first_fill_end = reduce_start;
     if (last_drain_start == Clock::time_point{}) last_drain_start = end;
     timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
-                      {{"bucket", absl::StrCat(bucket.id)},
-                       {"tensors", absl::StrCat(bucket.members.size())},
-                       {"bytes", absl::StrCat(bucket.bytes)},
-                       {"dtype", std::string(DataTypeName(bucket.dtype))},
-                       {"op", std::string(ReduceOpName(bucket.reduce_op))},
-                       {"names", NamesOf(bucket)}});
+                      NegotiateArgs(bucket));
     timeline_->Record(ctx.track, "QUEUE", ready_at, start);
     timeline_->Record(ctx.track, "FUSE", reduce_start, first_fill_end,
                       {{"in_place", "false"}, {"staged", "true"}});
@@ -218,8 +221,7 @@ absl::Status BucketExecutor::RunPipelined(
   const bool cast = wire != bucket.dtype;
   const int64_t wire_elem = static_cast<int64_t>(DataTypeSize(wire));
   const int64_t piece = PieceElements(bucket.dtype);
-  double scale = bucket.postscale;
-  if (bucket.reduce_op == ReduceOp::kAverage) scale /= comm_->size();
+  const double scale = UnfuseScale(bucket);
   const ReduceOp op = cast ? ReduceOp::kSum : ctx.op;
   uint8_t* region = static_cast<uint8_t*>(ctx.data);
   // Staged a piece at a time, every piece is reduced at the region's start.

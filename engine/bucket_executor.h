@@ -111,6 +111,9 @@ class BucketExecutor {
                          const BucketReduceContext& ctx, PerBucket& state,
                          Clock::time_point first_enqueued,
                          Clock::time_point ready_at, Clock::time_point start);
+  // The factor the unfuse step applies: the postscale, divided by the
+  // number of ranks for Average (reduced as Sum).
+  double UnfuseScale(const Bucket& bucket) const;
   // Elements of `dtype` in one pipeline piece (at least 1).
   int64_t PieceElements(DataType dtype) const;
   // The pipelined path (see the class comment): the bucket's region was

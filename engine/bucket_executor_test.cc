@@ -280,49 +280,36 @@ void ExpectScaledAverage(const Outcome& o, const Bucket& bucket, int size,
   }
 }
 
-// A dense bucket larger than the pipeline piece is fused, reduced and unfused
-// in pieces that cut through its members (pieces of 16 elements here): the
-// result is the fp64 closed form (values exact in fp32: Average over 4
-// ranks, prescale 0.5, postscale 4), in place and not, every step, and the
-// step is accounted as one dense step of the whole bucket.
-TEST(BucketExecutorTest, PipelinedDenseBucketsGiveTheWholeReduction) {
+// The two ways the executor fuses and reduces a plain dense bucket itself:
+// - pipelined: larger than the pipeline piece, fused, reduced and unfused
+//   in pieces that cut through its members (16 elements here);
+// - staged: whole, not fused in its outputs, through AllreduceStaged's
+//   callbacks (ranges of 7 elements that cut through its members, filled
+//   back to front).
+// Either way the result is the fp64 closed form (values exact in fp32:
+// Average over 4 ranks, prescale 0.5, postscale 4), in place (each output
+// its own input, separate allocations) and not, every step, and the step is
+// accounted as one dense step of the whole bucket.
+TEST(BucketExecutorTest, PipelinedAndStagedDenseBucketsGiveTheWholeReduction) {
   Bucket bucket = MakeBucket({5, 1, 300, 0, 17, 33}, ReduceOp::kAverage);
   bucket.prescale = 0.5;
   bucket.postscale = 4.0;
   const int size = 4, steps = 2;
-  for (const bool in_place : {false, true}) {
-    Outcome o = RunSteps(MakeConfig("none"), bucket, size, steps, Value,
-                         /*chunk_bytes=*/64, in_place);
-    ExpectScaledAverage(o, bucket, size, steps, in_place);
-    EXPECT_EQ(o.pipelined, std::vector<int>(size, steps));
-    EXPECT_EQ(o.reduces, std::vector<int>(size, 0));
-    ASSERT_EQ(o.reports.size(), 1u);
-    EXPECT_EQ(o.reports[0].compressor, "none");
-    EXPECT_EQ(o.reports[0].steps, steps);
-    EXPECT_EQ(o.bytes_sent, steps * bucket.bytes);
-  }
-}
-
-// A whole plain dense bucket not fused in its outputs is fused and unfused
-// through AllreduceStaged's callbacks; staged here in ranges of 7 elements
-// that cut through its members, filled back to front, the result is the
-// fp64 closed form (prescale, Average, postscale), accounted as one dense
-// step; also in place (each output its own input, separate allocations).
-TEST(BucketExecutorTest, StagedWholeBucketsGiveTheWholeReduction) {
-  Bucket bucket = MakeBucket({5, 1, 300, 0, 17, 33}, ReduceOp::kAverage);
-  bucket.prescale = 0.5;
-  bucket.postscale = 4.0;
-  const int size = 4, steps = 2;
-  for (const bool in_place : {false, true}) {
-    Outcome o = RunSteps(MakeConfig("none"), bucket, size, steps, Value,
-                         /*chunk_bytes=*/0, in_place, /*staging_range=*/7);
-    ExpectScaledAverage(o, bucket, size, steps, in_place);
-    EXPECT_EQ(o.staged, std::vector<int>(size, steps));
-    EXPECT_EQ(o.pipelined, std::vector<int>(size, steps));
-    EXPECT_EQ(o.reduces, std::vector<int>(size, 0));
-    ASSERT_EQ(o.reports.size(), 1u);
-    EXPECT_EQ(o.reports[0].compressor, "none");
-    EXPECT_EQ(o.bytes_sent, steps * bucket.bytes);
+  for (const bool staged : {false, true}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(staged ? "staged" : "pipelined");
+      Outcome o = RunSteps(MakeConfig("none"), bucket, size, steps, Value,
+                           /*chunk_bytes=*/staged ? 0 : 64, in_place,
+                           /*staging_range=*/7);
+      ExpectScaledAverage(o, bucket, size, steps, in_place);
+      EXPECT_EQ(o.staged, std::vector<int>(size, staged ? steps : 0));
+      EXPECT_EQ(o.pipelined, std::vector<int>(size, steps));
+      EXPECT_EQ(o.reduces, std::vector<int>(size, 0));
+      ASSERT_EQ(o.reports.size(), 1u);
+      EXPECT_EQ(o.reports[0].compressor, "none");
+      EXPECT_EQ(o.reports[0].steps, steps);
+      EXPECT_EQ(o.bytes_sent, steps * bucket.bytes);
+    }
   }
 }
 
