@@ -65,6 +65,18 @@ def results(text):
     return out
 
 
+def build_terse():
+    """Builds terse's Python extension (`bazel build
+    //bindings/python:_terse.so`) before a benchmark imports it from
+    bazel-bin, so a run never measures a binding older than the checkout.
+    Exits with Bazel's output if the build fails."""
+    proc = subprocess.run(["bazel", "build", "//bindings/python:_terse.so"],
+                          cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit("bazel build //bindings/python:_terse.so failed:\n"
+                         + proc.stderr[-3000:])
+
+
 def terse_pythonpath():
     parts = [os.path.join(ROOT, "bindings", "python"),
              os.path.join(ROOT, "bazel-bin", "bindings", "python")]

@@ -341,6 +341,8 @@ def driver(args):
         if w not in WORKLOADS:
             raise SystemExit(f"unknown workload {w!r}: small or resnet50")
     mpi_launch.check_transport(args.transport, args.np)
+    if any(m.startswith("terse:") for m in modes):
+        mpi_launch.build_terse()
     load_before = mpi_launch.load_average()
     print(f"py_allreduce_bench: {args.np} ranks, {args.rounds} rounds x "
           f"{args.steps} steps (+{args.warmup} warm-up) per mode and "

@@ -189,6 +189,8 @@ def driver(args):
     if any(m.startswith("horovod:") for m in modes):
         mpi_launch.horovod_python()
     mpi_launch.check_transport(args.transport, args.np)
+    if any(m.startswith("terse:") for m in modes):
+        mpi_launch.build_terse()
     transports = {m: transport_of(args, m) for m in modes}
     same = len(set(_kind_of_transport(args, m) for m in modes)) == 1
     load_before = mpi_launch.load_average()
