@@ -12,15 +12,27 @@
 //             search is over (checked through the engine, so all ranks stop
 //             together), then one warm-up and --steps timed steps at the
 //             chosen setting.
+//   confirm   --confirm_rounds rounds, each a fresh engine at the sweep's
+//             best setting and a fresh autotune run as above (tuned anew),
+//             in alternating order.
 // A step: AllreduceAsync (Sum) of every separately allocated tensor, then
 // Wait for all, after a barrier; its time is the slowest rank's. The figure
 // of each setting is the median of its steps. The table gives each
 // setting's speed relative to the sweep's best; the target of issue 19 is
 // autotune's >= 0.9.
 //
+// Two measures of that target. "Strict": the first autotune run against
+// the sweep's best time. The best of 24 settings measured once each is the
+// minimum of 24 noisy draws, so where the settings are within noise of one
+// another (the ResNet-50 list here) it sits below what that setting gives
+// when timed again, and the strict ratio is biased low. "Confirm": the
+// median over rounds of (best setting's time / autotune's time) with both
+// re-timed side by side in each round, as every other comparison in bench/
+// is made.
+//
 //   autotune_bench [--shapes PATH] [--steps N] [--workloads resnet50,small]
 //                  [--steps_per_sample K] [--warmup_samples W] [--samples S]
-//                  [--max_tune_steps M]
+//                  [--max_tune_steps M] [--confirm_rounds R]
 #include <mpi.h>
 
 #include <algorithm>
@@ -52,6 +64,7 @@ struct Options {
   int warmup_samples = 1;
   int samples = 2;
   int max_tune_steps = 400;
+  int confirm_rounds = 3;
 };
 
 struct Workload {
@@ -183,6 +196,57 @@ std::string Label(const AutotuneSetting& s) {
                          s.cycle_time_ms);
 }
 
+// A fresh engine at `config`: the median of the slowest rank's step times.
+double TimeFixed(const Workload& w, const Config& config, int steps) {
+  std::vector<double> times;
+  {
+    Run run(w, config);
+    times = Timed(run, steps);
+  }
+  return SlowestMedian(times) * 1e3;
+}
+
+struct Tuned {
+  AutotuneSetting chosen;
+  int tune_steps = 0;
+  double tune_seconds = 0;
+  double ms = 0;  // Median step at the chosen setting, slowest rank.
+};
+
+// A fresh engine with TERSE_AUTOTUNE: stepped until every rank's search is
+// over, then timed at its choice.
+Tuned TimeAutotune(const Workload& w, const Config& base, const Options& opt) {
+  Config config = base;
+  config.autotune = true;
+  config.autotune_steps_per_sample = opt.steps_per_sample;
+  config.autotune_warmup_samples = opt.warmup_samples;
+  config.autotune_samples = opt.samples;
+  Tuned tuned;
+  std::vector<double> times;
+  {
+    Run run(w, config);
+    const double start = Now();
+    while (!run.AllDone()) {
+      if (++tuned.tune_steps > opt.max_tune_steps) {
+        Die("autotune did not finish");
+      }
+      run.Step();
+    }
+    tuned.tune_seconds = Now() - start;
+    const EngineStats s = run.stats();
+    tuned.chosen = {s.autotune_threshold_bytes, s.autotune_cycle_time_ms};
+    times = Timed(run, opt.steps);
+  }
+  tuned.ms = SlowestMedian(times) * 1e3;
+  return tuned;
+}
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
 }  // namespace
 }  // namespace terse
 
@@ -211,6 +275,8 @@ int main(int argc, char** argv) {
       opt.samples = n;
     } else if (flag == "--max_tune_steps" && num && n > 0) {
       opt.max_tune_steps = n;
+    } else if (flag == "--confirm_rounds" && num && n >= 0) {
+      opt.confirm_rounds = n;
     } else {
       Die(absl::StrCat("bad flag ", flag, " ", value));
     }
@@ -226,44 +292,40 @@ int main(int argc, char** argv) {
         Config config = base;
         config.fusion_threshold_bytes = t;
         config.cycle_time_ms = c;
-        std::vector<double> times;
-        {
-          Run run(w, config);
-          times = Timed(run, opt.steps);
-        }
-        sweep.push_back(Row{{t, c}, SlowestMedian(times) * 1e3});
+        sweep.push_back(Row{{t, c}, TimeFixed(w, config, opt.steps)});
       }
     }
-    Config config = base;
-    config.autotune = true;
-    config.autotune_steps_per_sample = opt.steps_per_sample;
-    config.autotune_warmup_samples = opt.warmup_samples;
-    config.autotune_samples = opt.samples;
-    std::vector<double> times;
-    AutotuneSetting chosen;
-    int tune_steps = 0;
-    double tune_seconds = 0;
-    {
-      Run run(w, config);
-      const double start = Now();
-      while (!run.AllDone()) {
-        if (++tune_steps > opt.max_tune_steps) Die("autotune did not finish");
-        run.Step();
-      }
-      tune_seconds = Now() - start;
-      const EngineStats s = run.stats();
-      chosen = {s.autotune_threshold_bytes, s.autotune_cycle_time_ms};
-      times = Timed(run, opt.steps);
-    }
-    const double tuned_ms = SlowestMedian(times) * 1e3;
+    const Tuned first = TimeAutotune(w, base, opt);
     const Row* best = &sweep.front();
     for (const Row& r : sweep) {
       if (r.ms < best->ms) best = &r;
     }
     double chosen_fixed = 0;
     for (const Row& r : sweep) {
-      if (r.setting == chosen) chosen_fixed = r.ms;
+      if (r.setting == first.chosen) chosen_fixed = r.ms;
     }
+    // Confirm: the best setting and autotune re-timed side by side.
+    Config best_config = base;
+    best_config.fusion_threshold_bytes = best->setting.fusion_threshold_bytes;
+    best_config.cycle_time_ms = best->setting.cycle_time_ms;
+    std::vector<double> ratios;
+    std::vector<std::string> rounds;
+    for (int r = 0; r < opt.confirm_rounds; ++r) {
+      double fixed_ms = 0;
+      Tuned again;
+      if (r % 2 == 0) {
+        fixed_ms = TimeFixed(w, best_config, opt.steps);
+        again = TimeAutotune(w, base, opt);
+      } else {
+        again = TimeAutotune(w, base, opt);
+        fixed_ms = TimeFixed(w, best_config, opt.steps);
+      }
+      ratios.push_back(fixed_ms / again.ms);
+      rounds.push_back(absl::StrFormat("%.2f / %.2f ms = %.3f (chose %s)",
+                                       fixed_ms, again.ms, ratios.back(),
+                                       Label(again.chosen)));
+    }
+    const double confirm = ratios.empty() ? 0 : MedianOf(ratios);
     if (rank == 0) {
       std::printf("\n%s (%zu tensors): median step ms, slowest rank\n",
                   name.c_str(), w.sizes.size());
@@ -274,15 +336,27 @@ int main(int argc, char** argv) {
                     best->ms / r.ms, &r == best ? "  <- best fixed" : "");
       }
       std::printf("%-22s %10.2f %14.3f  (chose %s after %d steps, %.1f s)\n",
-                  "autotune", tuned_ms, best->ms / tuned_ms,
-                  Label(chosen).c_str(), tune_steps, tune_seconds);
+                  "autotune", first.ms, best->ms / first.ms,
+                  Label(first.chosen).c_str(), first.tune_steps,
+                  first.tune_seconds);
+      std::printf("confirm, best fixed / autotune, re-timed side by side:\n");
+      for (size_t r = 0; r < rounds.size(); ++r) {
+        std::printf("  round %zu: %s\n", r + 1, rounds[r].c_str());
+      }
+      std::printf("  median %.3f\n", confirm);
       json.push_back(absl::StrFormat(
           "\"%s\": {\"best_fixed\": \"%s\", \"best_fixed_ms\": %.3f, "
           "\"autotune_choice\": \"%s\", \"autotune_ms\": %.3f, "
           "\"choice_in_sweep_ms\": %.3f, \"autotune_speed_vs_best\": %.4f, "
-          "\"tune_steps\": %d}",
-          name, Label(best->setting), best->ms, Label(chosen), tuned_ms,
-          chosen_fixed, best->ms / tuned_ms, tune_steps));
+          "\"tune_steps\": %d, \"confirm_speed_vs_best\": [%s], "
+          "\"confirm_median\": %.4f}",
+          name, Label(best->setting), best->ms, Label(first.chosen), first.ms,
+          chosen_fixed, best->ms / first.ms, first.tune_steps,
+          absl::StrJoin(ratios, ", ",
+                        [](std::string* out, double v) {
+                          absl::StrAppend(out, absl::StrFormat("%.4f", v));
+                        }),
+          confirm));
     }
   }
   if (rank == 0) {
