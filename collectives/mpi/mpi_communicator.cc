@@ -368,8 +368,19 @@ absl::Status MpiCommunicator::AllreduceWith(void* buffer, int64_t count,
                           options_.ring_min_bytes)) {
     const int64_t segment = std::min<int64_t>(
         chunk, std::max<int64_t>(1, options_.ring_segment_bytes / elem));
-    TERSE_RETURN_IF_ERROR(RingAllreduce(comm_, buffer, count, dtype, op,
-                                        segment, &ring_scratch_, staging));
+    if (!ring_failed_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mpi: allreduce: the ring cannot run again on this communicator: "
+          "an earlier ring allreduce failed midway, so its peers' messages "
+          "may still be in flight (",
+          ring_failed_.message(), ")"));
+    }
+    const absl::Status ring = RingAllreduce(comm_, buffer, count, dtype, op,
+                                            segment, &ring_scratch_, staging);
+    if (!ring.ok()) {
+      ring_failed_ = ring;
+      return ring;
+    }
     if (op == ReduceOp::kAverage) DivideInPlace(buffer, count, dtype, size_);
     return absl::OkStatus();
   }

@@ -211,6 +211,10 @@ class MpiCommunicator : public Communicator {
   // One incoming block of the ring, kept between calls (one thread at a
   // time uses a communicator).
   std::vector<uint8_t> ring_scratch_;
+  // The error of a ring allreduce that failed midway (else OK): a later
+  // ring call would match the failed one's messages still in flight, so it
+  // is refused.
+  absl::Status ring_failed_;
 };
 
 }  // namespace terse

@@ -39,6 +39,23 @@ class PipelinedRing {
         sends_(kRingWindow, MPI_REQUEST_NULL),
         staging_(staging) {}
 
+  // On an error midway no receive of this call may land after it has
+  // returned: the buffer and the scratch are the caller's again (and may be
+  // freed). Every receive still posted is cancelled and completed (MPI_Wait
+  // returns for a cancelled request whatever the peers do). Sends are
+  // released to finish in MPI's hands: they only read, and Open MPI cannot
+  // cancel a send. Nothing is posted after a successful Run().
+  ~PipelinedRing() {
+    for (MPI_Request& r : recvs_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    for (MPI_Request& r : sends_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
+
   absl::Status Run() {
     const int64_t total = schedule_.messages();
     while (received_ < total || sent_ < total) {
@@ -47,29 +64,36 @@ class PipelinedRing {
       // The oldest receive and the oldest send; one is always posted (a
       // receive waits only for a send, a send only for a receive, never
       // for each other's: see OverwritesSent and ForwardsReceived).
-      MPI_Request oldest[2] = {
-          received_ < recv_posted_ ? recvs_[received_ % kRingWindow]
-                                   : MPI_REQUEST_NULL,
-          sent_ < send_posted_ ? sends_[sent_ % kRingWindow]
-                               : MPI_REQUEST_NULL};
+      MPI_Request* const slots[2] = {
+          received_ < recv_posted_ ? &recvs_[received_ % kRingWindow] : nullptr,
+          sent_ < send_posted_ ? &sends_[sent_ % kRingWindow] : nullptr};
+      MPI_Request oldest[2] = {slots[0] ? *slots[0] : MPI_REQUEST_NULL,
+                               slots[1] ? *slots[1] : MPI_REQUEST_NULL};
       int which = MPI_UNDEFINED;
+      int rc = MPI_SUCCESS;
+      const char* call = "MPI_Waitany";
+      bool done = true;
       if (HasStagingWork()) {
         // Copy while the messages travel: test, and fill or drain one
         // segment when nothing has arrived.
-        int done = 0;
-        TERSE_RETURN_IF_ERROR(
-            Check(MPI_Testany(2, oldest, &which, &done, MPI_STATUS_IGNORE),
-                  "MPI_Testany"));
-        if (!done) {
-          StageOne();
-          continue;
-        }
+        int flag = 0;
+        call = "MPI_Testany";
+        rc = MPI_Testany(2, oldest, &which, &flag, MPI_STATUS_IGNORE);
+        done = flag != 0;
       } else {
-        TERSE_RETURN_IF_ERROR(Check(
-            MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE), "MPI_Waitany"));
+        rc = MPI_Waitany(2, oldest, &which, MPI_STATUS_IGNORE);
+      }
+      // MPI frees the request it completed, with or without an error: keep
+      // the window in step, so that only live requests are cancelled.
+      for (int i = 0; i < 2; ++i) {
+        if (slots[i] != nullptr) *slots[i] = oldest[i];
+      }
+      TERSE_RETURN_IF_ERROR(Check(rc, call));
+      if (!done) {
+        StageOne();
+        continue;
       }
       if (which == 0) {
-        recvs_[received_ % kRingWindow] = MPI_REQUEST_NULL;
         const RingBlock in = schedule_.RecvRange(received_);
         if (schedule_.Reduces(received_)) {
           FillThrough(FillIndexOfReduce(received_));
@@ -84,7 +108,6 @@ class PipelinedRing {
         }
         ++received_;
       } else if (which == 1) {
-        sends_[sent_ % kRingWindow] = MPI_REQUEST_NULL;
         ++sent_;
       } else {
         return absl::InternalError(absl::StrCat(

@@ -128,7 +128,12 @@ class RingSchedule {
 // count, dtype, op and segment_elements. Uses tag `kRingAllreduceTag` on
 // `comm`; the caller must not have other messages with that tag in flight.
 // An MPI failure returns Internal or InvalidArgument naming the call and
-// this rank (MpiStatus); the buffer's contents are then unspecified.
+// this rank (MpiStatus); the buffer's contents are then unspecified, but
+// nothing is written into the buffer or `scratch` after the return (the
+// receives still posted are cancelled; the sends still posted are released
+// to MPI and only read). The peers' messages of the failed call may still
+// arrive, so the ring must not run again on `comm` (MpiCommunicator
+// refuses to).
 // Thread-safety: one thread at a time per communicator.
 inline constexpr int kRingAllreduceTag = 0x7e12;
 //
