@@ -131,31 +131,30 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     }
     return status;
   }
-  // A plain dense bucket reduced whole is staged range by range, so a
-  // backend that can overlaps the copies with its messages (MPI's ring
-  // across hosts, Communicator::AllreduceStaged).
+  // A bucket reduced whole by one plain allreduce (dense, or a 16-bit cast)
+  // is staged range by range, so a backend that can overlaps the copies
+  // with its messages (MPI's ring across hosts,
+  // Communicator::AllreduceStaged).
+  if (cast) {
+    ctx.data = state.buffer.PrepareCast(members, wire, /*piece=*/0);
+    return RunStaged(bucket, members, ctx, state, wire, first_enqueued,
+                     ready_at, start);
+  }
   if (plain_dense) {
     ctx.data = state.buffer.Prepare(members, bucket.dtype, /*piece=*/0);
     if (!state.buffer.fused_in_outputs()) {
-      return RunStaged(bucket, members, ctx, state, first_enqueued, ready_at,
-                       start);
+      return RunStaged(bucket, members, ctx, state, bucket.dtype,
+                       first_enqueued, ready_at, start);
     }
   }
-  ctx.data = cast ? state.buffer.FuseCast(members, wire, bucket.prescale)
-                  : state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
+  ctx.data = state.buffer.Fuse(members, bucket.dtype, bucket.prescale);
   const Clock::time_point fused = Clock::now();
 
-  absl::Status status =
-      cast ? reducer_->ReduceCast(ctx, wire) : reducer_->Reduce(ctx);
+  absl::Status status = reducer_->Reduce(ctx);
   if (!status.ok()) return status;
 
   const Clock::time_point unfuse_start = Clock::now();
-  const double scale = UnfuseScale(bucket);
-  if (cast) {
-    state.buffer.UnfuseCast(members, wire, scale);
-  } else {
-    state.buffer.Unfuse(members, bucket.dtype, scale);
-  }
+  state.buffer.Unfuse(members, bucket.dtype, UnfuseScale(bucket));
 
   if (timeline_ != nullptr) {
     const Clock::time_point end = Clock::now();
@@ -165,7 +164,7 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
     timeline_->Record(
         ctx.track, "FUSE", start, fused,
         {{"in_place", state.buffer.fused_in_outputs() ? "true" : "false"},
-         {"cast", cast ? std::string(DataTypeName(wire)) : "none"}});
+         {"cast", "none"}});
     timeline_->Record(ctx.track, "UNFUSE", unfuse_start, end);
   }
   return absl::OkStatus();
@@ -174,10 +173,11 @@ absl::Status BucketExecutor::Run(const Bucket& bucket,
 absl::Status BucketExecutor::RunStaged(const Bucket& bucket,
                                        const std::vector<FusionMember>& members,
                                        const BucketReduceContext& ctx,
-                                       PerBucket& state,
+                                       PerBucket& state, DataType wire,
                                        Clock::time_point first_enqueued,
                                        Clock::time_point ready_at,
                                        Clock::time_point start) {
+  const bool cast = wire != bucket.dtype;
   const double scale = UnfuseScale(bucket);
   const Clock::time_point reduce_start = Clock::now();
   // For the timeline: the copies before the first message (the first fill)
@@ -185,31 +185,51 @@ absl::Status BucketExecutor::RunStaged(const Bucket& bucket,
   Clock::time_point first_fill_end{};
   Clock::time_point last_drain_start{};
   auto fill = [&](int64_t begin, int64_t end) {
-    state.buffer.FuseRange(members, bucket.dtype, bucket.prescale, begin, end);
+    if (cast) {
+      state.buffer.FuseCastRange(members, wire, bucket.prescale, begin, end);
+    } else {
+      state.buffer.FuseRange(members, bucket.dtype, bucket.prescale, begin,
+                             end);
+    }
     if (first_fill_end == Clock::time_point{}) first_fill_end = Clock::now();
   };
   auto drain = [&](int64_t begin, int64_t end) {
     last_drain_start = Clock::now();
-    state.buffer.UnfuseRange(members, bucket.dtype, scale, begin, end);
+    if (cast) {
+      state.buffer.UnfuseCastRange(members, wire, scale, begin, end);
+    } else {
+      state.buffer.UnfuseRange(members, bucket.dtype, scale, begin, end);
+    }
   };
-  const absl::Status status = comm_->AllreduceStaged(
-      ctx.data, bucket.count, bucket.dtype, ctx.op, {fill, drain});
-  if (!status.ok()) return status;
+  const absl::Status status =
+      comm_->AllreduceStaged(ctx.data, bucket.count, wire,
+                             cast ? ReduceOp::kSum : ctx.op, {fill, drain});
   const Clock::time_point end = Clock::now();
-  reducer_->DenseReduced(ctx, reduce_start, end);
+  if (cast) {
+    BucketReduceContext accounting = ctx;
+    accounting.timeline = nullptr;  // Recorded below.
+    reducer_->CastReduced(accounting, wire, reduce_start, end, status);
+  }
+  if (!status.ok()) return status;
+  if (!cast) reducer_->DenseReduced(ctx, reduce_start, end);
   if (timeline_ != nullptr) {
     if (first_fill_end == Clock::time_point{}) first_fill_end = reduce_start;
     if (last_drain_start == Clock::time_point{}) last_drain_start = end;
     timeline_->Record(ctx.track, "NEGOTIATE", first_enqueued, ready_at,
                       NegotiateArgs(bucket));
     timeline_->Record(ctx.track, "QUEUE", ready_at, start);
-    timeline_->Record(ctx.track, "FUSE", reduce_start, first_fill_end,
-                      {{"in_place", "false"}, {"staged", "true"}});
-    timeline_->Record(ctx.track, "COMMUNICATE", first_fill_end,
-                      last_drain_start,
-                      {{"algorithm", "allreduce"},
-                       {"bytes", absl::StrCat(bucket.bytes)},
-                       {"staged", "true"}});
+    timeline_->Record(
+        ctx.track, "FUSE", reduce_start, first_fill_end,
+        {{"in_place", "false"},
+         {"staged", "true"},
+         {"cast", cast ? std::string(DataTypeName(wire)) : "none"}});
+    timeline_->Record(
+        ctx.track, "COMMUNICATE", first_fill_end, last_drain_start,
+        {{"algorithm", "allreduce"},
+         {"bytes", absl::StrCat(bucket.count *
+                                static_cast<int64_t>(DataTypeSize(wire)))},
+         {"staged", "true"},
+         {"wire", std::string(DataTypeName(wire))}});
     timeline_->Record(ctx.track, "UNFUSE", last_drain_start, end);
   }
   return absl::OkStatus();

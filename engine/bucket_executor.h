@@ -4,14 +4,16 @@
 // (NEGOTIATE, QUEUE, FUSE, the reducer's phases, UNFUSE).
 //
 // A float32 bucket the reducer sends as a plain 16-bit cast
-// (BucketReducer::CastWireType: fp16/bf16) is fused by FuseCast straight into
-// 16-bit wire values and reduced by ReduceCast: one pass in, one pass out.
+// (BucketReducer::CastWireType: fp16/bf16) is fused straight into 16-bit
+// wire values and widened back out: one pass in, one pass out, with the
+// reducer's accounting (BucketReducer::CastReduced) after the allreduce.
 //
 // A plain dense bucket that is not pipelined (below) and not fused in its
-// outputs is reduced whole through Communicator::AllreduceStaged: the
-// backend calls back to fuse and unfuse it range by range, so MPI's ring
-// across hosts overlaps those copies with its messages (other backends
-// fuse all, allreduce, unfuse all, as before). On the data-centre network
+// outputs, and a cast bucket that is not pipelined, are reduced whole
+// through Communicator::AllreduceStaged: the backend calls back to fuse
+// (cast) and unfuse (widen) it range by range, so MPI's ring across hosts
+// overlaps those copies with its messages (other backends fuse all,
+// allreduce, unfuse all, as before). On the data-centre network
 // of integration/netns this took the 1,000-tensor bucket of bench/engine
 // from 457-460 ms to 436-440 ms, level with its tensors adjacent in memory
 // (docs/results/engine_speed.md, session 16).
@@ -103,13 +105,15 @@ class BucketExecutor {
     int64_t runs = 0;
   };
 
-  // A plain dense bucket reduced whole and not fused in its outputs: its
-  // region was Prepare()d whole in `state`'s buffer (ctx.data), and
-  // Communicator::AllreduceStaged fuses and unfuses it range by range.
+  // A bucket reduced whole by one plain allreduce: dense and not fused in
+  // its outputs (`wire` is the bucket's dtype; its region was Prepare()d
+  // whole in `state`'s buffer, ctx.data), or a 16-bit cast (`wire` is the
+  // cast's type; PrepareCast()d whole). Communicator::AllreduceStaged fuses
+  // and unfuses it range by range.
   absl::Status RunStaged(const Bucket& bucket,
                          const std::vector<FusionMember>& members,
                          const BucketReduceContext& ctx, PerBucket& state,
-                         Clock::time_point first_enqueued,
+                         DataType wire, Clock::time_point first_enqueued,
                          Clock::time_point ready_at, Clock::time_point start);
   // The factor the unfuse step applies: the postscale, divided by the
   // number of ranks for Average (reduced as Sum).

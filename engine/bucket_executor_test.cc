@@ -64,16 +64,12 @@ class CountingReducer : public BucketReducer {
   void CastReduced(const BucketReduceContext& ctx, DataType wire,
                    Clock::time_point start, Clock::time_point end,
                    const absl::Status& status) override {
+    ++casts;
     ++pipelined;
     inner_->CastReduced(ctx, wire, start, end, status);
   }
   DataType CastWireType(const BucketReduceContext& ctx) override {
     return inner_->CastWireType(ctx);
-  }
-  absl::Status ReduceCast(const BucketReduceContext& ctx,
-                          DataType wire) override {
-    ++casts;
-    return inner_->ReduceCast(ctx, wire);
   }
   int casts = 0;
   int reduces = 0;
@@ -113,7 +109,7 @@ struct Outcome {
   std::vector<std::vector<std::vector<std::vector<float>>>> out;
   std::vector<BucketReport> reports;  // Rank 0's, after the last step.
   int64_t bytes_sent = 0;             // Rank 0's.
-  std::vector<int> casts;             // Fast-path steps per rank.
+  std::vector<int> casts;             // Cast fast-path steps per rank.
   std::vector<int> reduces;           // Steps through Reduce, per rank.
   // Steps the executor reduced itself (DenseReduced/CastReduced: pipelined
   // or staged), per rank.
@@ -179,14 +175,18 @@ Outcome RunSteps(const Config& config, const Bucket& bucket, int size,
 // Steps 0 (the general path: the residual is not yet known to be empty) and
 // 1-2 (the cast fast path) give the fp64 average on every rank, and the
 // report counts 16-bit bytes.
-// With pieces of 16 elements (chunk 64 bytes) steps 1-2 are cast, reduced
-// and widened piece by piece, with the same results and accounting.
+// Whole buckets (chunk 0), steps 1-2 are staged: cast and widened through
+// AllreduceStaged's callbacks in ranges of 7 elements that cut through the
+// members, filled back to front. With pieces of 16 elements (chunk 64
+// bytes) they are cast, reduced and widened piece by piece. Same results
+// and accounting either way.
 TEST(BucketExecutorTest, CastBucketsAverageExactlyOnBothPaths) {
   const Bucket bucket = MakeBucket({5, 1, 300, 0, 17}, ReduceOp::kAverage);
   const int size = 4, steps = 3;
   for (const int64_t chunk : {int64_t{0}, int64_t{64}})
     for (const std::string wire : {"fp16", "bf16"}) {
-      Outcome o = RunSteps(MakeConfig(wire), bucket, size, steps, Value, chunk);
+      Outcome o = RunSteps(MakeConfig(wire), bucket, size, steps, Value, chunk,
+                           /*in_place=*/false, /*staging_range=*/7);
       for (int rank = 0; rank < size; ++rank) {
         for (int step = 0; step < steps; ++step) {
           for (size_t i = 0; i < bucket.members.size(); ++i) {
@@ -200,9 +200,9 @@ TEST(BucketExecutorTest, CastBucketsAverageExactlyOnBothPaths) {
           }
         }
       }
-      EXPECT_EQ(o.casts, std::vector<int>(size, chunk == 0 ? steps - 1 : 0))
-          << wire;
-      EXPECT_EQ(o.pipelined, std::vector<int>(size, chunk == 0 ? 0 : steps - 1))
+      EXPECT_EQ(o.casts, std::vector<int>(size, steps - 1)) << wire;
+      EXPECT_EQ(o.pipelined, std::vector<int>(size, steps - 1)) << wire;
+      EXPECT_EQ(o.staged, std::vector<int>(size, chunk == 0 ? steps - 1 : 0))
           << wire;
       ASSERT_EQ(o.reports.size(), 1u);
       EXPECT_EQ(o.reports[0].compressor, wire);
@@ -226,7 +226,8 @@ TEST(BucketExecutorTest, CastRoundsOnceAndScalesInFloat) {
   };
   for (const int64_t chunk : {int64_t{0}, int64_t{24}})
     for (const std::string wire : {"fp16", "bf16"}) {
-      Outcome o = RunSteps(MakeConfig(wire), bucket, 3, 3, value, chunk);
+      Outcome o = RunSteps(MakeConfig(wire), bucket, 3, 3, value, chunk,
+                           /*in_place=*/false, /*staging_range=*/5);
       for (int step = 0; step < 3; ++step) {
         for (size_t i = 0; i < 2; ++i) {
           for (int64_t j = 0; j < bucket.members[i].count; ++j) {

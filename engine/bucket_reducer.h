@@ -54,22 +54,12 @@ class BucketReducer {
   // (whose ctx.data is not yet filled) as its float32 values cast to 16 bits
   // and summed by one allreduce, with no other state to update (fp16/bf16
   // under a static policy): the wire type, kFloat16 or kBFloat16. The caller
-  // then fuses the bucket straight into wire values and calls ReduceCast
-  // instead of Reduce. Otherwise (the default) kFloat32: call Reduce.
+  // then fuses the bucket straight into wire values, allreduces them (Sum)
+  // itself and calls CastReduced instead of Reduce. Otherwise (the default)
+  // kFloat32: call Reduce.
   virtual DataType CastWireType(const BucketReduceContext& ctx) {
     (void)ctx;
     return DataType::kFloat32;
-  }
-
-  // Reduces ctx.data, bucket->count values of `wire` (the type CastWireType
-  // returned for this bucket just before), in place across ranks, as Reduce
-  // would have reduced the float32 values cast to `wire`. Collective; an
-  // error is fatal for the engine.
-  virtual absl::Status ReduceCast(const BucketReduceContext& ctx,
-                                  DataType wire) {
-    (void)ctx;
-    (void)wire;
-    return absl::UnimplementedError("this reducer has no cast fast path");
   }
 
   // The pipelined dense path. True when this reducer would reduce the
@@ -93,10 +83,10 @@ class BucketReducer {
     (void)end;
   }
 
-  // Accounting of a bucket the caller reduced itself, in pieces, as `wire`
-  // values (the type CastWireType returned for it just before), by
-  // allreduces spanning `start`..`end`, with `status` their outcome: what
-  // ReduceCast does besides its one allreduce. Default: nothing.
+  // Accounting of a bucket the caller reduced itself as `wire` values (the
+  // type CastWireType returned for it just before), whole or in pieces, by
+  // allreduces spanning `start`..`end`, with `status` their outcome. An
+  // error status is fatal for the engine. Default: nothing.
   virtual void CastReduced(const BucketReduceContext& ctx, DataType wire,
                            Clock::time_point start, Clock::time_point end,
                            const absl::Status& status) {

@@ -91,8 +91,6 @@ class CompressedReducer : public BucketReducer {
   absl::Status Reduce(const BucketReduceContext& ctx) override;
   // fp16/bf16 under a static policy (compressed_reducer_cast.cc).
   DataType CastWireType(const BucketReduceContext& ctx) override;
-  absl::Status ReduceCast(const BucketReduceContext& ctx,
-                          DataType wire) override;
   void CastReduced(const BucketReduceContext& ctx, DataType wire,
                    Clock::time_point start, Clock::time_point end,
                    const absl::Status& status) override;

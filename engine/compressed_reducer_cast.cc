@@ -1,10 +1,10 @@
 // CompressedReducer's cast fast path (BucketReducer::CastWireType and
-// ReduceCast): fp16/bf16 under a static policy, once the bucket's residual
+// CastReduced): fp16/bf16 under a static policy, once the bucket's residual
 // is known to be empty, skips the general path's copies (a, the decoded
 // "what was sent" for error feedback, the squared norm): the executor casts
-// while it fuses, this file runs the one allreduce and the step's
-// bookkeeping (policy step, report, bytes sent, timeline); for a bucket the
-// executor reduces in pieces, only the bookkeeping (CastReduced).
+// while it fuses and runs the allreduce (whole and staged, or in pieces);
+// this file decides the wire type and keeps the step's bookkeeping (policy
+// step, report, bytes sent, timeline).
 #include "absl/strings/str_cat.h"
 #include "compressors/registry.h"
 #include "engine/compressed_reducer.h"
@@ -35,23 +35,6 @@ DataType CompressedReducer::CastWireType(const BucketReduceContext& ctx) {
   EndStep();
   if (!fast) return DataType::kFloat32;
   return choice.name == "fp16" ? DataType::kFloat16 : DataType::kBFloat16;
-}
-
-absl::Status CompressedReducer::ReduceCast(const BucketReduceContext& ctx,
-                                           DataType wire) {
-  const Bucket& bucket = *ctx.bucket;
-  BeginStep();
-  const bool known = buckets_.count(bucket.id) > 0;
-  EndStep();
-  if (!known) {
-    return absl::InternalError(absl::StrCat(
-        "bucket ", bucket.id, ": ReduceCast without CastWireType"));
-  }
-  const Clock::time_point start = Clock::now();
-  absl::Status status =
-      ctx.comm->Allreduce(ctx.data, bucket.count, wire, ReduceOp::kSum);
-  CastReduced(ctx, wire, start, Clock::now(), status);
-  return status;
 }
 
 void CompressedReducer::CastReduced(const BucketReduceContext& ctx,
