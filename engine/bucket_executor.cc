@@ -205,11 +205,7 @@ absl::Status BucketExecutor::RunStaged(const Bucket& bucket,
       comm_->AllreduceStaged(ctx.data, bucket.count, wire,
                              cast ? ReduceOp::kSum : ctx.op, {fill, drain});
   const Clock::time_point end = Clock::now();
-  if (cast) {
-    BucketReduceContext accounting = ctx;
-    accounting.timeline = nullptr;  // Recorded below.
-    reducer_->CastReduced(accounting, wire, reduce_start, end, status);
-  }
+  if (cast) reducer_->CastReduced(ctx, wire, reduce_start, end, status);
   if (!status.ok()) return status;
   if (!cast) reducer_->DenseReduced(ctx, reduce_start, end);
   if (timeline_ != nullptr) {
@@ -279,9 +275,7 @@ absl::Status BucketExecutor::RunPipelined(
     }
   }
   if (cast) {
-    BucketReduceContext accounting = ctx;
-    accounting.timeline = nullptr;  // The pieces are on the timeline.
-    reducer_->CastReduced(accounting, wire, start, Clock::now(), status);
+    reducer_->CastReduced(ctx, wire, start, Clock::now(), status);
   } else if (status.ok()) {
     reducer_->DenseReduced(ctx, start, Clock::now());
   }

@@ -86,7 +86,8 @@ class BucketReducer {
   // Accounting of a bucket the caller reduced itself as `wire` values (the
   // type CastWireType returned for it just before), whole or in pieces, by
   // allreduces spanning `start`..`end`, with `status` their outcome. An
-  // error status is fatal for the engine. Default: nothing.
+  // error status is fatal for the engine. The caller records the timeline.
+  // Default: nothing.
   virtual void CastReduced(const BucketReduceContext& ctx, DataType wire,
                            Clock::time_point start, Clock::time_point end,
                            const absl::Status& status) {

@@ -4,8 +4,7 @@
 // "what was sent" for error feedback, the squared norm): the executor casts
 // while it fuses and runs the allreduce (whole and staged, or in pieces);
 // this file decides the wire type and keeps the step's bookkeeping (policy
-// step, report, bytes sent, timeline).
-#include "absl/strings/str_cat.h"
+// step, report, bytes sent; the executor records the timeline).
 #include "compressors/registry.h"
 #include "engine/compressed_reducer.h"
 #include "engine/compressed_reducer_internal.h"
@@ -60,11 +59,6 @@ void CompressedReducer::CastReduced(const BucketReduceContext& ctx,
     Publish(BucketReport{bucket.id, static_cast<int>(bucket.members.size()),
                          bucket.bytes, state.policy->Describe(), sent,
                          decision.send_cf, bytes});
-    if (ctx.timeline != nullptr) {
-      ctx.timeline->Record(
-          ctx.track, "COMMUNICATE", start, end,
-          {{"bytes", absl::StrCat(bytes)}, {"compressor", sent}});
-    }
   }
   state.last_own = SecondsBetween(start, end);
   own_seconds_total_ += state.last_own;
