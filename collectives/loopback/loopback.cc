@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "collectives/forwarding_communicator.h"
 #include "collectives/reduce.h"
 #include "common/status.h"
@@ -470,22 +471,27 @@ LoopbackCommunicator::CreateSubgroup(const std::vector<int>& ranks) {
 absl::Status RunLoopbackRanks(
     int size, const std::function<absl::Status(int, Communicator*)>& body) {
   LoopbackGroup group(size);
-  std::vector<absl::Status> results(size);
+  // The first rank to fail is the cause; the others may fail only because
+  // the group was aborted, so the cause is recorded under a lock in the
+  // order the failures happen, not in rank order.
+  absl::Mutex mu;
+  absl::Status first_error;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      results[r] = body(r, group.communicator(r));
-      if (!results[r].ok()) {
-        group.Abort(absl::AbortedError(absl::StrCat(
-            "loopback: rank ", r, " failed: ", results[r].message())));
+      absl::Status result = body(r, group.communicator(r));
+      if (result.ok()) return;
+      {
+        absl::MutexLock lock(&mu);
+        if (first_error.ok()) first_error = result;
       }
+      group.Abort(absl::AbortedError(
+          absl::StrCat("loopback: rank ", r, " failed: ", result.message())));
     });
   }
   for (std::thread& t : threads) t.join();
-  for (const absl::Status& s : results) {
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+  absl::MutexLock lock(&mu);
+  return first_error;
 }
 
 }  // namespace terse

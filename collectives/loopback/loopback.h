@@ -93,7 +93,8 @@ class LoopbackGroup {
 
 // Runs body(rank, communicator) for every rank on its own thread and joins
 // them. If a body returns an error, the group is aborted (so no rank blocks)
-// and the first error is returned.
+// and the first error in time is returned: the cause, not another rank's
+// Aborted from the group's abort.
 absl::Status RunLoopbackRanks(
     int size, const std::function<absl::Status(int, Communicator*)>& body);
 

@@ -85,6 +85,17 @@ TEST(LoopbackTest, AFailingRankReleasesTheOthers) {
   EXPECT_THAT(s.message(), HasSubstr("rank 1"));
 }
 
+// The error returned is the cause (rank 1's), not rank 0's Aborted from the
+// group's abort, though rank 0 comes first in rank order.
+TEST(LoopbackTest, TheCauseIsReturnedNotTheAbortItLeftOnLowerRanks) {
+  absl::Status s = RunLoopbackRanks(3, [](int rank, Communicator* comm) {
+    if (rank == 1) return absl::InvalidArgumentError("rank 1's own error");
+    return comm->Barrier();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "rank 1's own error");
+}
+
 TEST(LoopbackTest, BadArgumentsAreErrorsNotCrashes) {
   LoopbackGroup group(1);
   Communicator* comm = group.communicator(0);
