@@ -43,7 +43,12 @@ absl::Status Communicator::AllgathervUnknownSizes(
   int64_t total =
       std::accumulate(recv_bytes->begin(), recv_bytes->end(), int64_t{0});
   recv->resize(total);
-  return Allgatherv(send, recv->data(), *recv_bytes);
+  return AllgathervAgreedSizes(send, recv->data(), *recv_bytes);
+}
+
+absl::Status Communicator::AllgathervAgreedSizes(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  return Allgatherv(send, recv, recv_bytes);
 }
 
 absl::Status Communicator::AllreduceStaged(void* buffer, int64_t count,

@@ -101,6 +101,16 @@ class Communicator {
   virtual absl::Status Allgatherv(const void* send, void* recv,
                                   const std::vector<int64_t>& recv_bytes) = 0;
 
+  // Allgatherv for recv_bytes that every rank took from the same collective
+  // result (an allgather of the sizes, the engine's negotiated response), so
+  // they agree by construction. A backend that checks Allgatherv's sizes
+  // across ranks with a collective of its own (MPI: one small allgather)
+  // skips that check here. Same contract as Allgatherv otherwise; the base
+  // class calls Allgatherv, so wrappers that override only Allgatherv see
+  // these calls too.
+  virtual absl::Status AllgathervAgreedSizes(
+      const void* send, void* recv, const std::vector<int64_t>& recv_bytes);
+
   // `bytes` from `root`'s buffer into every other rank's buffer.
   virtual absl::Status Broadcast(void* buffer, int64_t bytes, int root) = 0;
 
@@ -164,7 +174,8 @@ class Communicator {
       const std::vector<int>& ranks);
 
   // Allgatherv when the caller does not know the other ranks' sizes: gathers
-  // the sizes first (one Allgather of int64), then the data. On return
+  // the sizes first (one Allgather of int64), then the data
+  // (AllgathervAgreedSizes: the gathered sizes agree). On return
   // `recv_bytes` has one entry per rank and `recv` holds the packed data.
   absl::Status AllgathervUnknownSizes(const void* send, int64_t send_bytes,
                                       std::vector<uint8_t>* recv,

@@ -488,6 +488,15 @@ void Suite::CheckAllgatherv(const std::vector<int64_t>& sizes,
     return;
   }
   if (recv.Read() != want) Fail(what, "received data differs");
+  // Sizes known to agree: the same result, whatever check it skips.
+  Buffer agreed(this, std::vector<uint8_t>(want.size(), 0xee));
+  if (!ExpectOk(comm_.AllgathervAgreedSizes(send.data(), agreed.data(), sizes),
+                what + " (agreed sizes)")) {
+    return;
+  }
+  if (agreed.Read() != want) {
+    Fail(what + " (agreed sizes)", "received data differs");
+  }
   if (options_.memory != nullptr) return;
   // Host memory, in place: this rank's part already at its offset.
   std::vector<uint8_t> in_place(want.size(), 0xee);

@@ -34,6 +34,12 @@ class BorrowedCommunicator : public ForwardingCommunicator {
                                ReduceOp op, const Staging& staging) override {
     return target()->AllreduceStaged(buffer, count, dtype, op, staging);
   }
+  // Likewise the target's own (MPI skips its size check).
+  absl::Status AllgathervAgreedSizes(
+      const void* send, void* recv,
+      const std::vector<int64_t>& recv_bytes) override {
+    return target()->AllgathervAgreedSizes(send, recv, recv_bytes);
+  }
 };
 
 }  // namespace

@@ -478,7 +478,8 @@ absl::Status DeviceExecutor::RunAllgather(
   }
   TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
   if (entry == nullptr) std::memset(host, 0, static_cast<size_t>(mine));
-  return control->Allgatherv(host, recv, recv_bytes);
+  // The sizes come from the negotiated response, alike on every rank.
+  return control->AllgathervAgreedSizes(host, recv, recv_bytes);
 }
 
 }  // namespace terse

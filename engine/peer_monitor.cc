@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<PeerMonitor>> PeerMonitor::Connect(
     offsets[r + 1] = offsets[r] + lens[r];
   }
   std::string all(offsets[size], '\0');
-  TERSE_RETURN_IF_ERROR(comm->Allgatherv(mine.data(), all.data(), lens));
+  TERSE_RETURN_IF_ERROR(
+      comm->AllgathervAgreedSizes(mine.data(), all.data(), lens));
   if (!made.ok() || *made == nullptr) return made;
   std::vector<std::string> addresses(size);
   for (int r = 0; r < size; ++r) {

@@ -382,7 +382,8 @@ void ProcessSetRunner::RunAllgather(const proto::Response& r,
                                     local ? &it->second : nullptr, recv_bytes,
                                     result.data.data());
   } else {
-    status = comm_->Allgatherv(send, result.data.data(), recv_bytes);
+    // The sizes come from the negotiated response, alike on every rank.
+    status = comm_->AllgathervAgreedSizes(send, result.data.data(), recv_bytes);
   }
   NoteError(status);
   if (context_->timeline != nullptr) {

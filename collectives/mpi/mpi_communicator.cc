@@ -455,6 +455,17 @@ absl::Status MpiCommunicator::Allgather(const void* send, void* recv,
 
 absl::Status MpiCommunicator::Allgatherv(
     const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  return AllgathervWith(send, recv, recv_bytes, /*verify=*/true);
+}
+
+absl::Status MpiCommunicator::AllgathervAgreedSizes(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  return AllgathervWith(send, recv, recv_bytes, options_.verify_all_calls);
+}
+
+absl::Status MpiCommunicator::AllgathervWith(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes,
+    bool verify) {
   if (static_cast<int>(recv_bytes.size()) != size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("mpi: allgatherv: recv_bytes has ", recv_bytes.size(),
@@ -473,8 +484,10 @@ absl::Status MpiCommunicator::Allgatherv(
   TERSE_RETURN_IF_ERROR(CheckBuffer(recv, total, "allgatherv recv"));
   // Sizes that disagree across ranks would make MPI truncate or misplace
   // data; the check costs one tiny allgather.
-  TERSE_RETURN_IF_ERROR(VerifySignature(
-      {kCallAllgatherv, total, -1, -1, -1, HashSizes(recv_bytes)}));
+  if (verify) {
+    TERSE_RETURN_IF_ERROR(VerifySignature(
+        {kCallAllgatherv, total, -1, -1, -1, HashSizes(recv_bytes)}));
+  }
   if (total == 0) return absl::OkStatus();
   if (total > INT_MAX || total > options_.max_elements_per_call) {
     return AllgathervByBroadcasts(send, recv, recv_bytes);

@@ -43,6 +43,7 @@
 // exchanges a small signature of its arguments first (one 48-byte-per-rank
 // allgather) so ranks whose recv_bytes disagree all get InvalidArgument
 // naming the ranks, instead of a truncation or corrupted data;
+// AllgathervAgreedSizes, for sizes that came from a collective, does not;
 // MpiOptions::verify_all_calls extends that check to every collective.
 //
 // Counts above INT_MAX elements (MPI's int counts) are split into chunks.
@@ -69,7 +70,8 @@ namespace terse {
 struct MpiOptions {
   // Exchange a signature of every collective's arguments (kind, count,
   // dtype, op, root) before running it; costs one tiny allgather per call.
-  // Allgatherv checks its sizes regardless of this flag.
+  // Allgatherv checks its sizes regardless of this flag;
+  // AllgathervAgreedSizes only with it.
   bool verify_all_calls = false;
   // Largest element count handed to one MPI call (tests lower it to exercise
   // the chunking); clamped to [1, INT_MAX].
@@ -140,6 +142,10 @@ class MpiCommunicator : public Communicator {
                          int64_t bytes_per_rank) override;
   absl::Status Allgatherv(const void* send, void* recv,
                           const std::vector<int64_t>& recv_bytes) override;
+  // Allgatherv without the size check (unless verify_all_calls).
+  absl::Status AllgathervAgreedSizes(
+      const void* send, void* recv,
+      const std::vector<int64_t>& recv_bytes) override;
   absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
   absl::Status Barrier() override;
   // MPI_Alltoallv of bytes; MPI_Sendrecv pairs in chunks past INT_MAX or
@@ -186,6 +192,10 @@ class MpiCommunicator : public Communicator {
   // Allreduce with ReduceOp::kAdasum (communicator.h), already checked.
   absl::Status AllreduceAdasum(void* buffer, int64_t count, DataType dtype);
   absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
+  // Allgatherv, checking the sizes across ranks first when `verify`.
+  absl::Status AllgathervWith(const void* send, void* recv,
+                              const std::vector<int64_t>& recv_bytes,
+                              bool verify);
   // Allgatherv as one broadcast per rank, for sizes MPI's int counts or
   // displacements cannot express.
   absl::Status AllgathervByBroadcasts(const void* send, void* recv,
