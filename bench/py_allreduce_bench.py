@@ -11,6 +11,9 @@ Workloads (fp32 CPU tensors, each allocated on its own):
             engine_bench draws (std::mt19937(1234), reproduced here)
   resnet50  the 161 parameter tensors of ResNet-50, 97.5 MiB
             (bench/engine/resnet50_param_shapes.tsv)
+  one1mib   one tensor of 1 MiB: the per-op cost of each library (issue
+            19's one-tensor target, here through Python, with Horovod
+            beside terse and raw MPI)
 
 Modes, each one step = every tensor of the workload reduced (Sum) in place:
   terse:none / terse:fp16   terse.torch.allreduce_async_(t, name, op=Sum,
@@ -108,7 +111,8 @@ def _resnet50_sizes():
     return sizes
 
 
-WORKLOADS = {"small": _small_sizes, "resnet50": _resnet50_sizes}
+WORKLOADS = {"small": _small_sizes, "resnet50": _resnet50_sizes,
+             "one1mib": lambda: [(1 << 20) // 4]}
 
 
 # --- libraries (one rank) ----------------------------------------------------
@@ -339,7 +343,8 @@ def driver(args):
             mpi_launch.horovod_python()
     for w in workloads:
         if w not in WORKLOADS:
-            raise SystemExit(f"unknown workload {w!r}: small or resnet50")
+            raise SystemExit(f"unknown workload {w!r}: "
+                             f"{', '.join(WORKLOADS)}")
     mpi_launch.check_transport(args.transport, args.np)
     if any(m.startswith("terse:") for m in modes):
         mpi_launch.build_terse()

@@ -31,6 +31,9 @@ uptime | tee "$out/uptime_before.txt"
 step engine_shm bench/engine/run.sh
 step py_allreduce_shm $py bench/py_allreduce_bench.py --rounds 3 --steps 5 \
   --warmup 1
+step py_one1mib_shm $py bench/py_allreduce_bench.py \
+  --modes terse:none,horovod:none,mpi:per_tensor --workloads one1mib \
+  --rounds 10 --steps 30 --warmup 5
 step torch_step_shm $py bench/torch_step_bench.py --transport shm \
   --modes terse:none,horovod:none,terse:fp16,horovod:fp16 --rounds 3 \
   --steps 80 --warmup 10
