@@ -41,7 +41,7 @@ absl::Status SimDeviceCommunicator::Allgather(const void* send, void* recv,
   return host_->Allgather(send, recv, bytes_per_rank);
 }
 
-absl::Status SimDeviceCommunicator::Allgatherv(
+absl::Status SimDeviceCommunicator::CheckAllgatherv(
     const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
   if (static_cast<int>(recv_bytes.size()) != size()) {
     return absl::InvalidArgumentError(
@@ -57,8 +57,20 @@ absl::Status SimDeviceCommunicator::Allgatherv(
     total += b;
   }
   TERSE_RETURN_IF_ERROR(Check(send, recv_bytes[rank()], "send"));
-  TERSE_RETURN_IF_ERROR(Check(recv, total, "recv"));
+  return Check(recv, total, "recv");
+}
+
+absl::Status SimDeviceCommunicator::Allgatherv(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  TERSE_RETURN_IF_ERROR(CheckAllgatherv(send, recv, recv_bytes));
   return host_->Allgatherv(send, recv, recv_bytes);
+}
+
+absl::Status SimDeviceCommunicator::AllgathervAgreedSizes(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  TERSE_RETURN_IF_ERROR(CheckAllgatherv(send, recv, recv_bytes));
+  // The host's own variant: over MPI it skips Allgatherv's size check.
+  return host_->AllgathervAgreedSizes(send, recv, recv_bytes);
 }
 
 absl::Status SimDeviceCommunicator::Broadcast(void* buffer, int64_t bytes,

@@ -45,6 +45,9 @@ class SimDeviceCommunicator : public Communicator {
                          int64_t bytes_per_rank) override;
   absl::Status Allgatherv(const void* send, void* recv,
                           const std::vector<int64_t>& recv_bytes) override;
+  absl::Status AllgathervAgreedSizes(
+      const void* send, void* recv,
+      const std::vector<int64_t>& recv_bytes) override;
   absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
   absl::Status Barrier() override { return host_->Barrier(); }
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override {
@@ -57,6 +60,10 @@ class SimDeviceCommunicator : public Communicator {
 
  private:
   absl::Status Check(const void* ptr, int64_t bytes, const char* what);
+  // Allgatherv's arguments: one size a rank, none negative, simulated-device
+  // memory of those sizes.
+  absl::Status CheckAllgatherv(const void* send, void* recv,
+                               const std::vector<int64_t>& recv_bytes);
 
   const std::unique_ptr<Communicator> host_;
   DeviceRuntime* const sim_;

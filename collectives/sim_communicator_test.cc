@@ -3,6 +3,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
 #include "device/sim_runtime.h"
 #include "gmock/gmock.h"
@@ -69,6 +70,83 @@ TEST(SimCommunicatorTest, MovesSimulatedBuffersThroughTheRegistry) {
   for (std::thread& t : threads) t.join();
   EXPECT_TRUE(results[0].ok()) << results[0];
   EXPECT_TRUE(results[1].ok()) << results[1];
+}
+
+// Counts which of the host's allgathers a SimDeviceCommunicator calls.
+class CountingHost : public ForwardingCommunicator {
+ public:
+  explicit CountingHost(Communicator* target)
+      : ForwardingCommunicator(target) {}
+  absl::Status Allgatherv(const void* send, void* recv,
+                          const std::vector<int64_t>& recv_bytes) override {
+    ++checked_;
+    return target()->Allgatherv(send, recv, recv_bytes);
+  }
+  absl::Status AllgathervAgreedSizes(
+      const void* send, void* recv,
+      const std::vector<int64_t>& recv_bytes) override {
+    ++agreed_;
+    return target()->AllgathervAgreedSizes(send, recv, recv_bytes);
+  }
+  int checked_ = 0;
+  int agreed_ = 0;
+};
+
+// The engine's device gather passes sizes that came from a collective: the
+// simulated device hands them to the host's AllgathervAgreedSizes (which
+// over MPI skips Allgatherv's size check), after its own memory checks.
+TEST(SimCommunicatorTest, AgreedSizesReachTheHostsAgreedAllgather) {
+  SimRuntime sim;
+  LoopbackGroup group(2);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(2);
+  std::vector<int> checked(2), agreed(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto host = std::make_unique<CountingHost>(group.communicator(rank));
+      CountingHost* counts = host.get();
+      SimDeviceCommunicator dev(std::move(host), &sim, rank);
+      results[rank] = [&]() -> absl::Status {
+        const std::vector<int64_t> sizes = {3, 5};
+        absl::StatusOr<DeviceBuffer> send =
+            DeviceBuffer::Allocate(&sim, rank, sizes[rank]);
+        if (!send.ok()) return send.status();
+        absl::StatusOr<DeviceBuffer> recv =
+            DeviceBuffer::Allocate(&sim, rank, 8);
+        if (!recv.ok()) return recv.status();
+        for (int i = 0; i < sizes[rank]; ++i) {
+          send->as<uint8_t>()[i] = static_cast<uint8_t>(10 * rank + i);
+        }
+        absl::Status s =
+            dev.AllgathervAgreedSizes(send->data(), recv->data(), sizes);
+        if (!s.ok()) return s;
+        const std::vector<uint8_t> want = {0, 1, 2, 10, 11, 12, 13, 14};
+        for (int i = 0; i < 8; ++i) {
+          if (recv->as<uint8_t>()[i] != want[i]) {
+            return absl::InternalError(absl::StrCat(
+                "byte ", i, " is ", static_cast<int>(recv->as<uint8_t>()[i])));
+          }
+        }
+        std::vector<uint8_t> host_recv(8);
+        absl::Status refused =
+            dev.AllgathervAgreedSizes(send->data(), host_recv.data(), sizes);
+        if (refused.code() != absl::StatusCode::kInvalidArgument ||
+            refused.message().find("recv") == std::string::npos) {
+          return absl::InternalError(
+              absl::StrCat("host recv not refused: ", refused.ToString()));
+        }
+        return absl::OkStatus();
+      }();
+      checked[rank] = counts->checked_;
+      agreed[rank] = counts->agreed_;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << results[rank];
+    EXPECT_EQ(agreed[rank], 1) << "rank " << rank;
+    EXPECT_EQ(checked[rank], 0) << "rank " << rank;
+  }
 }
 
 TEST(SimCommunicatorTest, RegisterNeedsASimRuntime) {

@@ -364,11 +364,13 @@ absl::Status DeviceExecutor::RunBucket(
             registry_->ForDevice(Device{ctx->runtime->kind(), ctx->ordinal}));
         // As Collective: NCCL gathers on the engine stream, after the
         // encode; the host waits once, after it (the caller reads the
-        // headers).
+        // headers). The sizes come from the control plane's allgather of
+        // counts (or are fixed for every rank), so they agree.
         if (!comm->UseStream(ctx->stream->native_handle())) {
           TERSE_RETURN_IF_ERROR(ctx->stream->Synchronize());
         }
-        TERSE_RETURN_IF_ERROR(comm->Allgatherv(send, recv, recv_bytes));
+        TERSE_RETURN_IF_ERROR(
+            comm->AllgathervAgreedSizes(send, recv, recv_bytes));
         return comm->Synchronize();
       };
     }
