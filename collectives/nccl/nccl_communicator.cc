@@ -269,6 +269,17 @@ absl::Status NcclCommunicator::Allgather(const void* send, void* recv,
 
 absl::Status NcclCommunicator::Allgatherv(
     const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  return AllgathervWith(send, recv, recv_bytes, /*check_sizes=*/true);
+}
+
+absl::Status NcclCommunicator::AllgathervAgreedSizes(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes) {
+  return AllgathervWith(send, recv, recv_bytes, /*check_sizes=*/false);
+}
+
+absl::Status NcclCommunicator::AllgathervWith(
+    const void* send, void* recv, const std::vector<int64_t>& recv_bytes,
+    bool check_sizes) {
   const int n = size();
   if (static_cast<int>(recv_bytes.size()) != n) {
     return absl::InvalidArgumentError(
@@ -287,16 +298,19 @@ absl::Status NcclCommunicator::Allgatherv(
       CheckDeviceBuffer(send, recv_bytes[rank()], "allgatherv send"));
   TERSE_RETURN_IF_ERROR(CheckDeviceBuffer(recv, total, "allgatherv recv"));
   TERSE_RETURN_IF_ERROR(Ready("allgatherv"));
-  // Sizes must agree everywhere, or ranks would post different broadcasts.
-  uint64_t mine = StableHashOf(recv_bytes);
-  std::vector<uint64_t> hashes(n);
-  TERSE_RETURN_IF_ERROR(control_->Allgather(&mine, hashes.data(), 8));
-  for (int r = 0; r < n; ++r) {
-    if (hashes[r] != hashes[0]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl: mismatched collective calls: allgatherv recv_bytes differ "
-          "between rank 0 and rank ",
-          r, " (seen on rank ", rank(), ")"));
+  // Sizes must agree everywhere, or ranks would post different broadcasts
+  // (and hang in them). Sizes from a collective agree by construction.
+  if (check_sizes) {
+    uint64_t mine = StableHashOf(recv_bytes);
+    std::vector<uint64_t> hashes(n);
+    TERSE_RETURN_IF_ERROR(control_->Allgather(&mine, hashes.data(), 8));
+    for (int r = 0; r < n; ++r) {
+      if (hashes[r] != hashes[0]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "nccl: mismatched collective calls: allgatherv recv_bytes differ "
+            "between rank 0 and rank ",
+            r, " (seen on rank ", rank(), ")"));
+      }
     }
   }
   char* out = static_cast<char*>(recv);

@@ -83,6 +83,11 @@ class NcclCommunicator : public Communicator {
   // agree on every rank, then one ncclBroadcast per rank in a group.
   absl::Status Allgatherv(const void* send, void* recv,
                           const std::vector<int64_t>& recv_bytes) override;
+  // The broadcasts without the control-plane check (the engine's sparse
+  // gathers, whose sizes come from an allgather of counts).
+  absl::Status AllgathervAgreedSizes(
+      const void* send, void* recv,
+      const std::vector<int64_t>& recv_bytes) override;
   absl::Status Broadcast(void* buffer, int64_t bytes, int root) override;
   absl::Status Barrier() override;
   absl::Status BitwiseAnd(uint64_t* words, int64_t count) override;
@@ -112,6 +117,11 @@ class NcclCommunicator : public Communicator {
   absl::Status CudaStatus(cudaError_t error, const char* op);
   absl::Status Abort(absl::Status cause);
   absl::Status Bitwise(uint64_t* words, int64_t count, bool is_and);
+  // Allgatherv; `check_sizes`: first the control plane's allgather of a
+  // hash of recv_bytes.
+  absl::Status AllgathervWith(const void* send, void* recv,
+                              const std::vector<int64_t>& recv_bytes,
+                              bool check_sizes);
 
   Communicator* const control_;
   const int device_;

@@ -1,12 +1,14 @@
 // NcclCommunicator on a GPU: the conformance suite on device memory (one
 // rank; and two ranks as threads, one device each, when two devices exist),
-// CPU buffers rejected, a caller-given stream. Skips without a device.
+// CPU buffers rejected, a caller-given stream, the control-plane calls of
+// the two allgathervs. Skips without a device.
 #include <cuda_runtime_api.h>
 
 #include <vector>
 
 #include "absl/strings/str_join.h"
 #include "collectives/conformance.h"
+#include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
 #include "collectives/nccl/cuda_test_memory.h"
 #include "collectives/nccl/nccl_communicator.h"
@@ -112,6 +114,52 @@ TEST_F(NcclGpuTest, UsesTheCallersStream) {
   EXPECT_NE(comm.stream(), stream);
   cudaFree(d);
   cudaStreamDestroy(stream);
+}
+
+// Counts the control plane's allgathers.
+class CountingControl : public ForwardingCommunicator {
+ public:
+  explicit CountingControl(Communicator* target)
+      : ForwardingCommunicator(target) {}
+  absl::Status Allgather(const void* send, void* recv,
+                         int64_t bytes_per_rank) override {
+    ++allgathers;
+    return target()->Allgather(send, recv, bytes_per_rank);
+  }
+  int allgathers = 0;
+};
+
+// Allgatherv checks its sizes with one control-plane allgather;
+// AllgathervAgreedSizes (sizes from a collective) moves the same bytes
+// without it.
+TEST_F(NcclGpuTest, AgreedSizesSkipTheControlPlanesCheck) {
+  LoopbackGroup group(1);
+  CountingControl control(group.communicator(0));
+  auto created = NcclCommunicator::Create(&control, 0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  NcclCommunicator& comm = **created;
+  uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  ASSERT_EQ(cudaMalloc(&send, 16), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&recv, 32), cudaSuccess);
+  std::vector<uint8_t> bytes(16);
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<uint8_t>(3 * i + 1);
+  ASSERT_EQ(cudaMemcpy(send, bytes.data(), 16, cudaMemcpyHostToDevice),
+            cudaSuccess);
+
+  const int before = control.allgathers;
+  ASSERT_TRUE(comm.Allgatherv(send, recv, {16}).ok());
+  EXPECT_EQ(control.allgathers, before + 1);
+  ASSERT_TRUE(comm.AllgathervAgreedSizes(send, recv + 16, {16}).ok());
+  EXPECT_EQ(control.allgathers, before + 1);
+  ASSERT_TRUE(comm.Synchronize().ok());
+
+  std::vector<uint8_t> got(32);
+  ASSERT_EQ(cudaMemcpy(got.data(), recv, 32, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], bytes[i % 16]) << i;
+  cudaFree(send);
+  cudaFree(recv);
 }
 
 }  // namespace
