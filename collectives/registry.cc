@@ -119,6 +119,24 @@ CommunicatorRegistry::CommunicatorRegistry(const Config& config,
     : backend_(config.backend.empty() ? "auto" : config.backend),
       backends_(std::move(backends)) {}
 
+CommunicatorRegistry::CommunicatorRegistry(std::string backend,
+                                           BackendTable backends)
+    : backend_(std::move(backend)), backends_(std::move(backends)) {}
+
+absl::StatusOr<std::unique_ptr<CommunicatorRegistry>>
+CommunicatorRegistry::ForSubgroup(Communicator* control) const {
+  if (control == nullptr) {
+    return absl::InvalidArgumentError(
+        "CommunicatorRegistry::ForSubgroup: null control communicator");
+  }
+  std::unique_ptr<CommunicatorRegistry> sub(
+      new CommunicatorRegistry(backend_, backends_));
+  sub->control_ = BorrowCommunicator(control);
+  // The same CPU backend, in the copy's own table.
+  sub->control_entry_ = sub->backends_.Find(control_entry_->name);
+  return sub;
+}
+
 CommunicatorRegistry::~CommunicatorRegistry() {
   absl::MutexLock lock(&mu_);
   devices_.clear();  // They may use control_, which goes last.

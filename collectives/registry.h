@@ -123,8 +123,18 @@ class CommunicatorRegistry {
   // serves it; the factory's error when building fails.
   absl::StatusOr<Communicator*> ForDevice(Device device);
 
+  // A registry over `control` (a sub-group of this one's control(), e.g. a
+  // process set's; not owned, must outlive the result) with this one's
+  // backends and TERSE_BACKEND: its device communicators (NCCL, the
+  // simulated device's) are built lazily over `control`'s ranks, so they
+  // span the sub-group only. Local: builds nothing now. InvalidArgument for
+  // a null `control`.
+  absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> ForSubgroup(
+      Communicator* control) const;
+
  private:
   CommunicatorRegistry(const Config& config, BackendTable backends);
+  CommunicatorRegistry(std::string backend, BackendTable backends);
 
   // The backend that serves `kind` under config_.backend, or an error.
   absl::StatusOr<const BackendTable::Entry*> Select(Device device) const;

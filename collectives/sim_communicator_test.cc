@@ -5,6 +5,7 @@
 
 #include "collectives/forwarding_communicator.h"
 #include "collectives/loopback/loopback.h"
+#include "common/status.h"
 #include "device/sim_runtime.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -146,6 +147,68 @@ TEST(SimCommunicatorTest, AgreedSizesReachTheHostsAgreedAllgather) {
     EXPECT_TRUE(results[rank].ok()) << results[rank];
     EXPECT_EQ(agreed[rank], 1) << "rank " << rank;
     EXPECT_EQ(checked[rank], 0) << "rank " << rank;
+  }
+}
+
+// A registry over a sub-group (a process set's) builds its device
+// communicators over that sub-group: ranks 0 and 2 of 3 reduce among
+// themselves.
+TEST(SimCommunicatorTest, SubgroupRegistrySpansTheSubgroup) {
+  SimRuntime sim;
+  LoopbackGroup group(3);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(3);
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      results[rank] = [&]() -> absl::Status {
+        BackendTable table;
+        Communicator* comm = group.communicator(rank);
+        TERSE_RETURN_IF_ERROR(table.Register(
+            "loop", Device::Kind::kCpu,
+            [comm](Device, Communicator*)
+                -> absl::StatusOr<std::unique_ptr<Communicator>> {
+              return BorrowCommunicator(comm);
+            }));
+        TERSE_RETURN_IF_ERROR(RegisterSimBackend(&table, &sim));
+        TERSE_ASSIGN_OR_RETURN(
+            std::unique_ptr<CommunicatorRegistry> registry,
+            CommunicatorRegistry::Create(Config(), std::move(table)));
+        if (registry->ForSubgroup(nullptr).status().code() !=
+            absl::StatusCode::kInvalidArgument) {
+          return absl::InternalError("a null sub-group was accepted");
+        }
+        TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> sub,
+                               registry->control()->CreateSubgroup({0, 2}));
+        if (sub == nullptr) return absl::OkStatus();  // Rank 1: not a member.
+        TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> sets,
+                               registry->ForSubgroup(sub.get()));
+        if (sets->control()->size() != 2) {
+          return absl::InternalError("sub-group registry's control size");
+        }
+        TERSE_ASSIGN_OR_RETURN(Communicator * dev,
+                               sets->ForDevice(Device::Sim(rank)));
+        if (dev->backend() != "sim" || dev->size() != 2) {
+          return absl::InternalError(
+              absl::StrCat(dev->backend(), " of ", dev->size(), " ranks"));
+        }
+        TERSE_ASSIGN_OR_RETURN(DeviceBuffer buf,
+                               DeviceBuffer::Allocate(&sim, rank, 40));
+        for (int i = 0; i < 10; ++i) buf.as<float>()[i] = (rank + 1) * i;
+        TERSE_RETURN_IF_ERROR(
+            dev->Allreduce(buf.data(), 10, DataType::kFloat32, ReduceOp::kSum));
+        for (int i = 0; i < 10; ++i) {
+          if (buf.as<float>()[i] != 4.0f * i) {  // Ranks 0 and 2: 1 + 3.
+            return absl::InternalError(
+                absl::StrCat("sum[", i, "] = ", buf.as<float>()[i]));
+          }
+        }
+        return absl::OkStatus();
+      }();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank];
   }
 }
 
