@@ -162,17 +162,19 @@ absl::Status DeviceExecutor::CheckEntry(const TensorEntry& e) {
   return absl::OkStatus();
 }
 
+int DeviceExecutor::OrdinalFor(Device::Kind kind) const {
+  absl::MutexLock lock(&mu_);
+  auto pinned = ordinals_.find(kind);
+  return pinned != ordinals_.end() ? pinned->second : local_rank_;
+}
+
 absl::StatusOr<DeviceExecutor::Context*> DeviceExecutor::ContextFor(
     Device::Kind kind) {
   auto it = contexts_.find(kind);
   if (it != contexts_.end()) return it->second.get();
   auto ctx = std::make_unique<Context>();
   TERSE_ASSIGN_OR_RETURN(ctx->runtime, runtimes_->Get(kind));
-  {
-    absl::MutexLock lock(&mu_);
-    auto pinned = ordinals_.find(kind);
-    ctx->ordinal = pinned != ordinals_.end() ? pinned->second : local_rank_;
-  }
+  ctx->ordinal = pins_->OrdinalFor(kind);
   TERSE_ASSIGN_OR_RETURN(ctx->stream, ctx->runtime->CreateStream(ctx->ordinal));
   Context* raw = ctx.get();
   contexts_.emplace(kind, std::move(ctx));

@@ -124,6 +124,14 @@ class DeviceExecutor {
   // engine stream's pending work, which may use it).
   void Forget(int bucket_id);
 
+  // A process set's executor (its registry over the set's communicator)
+  // moves the tensors of the device that `global`'s CheckView pinned (the
+  // engine checks every op with the global set's executor), or `global`'s
+  // local rank's device when none was pinned: one device per kind and rank
+  // across sets. `global` (not owned) must outlive this executor. Before
+  // the first Run*.
+  void FollowOrdinalsOf(const DeviceExecutor* global) { pins_ = global; }
+
  private:
   struct Context {
     DeviceRuntime* runtime = nullptr;
@@ -134,6 +142,8 @@ class DeviceExecutor {
   };
 
   absl::StatusOr<Context*> ContextFor(Device::Kind kind);
+  // This rank's ordinal of `kind`: pinned by CheckView, else local_rank_.
+  int OrdinalFor(Device::Kind kind) const;
   // `bytes` of host staging memory (or scratch device memory) in `ctx`.
   absl::StatusOr<void*> Staging(Context* ctx, int64_t bytes);
   absl::StatusOr<void*> Scratch(Context* ctx, int64_t bytes);
@@ -155,8 +165,9 @@ class DeviceExecutor {
   CommunicatorRegistry* const registry_;
   const DeviceRuntimes* const runtimes_;
   const int local_rank_;
+  const DeviceExecutor* pins_ = this;  // Whose ordinals this one follows.
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // This rank's ordinal per device kind (pinned by CheckView).
   std::map<Device::Kind, int> ordinals_ ABSL_GUARDED_BY(mu_);
 

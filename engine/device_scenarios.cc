@@ -605,6 +605,7 @@ std::vector<Scenario> DeviceScenarios(SimRuntime* sim,
       {"TimelineOnDevice", TimelineOnDevice},
       {"CompressedEqualsCpu", CompressedEqualsCpu},
       {"CheckpointAcrossDeviceKinds", CheckpointAcrossDeviceKinds},
+      {"DeviceTensorsOnProcessSets", DeviceTensorsOnProcessSets},
   };
   std::vector<Scenario> all;
   for (const char* mode : {"nccl", "mpi"}) {

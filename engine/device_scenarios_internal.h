@@ -1,6 +1,7 @@
 // Internals shared by the device scenarios' .cc files (device_scenarios.cc:
 // the dense paths and the scenario list; device_compression_scenarios.cc:
-// compression and checkpoints on device buckets). Testing only; include
+// compression and checkpoints on device buckets; device_set_scenarios.cc:
+// process sets). Testing only; include
 // only there.
 #ifndef TERSE_ENGINE_DEVICE_SCENARIOS_INTERNAL_H_
 #define TERSE_ENGINE_DEVICE_SCENARIOS_INTERNAL_H_
@@ -59,6 +60,10 @@ absl::Status MomentumAcrossDeviceKinds(SimRuntime* sim, int rank,
 absl::Status PortfolioProbesAcrossDeviceKinds(SimRuntime* sim, int rank,
                                               Engine& engine);
 absl::Status QsgdPortfolioOnDevice(SimRuntime* sim, int rank, Engine& engine);
+
+// Device tensors on process sets (device_set_scenarios.cc); see there.
+absl::Status DeviceTensorsOnProcessSets(SimRuntime* sim, int rank,
+                                        Engine& engine);
 
 }  // namespace device_scenarios_internal
 }  // namespace testing

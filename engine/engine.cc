@@ -195,6 +195,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(
   return engine;
 }
 
+DeviceExecutor::NeedsReducer Engine::DeviceNeedsReducer(const Config& config) {
+  return [config](const Bucket& bucket) {
+    return config.momentum_correction > 0 ||
+           ChooseCompressionFor(bucket.members.front().name, bucket.compression,
+                                config)
+                   .name != "none";
+  };
+}
+
 Engine::Engine(const Config& config, const EngineOptions& options,
                CommunicatorRegistry* registry,
                std::unique_ptr<CommunicatorRegistry> owned_registry,
@@ -222,13 +231,7 @@ Engine::Engine(const Config& config, const EngineOptions& options,
           0, AllRanks(size_), comm_, nullptr, &context_,
           static_cast<ProcessSetHost*>(this))),
       device_(config, registry, runtimes_, &global_->reducer(),
-              [config](const Bucket& bucket) {
-                // Compression or momentum correction: the reducer's work.
-                return config.momentum_correction > 0 ||
-                       ChooseCompressionFor(bucket.members.front().name,
-                                            bucket.compression, config)
-                               .name != "none";
-              }) {
+              DeviceNeedsReducer(config)) {
   global_->set_device(&device_);
   {
     absl::MutexLock lock(&mu_);

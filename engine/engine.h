@@ -23,10 +23,8 @@
 // enqueued on the engine's stream; its buffers must stay valid until that
 // work is done. WaitIssued returns the completion event for the consumer's
 // stream to wait on; Wait blocks the host until the work is done; Poll is
-// true only then. Compression and momentum correction run on simulated-device
-// buckets (the CPU reducer on the device fusion buffer, device_executor.h);
-// on CUDA they are not implemented yet and such an allreduce fails at
-// enqueue with Unimplemented.
+// true only then. Compression and momentum correction of device buckets run
+// on the device, in stream order (DeviceCompression, device_executor.h).
 //
 // Process sets (engine/process_set_runner.h): every op names a process set,
 // 0 (every rank, the default) or one registered at Create
@@ -37,8 +35,8 @@
 // Compression works per set (each set has its own compression state);
 // BucketReports, BytesSent and the compression checkpoints cover every set
 // this rank is in (engine_compression.cc); compression() is the global
-// set's alone. Device tensors run on the global set only (Unimplemented at
-// enqueue otherwise).
+// set's alone. Device tensors run on every set: a set's device
+// communicators (NCCL) span its members, built at its first device op.
 //
 // Errors: a bad argument is an error at enqueue. A disagreement between
 // ranks (dtype, shape, op, root, scales, compression) fails that op on every
@@ -359,8 +357,11 @@ class Engine : private ProcessSetHost {
   // Gives `ranks` the next id (AlreadyExists when a set holds them).
   absl::StatusOr<int32_t> ReserveSet(const std::vector<int>& ranks);
   // Background thread: the reserved set's communicator (collective over
-  // every rank) and, on members, its runner.
+  // every rank) and, on members, its runner with its device executor.
   absl::Status BuildSet(int32_t id, const std::vector<int>& ranks);
+  // Which device buckets go through a set's reducer: those with
+  // compression or momentum correction.
+  static DeviceExecutor::NeedsReducer DeviceNeedsReducer(const Config& config);
   // Every non-global set's cycle, in increasing id.
   void CycleSets();
   // After a cycle: tells the queue which members of partly submitted

@@ -28,8 +28,13 @@ float Value(int r, int64_t i) {
 }
 
 // Allreduces (Sum) and averages two tensors on cuda:0 with the ready and
-// done events, and checks them on the host.
-absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
+// done events on process set `set` (world ranks `members`; empty: every
+// rank), and checks them on the host.
+absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank,
+                             int32_t set = 0, std::vector<int> members = {}) {
+  if (members.empty()) {
+    for (int r = 0; r < engine.size(); ++r) members.push_back(r);
+  }
   const int64_t n = (int64_t{1} << 20) + 3;
   std::vector<float> host(n);
   for (int64_t i = 0; i < n; ++i) host[i] = Value(rank, i);
@@ -48,10 +53,11 @@ absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
   TensorView bv(b.data(), n, DataType::kFloat32, Device::Cuda(0));
   TERSE_ASSIGN_OR_RETURN(
       Handle ha, engine.AllreduceAsync("a", av, av, {n}, ReduceOp::kSum, 1.0,
-                                       1.0, nullptr, "", shared_ready));
+                                       1.0, nullptr, "", shared_ready, set));
   TERSE_ASSIGN_OR_RETURN(
-      Handle hb, engine.AllreduceAsync("b", bv, bv, {n}, ReduceOp::kAverage,
-                                       1.0, 1.0, nullptr, "", shared_ready));
+      Handle hb,
+      engine.AllreduceAsync("b", bv, bv, {n}, ReduceOp::kAverage, 1.0, 1.0,
+                            nullptr, "", shared_ready, set));
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(ha));
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Stream> consumer,
                          cuda->CreateStream(0));
@@ -63,10 +69,10 @@ absl::Status AllreduceOnCuda(Engine& engine, CudaRuntime* cuda, int rank) {
   std::vector<float> avg(n);
   TERSE_RETURN_IF_ERROR(producer->Memcpy(avg.data(), b.data(), n * 4));
   TERSE_RETURN_IF_ERROR(producer->Synchronize());
-  const int size = engine.size();
+  const int size = static_cast<int>(members.size());
   for (int64_t i = 0; i < n; ++i) {
     float want = 0;
-    for (int r = 0; r < size; ++r) want += Value(r, i);
+    for (int r : members) want += Value(r, i);
     if (got[i] != want || avg[i] != want / size) {
       return absl::InternalError(absl::StrCat("rank ", rank, " [", i, "]: sum ",
                                               got[i], " avg ", avg[i],
@@ -203,6 +209,28 @@ TEST_F(EngineCudaGpuTest, FourRanksOnOneGpuStagedThroughTheHost) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                            Engine::Create(config, comm, options));
     absl::Status s = AllreduceOnCuda(*engine, &cuda_, rank);
+    if (s.ok()) s = engine->Barrier();
+    absl::Status shut = engine->Shutdown();
+    return s.ok() ? shut : s;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+// Static process sets {0, 2} and {1, 3}: each set's device executor stages
+// its CUDA buckets over the set's own communicator.
+TEST_F(EngineCudaGpuTest, ProcessSetsOnOneGpuStagedThroughTheHost) {
+  Config config = Config::Defaults();
+  config.cycle_time_ms = 1;
+  config.gpu_operations = "mpi";
+  EngineOptions options;
+  options.devices = &runtimes_;
+  options.process_sets = {{0, 2}, {1, 3}};
+  absl::Status status = RunLoopbackRanks(4, [&](int rank, Communicator* comm) {
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                           Engine::Create(config, comm, options));
+    const int32_t set = rank % 2 == 0 ? 1 : 2;
+    absl::Status s =
+        AllreduceOnCuda(*engine, &cuda_, rank, set, {rank % 2, rank % 2 + 2});
     if (s.ok()) s = engine->Barrier();
     absl::Status shut = engine->Shutdown();
     return s.ok() ? shut : s;

@@ -47,11 +47,6 @@ absl::StatusOr<int> Engine::ResolveProcessSet(TensorEntry& entry) const {
         ") is not in process set ", entry.process_set, " (ranks ",
         Ranks(ranks), "); only its members may enqueue on it"));
   }
-  if (!entry.input.device.is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor '", entry.name, "': device tensors run on the global process ",
-        "set only, not on process set ", entry.process_set));
-  }
   if (entry.op == proto::BROADCAST) {
     auto root = std::find(ranks.begin(), ranks.end(), entry.root_rank);
     if (root == ranks.end()) {
@@ -148,6 +143,17 @@ absl::Status Engine::BuildSet(int32_t id, const std::vector<int>& ranks) {
     auto runner = std::make_unique<ProcessSetRunner>(
         id, ranks, raw, *std::move(sub), &context_,
         static_cast<ProcessSetHost*>(this));
+    // Device tensors of the set: its own executor, whose device
+    // communicators (built at the set's first device op, collectively over
+    // its members) span the set, on the devices the global executor pinned.
+    absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> registry =
+        registry_->ForSubgroup(raw);
+    if (!registry.ok()) return registry.status();
+    auto device = std::make_unique<DeviceExecutor>(
+        config_, registry->get(), runtimes_, &runner->reducer(),
+        DeviceNeedsReducer(config_));
+    device->FollowOrdinalsOf(&device_);
+    runner->own_device(*std::move(registry), std::move(device));
     RegisterSetReducer(*runner);
     sets_[id] = std::move(runner);
   }

@@ -18,9 +18,11 @@
 // them back. Coordinator errors of a non-global set name the set and its
 // world ranks.
 //
-// Device tensors (engine/device_executor.h) run only on the global set:
-// `device` is null for other sets and the engine refuses such ops at
-// enqueue.
+// Device tensors (engine/device_executor.h): the global set's runner uses
+// the engine's executor (set_device); another set's runner owns one of its
+// own (own_device), whose registry builds the device communicators (NCCL)
+// over the set's communicator, with its own engine streams and fusion
+// buffers and its compression state in this runner's reducer.
 //
 // Not thread-safe: used by the engine's background thread only (stats
 // getters included).
@@ -36,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "collectives/registry.h"
 #include "common/config.h"
 #include "common/control.pb.h"
 #include "device/runtime.h"
@@ -128,6 +131,15 @@ class ProcessSetRunner {
   // Set once by the engine, for the global set only (it must be built
   // after the reducer it uses).
   void set_device(DeviceExecutor* device) { device_ = device; }
+  // A non-global set's device executor (built over this runner's reducer)
+  // and the registry over comm() it uses; destroyed before the reducer and
+  // the communicator.
+  void own_device(std::unique_ptr<CommunicatorRegistry> registry,
+                  std::unique_ptr<DeviceExecutor> device) {
+    owned_registry_ = std::move(registry);
+    owned_device_ = std::move(device);
+    device_ = owned_device_.get();
+  }
 
   // Takes `entry` (an op of this set) into negotiation; a refused one
   // completes at once with the error.
@@ -180,6 +192,11 @@ class ProcessSetRunner {
   BucketExecutor executor_;
   absl::flat_hash_map<std::string, TensorEntry> in_flight_;
   absl::Status local_error_;
+  // Declared last, destroyed first: the executor's streams drain and its
+  // compression state detaches from reducer_ before the rest goes; the
+  // registry's device communicators go before owned_comm_, their control.
+  std::unique_ptr<CommunicatorRegistry> owned_registry_;
+  std::unique_ptr<DeviceExecutor> owned_device_;
 };
 
 }  // namespace terse
