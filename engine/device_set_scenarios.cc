@@ -136,6 +136,26 @@ absl::Status Check(RankDevice& d, int rank, int step, Engine& engine,
                              "rows in set order"));
 }
 
+// One top-k step (CF 10) of a 2,000-float device tensor on `set`: the
+// reduced result. Distinct magnitudes, so top-k keeps a definite set.
+absl::StatusOr<std::vector<double>> TopkStep(RankDevice& d, int rank,
+                                             Engine& engine, int32_t set,
+                                             int step) {
+  std::vector<double> v(2000);
+  for (int64_t i = 0; i < 2000; ++i) {
+    v[i] =
+        SetValue(rank, set, step, 3, i) + 0.001 * static_cast<double>(i % 97);
+  }
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Uploaded> u,
+                         Upload(d, DataType::kFloat32, v));
+  TERSE_ASSIGN_OR_RETURN(
+      Handle h,
+      engine.AllreduceAsync("ef", u->view, u->view, {2000}, ReduceOp::kSum, 1.0,
+                            1.0, nullptr, "topk:10", u->ready, set));
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, engine.WaitIssued(h));
+  return Download(d, done.get(), *u);
+}
+
 }  // namespace
 
 // Two sets beside the global one, added at run time, with the same tensor
@@ -145,7 +165,10 @@ absl::Status Check(RankDevice& d, int rank, int step, Engine& engine,
 // allgather on each set it is in (in rank-dependent order, so the sets'
 // cycles interleave), and on the global set; results come through the
 // consumer stream after the op's event. Then one set is removed and the
-// other still runs: its device state outlived its neighbour's.
+// other still runs: its device state outlived its neighbour's. Last, the
+// remaining set's top-k residuals (device memory) go through a compression
+// checkpoint: a step replayed after loading it equals the step after
+// saving it.
 absl::Status DeviceTensorsOnProcessSets(SimRuntime* sim, int rank,
                                         Engine& engine) {
   const int n = engine.size();
@@ -183,7 +206,30 @@ absl::Status DeviceTensorsOnProcessSets(SimRuntime* sim, int rank,
     TERSE_RETURN_IF_ERROR(run_step(step, {0, tail_id, ends_id}));
   }
   TERSE_RETURN_IF_ERROR(engine.RemoveProcessSet(ends_id));
-  return run_step(3, {0, tail_id});
+  TERSE_RETURN_IF_ERROR(run_step(3, {0, tail_id}));
+
+  const bool in_tail = rank >= 1;
+  for (int step = 0; step < 2 && in_tail; ++step) {
+    TERSE_RETURN_IF_ERROR(TopkStep(d, rank, engine, tail_id, step).status());
+  }
+  TERSE_ASSIGN_OR_RETURN(const std::string saved,
+                         engine.SaveCompressionState());
+  std::vector<double> reference, replay;
+  if (in_tail) {
+    TERSE_ASSIGN_OR_RETURN(reference, TopkStep(d, rank, engine, tail_id, 2));
+  }
+  TERSE_ASSIGN_OR_RETURN(const std::string later,
+                         engine.SaveCompressionState());
+  TERSE_RETURN_IF_ERROR(Expect(!in_tail || later != saved,
+                               "the set's residuals moved after the save"));
+  TERSE_RETURN_IF_ERROR(engine.LoadCompressionState(saved));
+  if (in_tail) {
+    TERSE_ASSIGN_OR_RETURN(replay, TopkStep(d, rank, engine, tail_id, 2));
+  }
+  return Expect(replay == reference,
+                absl::StrCat("rank ", rank, ": the top-k step on set ", tail_id,
+                             " after loading the checkpoint differs "
+                             "from the step after saving it"));
 }
 
 }  // namespace device_scenarios_internal
