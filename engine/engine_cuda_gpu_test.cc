@@ -5,6 +5,7 @@
 // sums computed on the host.
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -199,61 +200,59 @@ TEST_F(EngineCudaGpuTest, OneRankOverNccl) {
   EXPECT_TRUE((*engine)->Shutdown().ok());
 }
 
-TEST_F(EngineCudaGpuTest, FourRanksOnOneGpuStagedThroughTheHost) {
-  Config config = Config::Defaults();
+// `ranks` loopback ranks sharing the GPU, their device buckets staged
+// through the host (TERSE_GPU_OPERATIONS=mpi): `body` on each rank's
+// engine, then a barrier and shutdown.
+absl::Status RunStaged(
+    int ranks, Config config, EngineOptions options,
+    const std::function<absl::Status(Engine&, int rank)>& body) {
   config.cycle_time_ms = 1;
   config.gpu_operations = "mpi";
-  EngineOptions options;
-  options.devices = &runtimes_;
-  absl::Status status = RunLoopbackRanks(4, [&](int rank, Communicator* comm) {
+  return RunLoopbackRanks(ranks, [&](int rank, Communicator* comm) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                            Engine::Create(config, comm, options));
-    absl::Status s = AllreduceOnCuda(*engine, &cuda_, rank);
+    absl::Status s = body(*engine, rank);
     if (s.ok()) s = engine->Barrier();
     absl::Status shut = engine->Shutdown();
     return s.ok() ? shut : s;
   });
+}
+
+TEST_F(EngineCudaGpuTest, FourRanksOnOneGpuStagedThroughTheHost) {
+  EngineOptions options;
+  options.devices = &runtimes_;
+  absl::Status status =
+      RunStaged(4, Config::Defaults(), options, [&](Engine& engine, int rank) {
+        return AllreduceOnCuda(engine, &cuda_, rank);
+      });
   EXPECT_TRUE(status.ok()) << status;
 }
 
 // Static process sets {0, 2} and {1, 3}: each set's device executor stages
 // its CUDA buckets over the set's own communicator.
 TEST_F(EngineCudaGpuTest, ProcessSetsOnOneGpuStagedThroughTheHost) {
-  Config config = Config::Defaults();
-  config.cycle_time_ms = 1;
-  config.gpu_operations = "mpi";
   EngineOptions options;
   options.devices = &runtimes_;
   options.process_sets = {{0, 2}, {1, 3}};
-  absl::Status status = RunLoopbackRanks(4, [&](int rank, Communicator* comm) {
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                           Engine::Create(config, comm, options));
-    const int32_t set = rank % 2 == 0 ? 1 : 2;
-    absl::Status s =
-        AllreduceOnCuda(*engine, &cuda_, rank, set, {rank % 2, rank % 2 + 2});
-    if (s.ok()) s = engine->Barrier();
-    absl::Status shut = engine->Shutdown();
-    return s.ok() ? shut : s;
-  });
+  absl::Status status =
+      RunStaged(4, Config::Defaults(), options, [&](Engine& engine, int rank) {
+        const int32_t set = rank % 2 == 0 ? 1 : 2;
+        return AllreduceOnCuda(engine, &cuda_, rank, set,
+                               {rank % 2, rank % 2 + 2});
+      });
   EXPECT_TRUE(status.ok()) << status;
 }
 
 TEST_F(EngineCudaGpuTest, CompressedOnOneGpuStagedThroughTheHost) {
   Config config = Config::Defaults();
-  config.cycle_time_ms = 1;
-  config.gpu_operations = "mpi";
   config.min_compress_bytes = 0;
   config.gravac_candidates = {"none", "fp16", "bf16"};
   EngineOptions options;
   options.devices = &runtimes_;
-  absl::Status status = RunLoopbackRanks(2, [&](int rank, Communicator* comm) {
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                           Engine::Create(config, comm, options));
-    absl::Status s = CompressedOnCuda(*engine, &cuda_, rank);
-    if (s.ok()) s = engine->Barrier();
-    absl::Status shut = engine->Shutdown();
-    return s.ok() ? shut : s;
-  });
+  absl::Status status =
+      RunStaged(2, config, options, [&](Engine& engine, int rank) {
+        return CompressedOnCuda(engine, &cuda_, rank);
+      });
   EXPECT_TRUE(status.ok()) << status;
 }
 
