@@ -15,6 +15,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A registry whose control plane is loopback rank `comm` (borrowed) and
+// whose "sim" backend serves `sim`'s devices.
+absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> SimRegistry(
+    Communicator* comm, SimRuntime* sim) {
+  BackendTable table;
+  TERSE_RETURN_IF_ERROR(table.Register(
+      "loop", Device::Kind::kCpu,
+      [comm](Device,
+             Communicator*) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        return BorrowCommunicator(comm);
+      }));
+  TERSE_RETURN_IF_ERROR(RegisterSimBackend(&table, sim));
+  return CommunicatorRegistry::Create(Config(), std::move(table));
+}
+
 // Two loopback ranks, each with its own simulated device, allreduce and
 // broadcast through the registry's "sim" backend; host pointers are refused.
 TEST(SimCommunicatorTest, MovesSimulatedBuffersThroughTheRegistry) {
@@ -25,19 +40,8 @@ TEST(SimCommunicatorTest, MovesSimulatedBuffersThroughTheRegistry) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       results[rank] = [&]() -> absl::Status {
-        BackendTable table;
-        Communicator* comm = group.communicator(rank);
-        absl::Status reg = table.Register(
-            "loop", Device::Kind::kCpu,
-            [comm](Device, Communicator*)
-                -> absl::StatusOr<std::unique_ptr<Communicator>> {
-              return BorrowCommunicator(comm);
-            });
-        if (!reg.ok()) return reg;
-        reg = RegisterSimBackend(&table, &sim);
-        if (!reg.ok()) return reg;
         absl::StatusOr<std::unique_ptr<CommunicatorRegistry>> registry =
-            CommunicatorRegistry::Create(Config(), std::move(table));
+            SimRegistry(group.communicator(rank), &sim);
         if (!registry.ok()) return registry.status();
         absl::StatusOr<Communicator*> dev =
             (*registry)->ForDevice(Device::Sim(rank));
@@ -161,18 +165,8 @@ TEST(SimCommunicatorTest, SubgroupRegistrySpansTheSubgroup) {
   for (int rank = 0; rank < 3; ++rank) {
     threads.emplace_back([&, rank] {
       results[rank] = [&]() -> absl::Status {
-        BackendTable table;
-        Communicator* comm = group.communicator(rank);
-        TERSE_RETURN_IF_ERROR(table.Register(
-            "loop", Device::Kind::kCpu,
-            [comm](Device, Communicator*)
-                -> absl::StatusOr<std::unique_ptr<Communicator>> {
-              return BorrowCommunicator(comm);
-            }));
-        TERSE_RETURN_IF_ERROR(RegisterSimBackend(&table, &sim));
-        TERSE_ASSIGN_OR_RETURN(
-            std::unique_ptr<CommunicatorRegistry> registry,
-            CommunicatorRegistry::Create(Config(), std::move(table)));
+        TERSE_ASSIGN_OR_RETURN(std::unique_ptr<CommunicatorRegistry> registry,
+                               SimRegistry(group.communicator(rank), &sim));
         if (registry->ForSubgroup(nullptr).status().code() !=
             absl::StatusCode::kInvalidArgument) {
           return absl::InternalError("a null sub-group was accepted");
