@@ -3,7 +3,8 @@
 
 Run under mpirun by tools/gpu_check.sh on a machine with a GPU and a CUDA
 PyTorch: 1 rank over NCCL, and 2 ranks sharing GPU 0 with
-TERSE_GPU_OPERATIONS=mpi (NCCL refuses two ranks on one device). Every rank
+TERSE_GPU_OPERATIONS=mpi (NCCL refuses two ranks on one device); the
+process-set check runs with 2 ranks or more. Every rank
 prints `PASS name` or `FAIL name: why` per check and exits non-zero if any
 failed. Without a CUDA device it prints "skipped: no device" and exits 77.
 
@@ -24,7 +25,7 @@ if not torch.cuda.is_available():
 
 import terse.torch as hvd  # noqa: E402  (after the device check)
 
-hvd.init()
+hvd.init(process_sets="dynamic")  # process_sets_on_cuda adds sets
 RANK, SIZE = hvd.rank(), hvd.size()
 DEV = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
 torch.cuda.set_device(DEV)
@@ -248,6 +249,46 @@ def hook_does_not_block_host():
     return None
 
 
+def process_sets_on_cuda():
+    # CUDA tensors on process sets other than the global one (each set has
+    # its own device executor and transport): every rank registers the
+    # same sets, in order, each rank alone in one; then the pairs' set
+    # {0, 1} when there are more than two ranks.
+    sets = [hvd.add_process_set([r]) for r in range(SIZE)]
+    if SIZE > 2:
+        sets.append(hvd.add_process_set([0, 1]))
+    try:
+        mine = sets[RANK]
+        x = torch.full((1000,), RANK + 1.0, device=DEV)
+        why = expect_all(hvd.allreduce(x, name="ps.sum", op=hvd.Sum,
+                                       process_set=mine),
+                         RANK + 1.0, "allreduce Sum on this rank's set")
+        if why:
+            return why
+        why = expect_all(
+            hvd.allreduce(x, name="ps.fp16", op=hvd.Average,
+                          compression=hvd.Compression.fp16, process_set=mine),
+            RANK + 1.0, "allreduce Average, fp16, on this rank's set")
+        if why:
+            return why
+        g = hvd.allgather(torch.full((2, 3), RANK, device=DEV,
+                                     dtype=torch.int32),
+                          name="ps.gather", process_set=mine)
+        why = expect_all(g, RANK, "allgather on this rank's set")
+        if why or tuple(g.shape) != (2, 3):
+            return why or f"allgather shape {tuple(g.shape)}"
+        if SIZE > 2 and RANK <= 1:
+            y = hvd.allreduce(x, name="ps.pair", op=hvd.Sum,
+                              process_set=sets[-1])
+            why = expect_all(y, 3.0, "allreduce Sum on set {0, 1}")
+            if why:
+                return why
+        return None
+    finally:
+        for ps in sets:
+            hvd.remove_process_set(ps)
+
+
 CHECKS = [
     ("allreduce fp32/fp16/bf16 Sum and Average", allreduce_dtypes),
     ("allreduce_async_ in place, 8 tensors", allreduce_inplace_async),
@@ -263,6 +304,9 @@ CHECKS = [
      per_call_gravac_portfolio),
     ("allreduce_async_ does not wait for the producer", hook_does_not_block_host),
 ]
+if SIZE >= 2:  # one rank has no process set but the global one
+    CHECKS.append(("process sets: allreduce (fp16 too) and allgather",
+                   process_sets_on_cuda))
 
 only = os.environ.get("TERSE_GPU_CHECKS")  # comma-separated indices
 for i, (name, fn) in enumerate(CHECKS):
