@@ -89,3 +89,10 @@ def lib():
 def efcp():
     """The `_efcp` extension module; ImportError with a fix if missing."""
     return _EFCP.get()
+
+
+def check_initialized(what):
+    """Raises TerseError naming init() when the engine is not running."""
+    if not lib().is_initialized():
+        raise lib().TerseError(
+            f"terse is not initialised; call init() first (before {what})")

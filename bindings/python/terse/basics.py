@@ -13,7 +13,8 @@ import os
 import threading
 import warnings
 
-from terse._native import lib
+from terse._native import check_initialized, lib  # noqa: F401 (re-exported)
+from terse import process_sets as _process_sets
 from terse.compression import Compression, Compressor
 
 _lock = threading.Lock()
@@ -47,7 +48,6 @@ def _collect_variables(compression=None, config=None):
 def _world(comm):
     """init(comm=...): (world ranks, mpi4py communicator or None, key that
     tells two comm= values apart: None for MPI_COMM_WORLD)."""
-    from terse import process_sets as _process_sets
     if comm is None:
         return [], None, None
     if isinstance(comm, (list, tuple, range)):
@@ -110,7 +110,6 @@ def init(compression=None, config=None, comm=None, process_sets=None):
     raises TerseError. A bad TERSE_* value raises TerseError naming it.
     """
     global _engine_variables, _engine_sets, _engine_world
-    from terse import process_sets as _process_sets
     world_ranks, mpi_comm, world = _world(comm)
     if world is not None and isinstance(process_sets, (list, tuple)) and any(
             isinstance(ps, _process_sets.ProcessSet) and ps.mpi_comm is not None
@@ -169,7 +168,6 @@ def reinit():
     it). TerseError if terse was never initialised.
     """
     global _engine_variables, _engine_sets, _engine_world
-    from terse import process_sets as _process_sets
     with _lock:
         if not _last_init:
             raise lib().TerseError("reinit(): terse was never initialised")
@@ -207,7 +205,6 @@ def _shutdown_at_exit():
 def shutdown():
     """Stops terse; pending operations fail. Safe to call more than once."""
     global _engine_variables, _host_layout
-    from terse import process_sets as _process_sets
     with _lock:
         try:
             lib().shutdown()  # Raises the root cause the engine stopped on.
@@ -219,13 +216,6 @@ def shutdown():
 
 def is_initialized():
     return lib().is_initialized()
-
-
-def check_initialized(what):
-    """Raises TerseError naming init() when the engine is not running."""
-    if not lib().is_initialized():
-        raise lib().TerseError(
-            f"terse is not initialised; call init() first (before {what})")
 
 
 def rank():
@@ -384,7 +374,6 @@ def barrier(process_set=None):
     """Blocks until every rank (of `process_set`, terse.process_sets; None:
     every rank) has called barrier()."""
     check_initialized("barrier()")
-    from terse import process_sets as _process_sets
     lib().barrier(_process_sets.resolve(process_set, "barrier()"))
 
 

@@ -34,7 +34,7 @@ ProcessSet(comm) there raises ProcessSetsNotSupportedError.
 import sys
 import threading
 
-from terse._native import lib
+from terse._native import check_initialized, lib
 
 
 def _error_class():
@@ -141,21 +141,18 @@ class ProcessSet:
     def _is_global(self):
         if self is global_process_set or self.process_set_id == 0:
             return True
-        from terse import basics
-        return (self.ranks is not None and basics.is_initialized()
-                and self.ranks == list(range(basics.size())))
+        return (self.ranks is not None and lib().is_initialized()
+                and self.ranks == list(range(lib().size())))
 
     def _world_ranks(self):
-        from terse import basics
         if self._is_global():
-            return list(range(basics.size()))
+            return list(range(lib().size()))
         return self.ranks
 
     def size(self):
         """The number of ranks in the set (None before registration)."""
-        from terse import basics
         if self._is_global():
-            return basics.size()
+            return lib().size()
         if self.process_set_id is None:
             return None
         return len(self.ranks)
@@ -163,12 +160,11 @@ class ProcessSet:
     def rank(self):
         """This process's rank within the set (None before registration);
         ValueError when this process is not in it."""
-        from terse import basics
         if self._is_global():
-            return basics.rank()
+            return lib().rank()
         if self.process_set_id is None:
             return None
-        me = basics.rank()
+        me = lib().rank()
         if me not in self.ranks:
             raise ValueError(f"rank {me} is not part of process set "
                              f"{self.process_set_id} (ranks {self.ranks})")
@@ -177,12 +173,11 @@ class ProcessSet:
     def included(self):
         """Whether this process belongs to the set (None before
         registration)."""
-        from terse import basics
         if self._is_global():
             return True
         if self.process_set_id is None:
             return None
-        return basics.rank() in self.ranks
+        return lib().rank() in self.ranks
 
     def __eq__(self, other):
         if not isinstance(other, ProcessSet):
@@ -268,9 +263,8 @@ def resolve(process_set, what):
             f"{what}: process set {process_set.ranks} is not registered; "
             "pass it to init(process_sets=[...]) or add_process_set() first")
     if process_set.process_set_id != 0 and not process_set.included():
-        from terse import basics
         raise ValueError(
-            f"{what}: this rank ({basics.rank()}) is not in process set "
+            f"{what}: this rank ({lib().rank()}) is not in process set "
             f"{process_set.process_set_id} (ranks {process_set.ranks}); only "
             "its members may call it")
     return process_set.process_set_id
@@ -278,9 +272,8 @@ def resolve(process_set, what):
 
 def size_of(process_set_id):
     """The number of ranks of registered set `process_set_id`."""
-    from terse import basics
     if process_set_id == 0:
-        return basics.size()
+        return lib().size()
     with _lock:
         ps = _registered.get(process_set_id)
     return len(ps.ranks) if ps is not None else len(
@@ -289,14 +282,13 @@ def size_of(process_set_id):
 
 def rank_in(process_set_id):
     """This process's rank within registered set `process_set_id`."""
-    from terse import basics
     if process_set_id == 0:
-        return basics.rank()
+        return lib().rank()
     with _lock:
         ps = _registered.get(process_set_id)
     ranks = ps.ranks if ps is not None else lib().process_set_ranks(
         process_set_id)
-    return ranks.index(basics.rank())
+    return ranks.index(lib().rank())
 
 
 def registered(process_set_id):
@@ -341,11 +333,10 @@ def on_init(sets, dynamic, again=False):
     """The engine started with `sets` as ids 1, 2, ...: registers them (and
     the aliases static_sets found). again=True: a re-init with the last
     init's sets (elastic), whose aliases are registered again too."""
-    from terse import basics
     with _lock:
         _registered.clear()
         _dynamic[0] = bool(dynamic)
-        global_process_set.ranks = list(range(basics.size()))
+        global_process_set.ranks = list(range(lib().size()))
         for i, ps in enumerate(sets):
             ps.process_set_id = i + 1
             _registered[i + 1] = ps
@@ -369,8 +360,7 @@ def on_shutdown():
 
 
 def _check_dynamic(what):
-    from terse import basics
-    basics.check_initialized(f"{what}()")
+    check_initialized(f"{what}()")
     with _lock:
         dynamic = _dynamic[0]
     if not dynamic:
