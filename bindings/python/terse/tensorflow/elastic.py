@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from terse import basics
 from terse import elastic_common as _common
-from terse.tensorflow import functions, ops
+from terse.tensorflow import functions, ops, session_objects
 
 # The errors a failed terse collective raises in TensorFlow (on every rank).
 RECOVERABLE_ERRORS = (tf.errors.FailedPreconditionError,
@@ -118,8 +118,7 @@ class TensorFlowState(ObjectState):
 def _session_graph_ops(state, variables, session):
     """TF1: builds the state's assign and broadcast ops in the session's
     graph (once); returns the session."""
-    from terse.tensorflow import legacy
-    session = legacy._session_of(session, "TensorFlowState")
+    session = session_objects.session_of(session, "TensorFlowState")
     with session.graph.as_default():
         state.variables = list(variables if variables is not None
                                else tf.compat.v1.global_variables())

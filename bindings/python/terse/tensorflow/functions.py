@@ -9,21 +9,15 @@ and grouped_allgather do the same inside a tf.function; called eagerly they
 run their ops one after the other (each eager op waits for its result).
 broadcast_object / allgather_object move picklable objects (cloudpickle
 where installed, else pickle) as uint8 tensors: eagerly, or in a TF1 graph
-through a session (terse.tensorflow.legacy).
+through a session (terse.tensorflow.session_objects).
 """
-
-import pickle
 
 import numpy as np
 import tensorflow as tf
 
 from terse import basics
-from terse.tensorflow import ops
-
-try:
-    import cloudpickle as _pickler
-except ImportError:
-    _pickler = pickle
+from terse.tensorflow import ops, session_objects
+from terse.tensorflow.session_objects import pickler as _pickler
 
 
 def broadcast_variables(variables, root_rank=0, prefix="broadcast.var",
@@ -164,9 +158,8 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
     """root_rank's `obj` (any picklable object), on every rank. In a TF1
     graph the ops run in `session` (default: the default session)."""
     if _in_session(session):
-        from terse.tensorflow import legacy
-        return legacy.broadcast_object_in_session(obj, root_rank, session,
-                                                  name, process_set)
+        return session_objects.broadcast_object_in_session(
+            obj, root_rank, session, name, process_set)
     basics.check_initialized("broadcast_object()")
     ops.check_process_set(process_set, "broadcast_object()")
     name = name or ops._names.default("broadcast_object", None)
@@ -197,9 +190,8 @@ def allgather_object(obj, session=None, name=None, process_set=None):
     """Every rank's `obj` (picklable), as a list in rank order. In a TF1
     graph the ops run in `session` (default: the default session)."""
     if _in_session(session):
-        from terse.tensorflow import legacy
-        return legacy.allgather_object_in_session(obj, session, name,
-                                                  process_set)
+        return session_objects.allgather_object_in_session(
+            obj, session, name, process_set)
     basics.check_initialized("allgather_object()")
     ops.check_process_set(process_set, "allgather_object()")
     name = name or ops._names.default("allgather_object", None)

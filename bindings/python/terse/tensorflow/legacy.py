@@ -1,6 +1,6 @@
 """Horovod's TF1 pieces for tf.compat.v1 graphs: DistributedOptimizer over
-a tf.compat.v1.train.Optimizer, BroadcastGlobalVariablesHook, and the
-object helpers run through a session.
+a tf.compat.v1.train.Optimizer and BroadcastGlobalVariablesHook (the
+object helpers' session form is in terse.tensorflow.session_objects).
 
 terse.tensorflow.DistributedOptimizer takes either kind of optimizer, as
 Horovod's does: a tf.keras one goes to terse.tensorflow.keras'
@@ -18,10 +18,8 @@ takes N steps of its own and the variables then take their value before
 the first of them plus the Adasum of the ranks' N-step updates.
 """
 
-import numpy as np
 import tensorflow as tf
 
-from terse import basics
 from terse.tensorflow import functions, ops
 
 
@@ -271,66 +269,3 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         session.run(self.bcast_op)
-
-
-def _session_of(session, what):
-    session = session or tf.compat.v1.get_default_session()
-    if session is None:
-        raise ValueError(
-            f"{what} in a TF1 graph runs its ops in a session: pass "
-            "session=, or make one the default (with session.as_default():)")
-    return session
-
-
-def _run_on_bytes(session, collective, payload):
-    """Runs collective(placeholder) in the session on `payload` (uint8)."""
-    with session.graph.as_default():
-        feed = tf.compat.v1.placeholder(tf.uint8, [None])
-        return session.run(collective(feed), {feed: payload})
-
-
-def _run_on_sizes(session, collective, size):
-    with session.graph.as_default():
-        feed = tf.compat.v1.placeholder(tf.int64, [1])
-        return session.run(collective(feed), {feed: np.array([size])})
-
-
-def broadcast_object_in_session(obj, root_rank, session, name, process_set):
-    """broadcast_object's TF1 form: each collective built in the session's
-    graph and run there (two runs: the size, then the bytes)."""
-    basics.check_initialized("broadcast_object()")
-    ops.check_process_set(process_set)
-    session = _session_of(session, "broadcast_object")
-    name = name or ops._names.default("broadcast_object", None)
-    payload = None
-    if basics.rank() == root_rank:
-        payload = np.frombuffer(functions._pickler.dumps(obj), np.uint8)
-    size = _run_on_sizes(
-        session, lambda t: ops.broadcast(t, root_rank, name=f"{name}.size"),
-        0 if payload is None else payload.size)
-    if payload is None:
-        payload = np.zeros([int(size[0])], np.uint8)
-    data = _run_on_bytes(
-        session, lambda t: ops.broadcast(t, root_rank, name=f"{name}.data"),
-        payload)
-    return functions._pickler.loads(data.tobytes())
-
-
-def allgather_object_in_session(obj, session, name, process_set):
-    """allgather_object's TF1 form (see broadcast_object_in_session)."""
-    basics.check_initialized("allgather_object()")
-    ops.check_process_set(process_set)
-    session = _session_of(session, "allgather_object")
-    name = name or ops._names.default("allgather_object", None)
-    payload = np.frombuffer(functions._pickler.dumps(obj), np.uint8)
-    sizes = _run_on_sizes(
-        session, lambda t: ops.allgather(t, name=f"{name}.sizes"),
-        payload.size)
-    data = _run_on_bytes(
-        session, lambda t: ops.allgather(t, name=f"{name}.data"),
-        payload).tobytes()
-    out, begin = [], 0
-    for n in sizes:
-        out.append(functions._pickler.loads(data[begin:begin + int(n)]))
-        begin += int(n)
-    return out
