@@ -183,6 +183,9 @@ class MpiCommunicator : public Communicator {
   absl::Status VerifySignature(const CallSignature& mine);
   // MPI status -> absl::Status naming `call` and this rank.
   absl::Status Check(int rc, const char* call) const;
+  // InvalidArgument for a negative count, or a null buffer of n > 0.
+  static absl::Status CheckBuffer(const void* p, int64_t n,
+                                  absl::string_view what);
   absl::StatusOr<MPI_Datatype> MpiType(DataType dtype) const;
   absl::StatusOr<MPI_Op> MpiOp(DataType dtype, ReduceOp op) const;
   // Allreduce, staged through the ring when `staging` is not null (the
