@@ -309,11 +309,13 @@ if SIZE >= 2:  # one rank has no process set but the global one
                    process_sets_on_cuda))
 
 only = os.environ.get("TERSE_GPU_CHECKS")  # comma-separated indices
+ran = 0
 for i, (name, fn) in enumerate(CHECKS):
     if only and str(i) not in only.split(","):
         continue
     check(name, fn)
-print(f"rank {RANK}: {len(CHECKS) - len(FAILED)} passed, {len(FAILED)} failed "
+    ran += 1
+print(f"rank {RANK}: {ran - len(FAILED)} passed, {len(FAILED)} failed "
       f"(size {SIZE}, TERSE_GPU_OPERATIONS="
       f"{os.environ.get('TERSE_GPU_OPERATIONS', 'nccl')})", flush=True)
 hvd.shutdown()
