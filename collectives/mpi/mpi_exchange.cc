@@ -2,7 +2,10 @@
 // (contracts in communicator.h and mpi_communicator.h).
 #include <mpi.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
